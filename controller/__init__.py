@@ -1,0 +1,1 @@
+"""Railyard: a traffic-engineering controller for rail-optimized AI fabrics."""

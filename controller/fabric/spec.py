@@ -1,0 +1,248 @@
+"""Fabric spec: the one YAML document both the controller and the emulation read.
+
+Validation is strict and specific: every error names the key (dotted path),
+the value it found and what is allowed, because a wrong spec silently turned
+into a different fabric is the most expensive mistake an operator can make.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+SPECS_DIR = Path(__file__).parent / "specs"
+DEFAULT_SPEC = SPECS_DIR / "default.yaml"
+
+# Addressing is 10.<rail>.<pod>.<server+1> with .254 reserved for the leaf
+# gateway (see addressing.py); these bounds keep every address valid.
+MAX_RAILS = 255
+MAX_PODS = 255
+MAX_SERVERS_PER_POD = 253
+MAX_SPINES = 4096
+MAX_FAT_TREE_K = 30  # k=30 gives (k/2)^2 = 225 hosts per pod, under the 253 limit
+
+
+class SpecError(ValueError):
+    """A fabric spec is invalid. `field` is the dotted key that is wrong."""
+
+    def __init__(self, field: str, problem: str, allowed: str = "") -> None:
+        self.field = field
+        self.problem = problem
+        self.allowed = allowed
+        text = f"fabric spec: '{field}': {problem}"
+        if allowed:
+            text += f"; allowed: {allowed}"
+        super().__init__(text)
+
+
+class Kind(str, enum.Enum):
+    RAIL_OPTIMIZED = "rail-optimized"
+    RAIL_ONLY = "rail-only"
+    FAT_TREE = "fat-tree"
+
+
+class PlaneMode(str, enum.Enum):
+    SHARED = "shared"  # one spine layer joins every leaf of every rail
+    PER_RAIL = "per-rail"  # multi-plane: each rail has its own spine set
+
+
+@dataclass(frozen=True)
+class Rates:
+    nic_gbps: float  # the real fabric's NIC rate, used for the model at scale
+    emulated_nic_mbps: float  # what the emulation shapes a NIC link to
+
+
+@dataclass(frozen=True)
+class EmulationSettings:
+    mtu: int = 9000
+    queue_packets: int = 32  # egress buffer per port, in MTU-sized packets
+    controller: str = "tcp:127.0.0.1:6653"
+
+
+@dataclass(frozen=True)
+class FabricSpec:
+    name: str
+    kind: Kind
+    pods: int
+    servers_per_pod: int
+    rails: int
+    spines: int  # shared: total spines; per-rail: spines in each plane
+    plane_mode: PlaneMode
+    oversubscription: float  # leaf downlink capacity / leaf uplink capacity
+    rates: Rates
+    emulation: EmulationSettings = field(default_factory=EmulationSettings)
+    k: int = 0  # fat-tree arity; 0 for the rail kinds
+
+
+_COMMON_KEYS = {"name", "kind", "rates", "emulation"}
+_KIND_KEYS = {
+    Kind.RAIL_OPTIMIZED: {"pods", "servers_per_pod", "rails", "spines", "plane_mode", "oversubscription"},
+    Kind.RAIL_ONLY: {"servers", "rails"},
+    Kind.FAT_TREE: {"k"},
+}
+_KIND_REQUIRED = {
+    Kind.RAIL_OPTIMIZED: {"pods", "servers_per_pod", "rails", "spines"},
+    Kind.RAIL_ONLY: {"servers", "rails"},
+    Kind.FAT_TREE: {"k"},
+}
+
+
+def load_spec(path: str | Path) -> FabricSpec:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise SpecError("<file>", f"cannot read {path}: {exc.strerror}") from exc
+    return parse_spec(text)
+
+
+def parse_spec(text: str) -> FabricSpec:
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise SpecError("<document>", f"not valid YAML: {exc}") from exc
+    return spec_from_dict(doc)
+
+
+def spec_from_dict(doc: Any) -> FabricSpec:
+    if not isinstance(doc, Mapping):
+        raise SpecError("<document>", f"must be a mapping, got {_type(doc)}")
+    kind_value = doc.get("kind", Kind.RAIL_OPTIMIZED.value)
+    try:
+        kind = Kind(kind_value)
+    except ValueError:
+        raise SpecError("kind", f"got {kind_value!r}", ", ".join(k.value for k in Kind)) from None
+
+    allowed = _COMMON_KEYS | _KIND_KEYS[kind]
+    for key in doc:
+        if key not in allowed:
+            raise SpecError(str(key), f"unknown key for kind {kind.value}", ", ".join(sorted(allowed)))
+    for key in sorted(_KIND_REQUIRED[kind]):
+        if key not in doc:
+            raise SpecError(key, f"missing (required for kind {kind.value})")
+
+    name = doc.get("name", "railyard")
+    if not isinstance(name, str) or not name or not name.replace("-", "").replace("_", "").isalnum() or len(name) > 32:
+        raise SpecError("name", f"got {name!r}", "1-32 characters of letters, digits, '-' or '_'")
+
+    rates = _rates(doc.get("rates"))
+    emulation = _emulation(doc.get("emulation", {}))
+
+    if kind is Kind.RAIL_OPTIMIZED:
+        mode_value = doc.get("plane_mode", PlaneMode.SHARED.value)
+        try:
+            plane_mode = PlaneMode(mode_value)
+        except ValueError:
+            raise SpecError("plane_mode", f"got {mode_value!r}", ", ".join(m.value for m in PlaneMode)) from None
+        return FabricSpec(
+            name=name,
+            kind=kind,
+            pods=_int(doc, "pods", 1, MAX_PODS),
+            servers_per_pod=_int(doc, "servers_per_pod", 1, MAX_SERVERS_PER_POD),
+            rails=_int(doc, "rails", 1, MAX_RAILS),
+            spines=_int(doc, "spines", 1, MAX_SPINES),
+            plane_mode=plane_mode,
+            oversubscription=_number(doc, "oversubscription", 1.0, lower=0.0, upper=64.0, default=1.0),
+            rates=rates,
+            emulation=emulation,
+        )
+    if kind is Kind.RAIL_ONLY:
+        return FabricSpec(
+            name=name,
+            kind=kind,
+            pods=1,
+            servers_per_pod=_int(doc, "servers", 1, MAX_SERVERS_PER_POD),
+            rails=_int(doc, "rails", 1, MAX_RAILS),
+            spines=0,
+            plane_mode=PlaneMode.SHARED,
+            oversubscription=1.0,
+            rates=rates,
+            emulation=emulation,
+        )
+    k = _int(doc, "k", 4, MAX_FAT_TREE_K)
+    if k % 2:
+        raise SpecError("k", f"got {k}", f"an even integer from 4 to {MAX_FAT_TREE_K}")
+    return FabricSpec(
+        name=name,
+        kind=kind,
+        pods=k,
+        servers_per_pod=(k // 2) ** 2,
+        rails=1,
+        spines=(k // 2) ** 2,
+        plane_mode=PlaneMode.SHARED,
+        oversubscription=1.0,
+        rates=rates,
+        emulation=emulation,
+        k=k,
+    )
+
+
+def _rates(value: Any) -> Rates:
+    if value is None:
+        raise SpecError("rates", "missing", "a mapping with nic_gbps and emulated_nic_mbps")
+    if not isinstance(value, Mapping):
+        raise SpecError("rates", f"must be a mapping, got {_type(value)}")
+    _only(value, "rates", {"nic_gbps", "emulated_nic_mbps"})
+    return Rates(
+        nic_gbps=_number(value, "nic_gbps", 1.0, lower=0.0, upper=3200.0, prefix="rates."),
+        emulated_nic_mbps=_number(value, "emulated_nic_mbps", 1.0, lower=0.0, upper=10000.0, prefix="rates."),
+    )
+
+
+def _emulation(value: Any) -> EmulationSettings:
+    if not isinstance(value, Mapping):
+        raise SpecError("emulation", f"must be a mapping, got {_type(value)}")
+    _only(value, "emulation", {"mtu", "queue_packets", "controller"})
+    defaults = EmulationSettings()
+    controller = value.get("controller", defaults.controller)
+    if not isinstance(controller, str) or not _is_controller_target(controller):
+        raise SpecError("emulation.controller", f"got {controller!r}", "tcp:HOST:PORT, e.g. tcp:127.0.0.1:6653")
+    return EmulationSettings(
+        mtu=_int(value, "mtu", 1280, 9000, prefix="emulation.", default=defaults.mtu),
+        queue_packets=_int(value, "queue_packets", 2, 10000, prefix="emulation.", default=defaults.queue_packets),
+        controller=controller,
+    )
+
+
+def _is_controller_target(text: str) -> bool:
+    parts = text.split(":")
+    return len(parts) == 3 and parts[0] == "tcp" and bool(parts[1]) and parts[2].isdigit() and 0 < int(parts[2]) < 65536
+
+
+def _only(value: Mapping, where: str, allowed: set[str]) -> None:
+    for key in value:
+        if key not in allowed:
+            raise SpecError(f"{where}.{key}", "unknown key", ", ".join(sorted(allowed)))
+
+
+def _int(doc: Mapping, key: str, lower: int, upper: int, *, prefix: str = "", default: int | None = None) -> int:
+    value = doc.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or not lower <= value <= upper:
+        raise SpecError(prefix + key, f"got {value!r}", f"an integer from {lower} to {upper}")
+    return value
+
+
+def _number(
+    doc: Mapping,
+    key: str,
+    example: float,
+    *,
+    lower: float,
+    upper: float,
+    prefix: str = "",
+    default: float | None = None,
+) -> float:
+    value = doc.get(key, default)
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok or not math.isfinite(value) or not lower < value <= upper:
+        raise SpecError(prefix + key, f"got {value!r}", f"a number > {lower:g} and <= {upper:g} (e.g. {example:g})")
+    return float(value)
+
+
+def _type(value: Any) -> str:
+    return type(value).__name__

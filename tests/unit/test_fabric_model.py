@@ -1,0 +1,161 @@
+"""Closed-form checks of every builder, addressing round-trips and routing sets."""
+
+import itertools
+
+import pytest
+from hypothesis import given, strategies as st
+
+from controller.fabric import NicId, PlaneMode, Tier, build_fabric, load_spec, parse_spec
+from controller.fabric import addressing as ad
+from controller.fabric.spec import SPECS_DIR
+
+
+def rail_spec(pods, servers, rails, spines, mode="shared", oversub=1.0):
+    return parse_spec(f"""
+kind: rail-optimized
+pods: {pods}
+servers_per_pod: {servers}
+rails: {rails}
+spines: {spines}
+plane_mode: {mode}
+oversubscription: {oversub}
+rates: {{nic_gbps: 400, emulated_nic_mbps: 50}}
+""")
+
+
+@pytest.mark.parametrize("pods,servers,rails,spines", [(2, 2, 2, 2), (4, 8, 8, 4), (3, 5, 2, 1)])
+def test_rail_optimized_shared_counts(pods, servers, rails, spines):
+    fabric = build_fabric(rail_spec(pods, servers, rails, spines))
+    assert len(fabric.nics) == pods * servers * rails
+    assert len(fabric.switches_in(Tier.LEAF)) == pods * rails
+    assert len(fabric.switches_in(Tier.SPINE)) == spines
+    access = [link for link in fabric.links if link.is_access]
+    assert len(access) == pods * servers * rails
+    assert len(fabric.links) - len(access) == pods * rails * spines
+    for spine in fabric.switches_in(Tier.SPINE):
+        assert len(fabric.ports(spine.name)) == pods * rails
+
+
+@pytest.mark.parametrize("pods,servers,rails,spines", [(2, 2, 2, 2), (16, 128, 8, 16)])
+def test_rail_optimized_per_rail_counts(pods, servers, rails, spines):
+    fabric = build_fabric(rail_spec(pods, servers, rails, spines, mode="per-rail"))
+    assert len(fabric.switches_in(Tier.SPINE)) == rails * spines
+    assert len(fabric.links) == pods * servers * rails + pods * rails * spines
+    # a plane's spines only touch that rail's leaves
+    for spine in fabric.switches_in(Tier.SPINE):
+        peers = {fabric.switch(link.peer(spine.name).node).rail for link in fabric.ports(spine.name).values()}
+        assert peers == {spine.plane}
+        assert len(fabric.ports(spine.name)) == pods
+
+
+@pytest.mark.parametrize("k", [4, 6, 8])
+def test_fat_tree_closed_form(k):
+    fabric = build_fabric(parse_spec(f"kind: fat-tree\nk: {k}\nrates: {{nic_gbps: 1, emulated_nic_mbps: 20}}\n"))
+    assert len(fabric.nics) == k**3 // 4
+    assert len(fabric.switches_in(Tier.SPINE)) == (k // 2) ** 2
+    assert len(fabric.switches_in(Tier.AGG)) == k * k // 2
+    assert len(fabric.switches_in(Tier.LEAF)) == k * k // 2
+    assert len(fabric.links) == 3 * k**3 // 4  # k^3/4 at each of three layers
+    for switch in fabric.switches.values():
+        assert len(fabric.ports(switch.name)) == k  # every switch has k ports
+    # any two hosts in different pods have (k/2)^2 equal-cost paths
+    assert len(fabric.equal_cost_paths(NicId(0, 0, 0), NicId(0, 1, 0))) == (k // 2) ** 2
+
+
+def test_rail_only_has_no_spines_and_no_cross_rail_path():
+    fabric = build_fabric(load_spec(SPECS_DIR / "rail-only.yaml"))
+    assert not fabric.switches_in(Tier.SPINE)
+    assert len(fabric.switches_in(Tier.LEAF)) == fabric.spec.rails
+    assert fabric.equal_cost_paths(NicId(0, 0, 0), NicId(1, 0, 1)) == []
+    assert fabric.next_hops("ryl0r0", NicId(1, 0, 1)) == ()
+
+
+def test_oversubscription_sets_uplink_capacity():
+    fabric = build_fabric(rail_spec(2, 8, 2, 2, oversub=2.0))
+    leaf = "ryl0r0"
+    uplink = fabric.ports(leaf)[9]
+    # 8 x 400G down over 2 uplinks at 2:1 -> each uplink 8*400/(2*2) = 800G
+    assert uplink.capacity_bps == pytest.approx(800e9)
+    down = sum(l.capacity_bps for l in fabric.ports(leaf).values() if l.is_access)
+    up = sum(l.capacity_bps for l in fabric.ports(leaf).values() if not l.is_access)
+    assert down / up == pytest.approx(2.0)
+    assert uplink.emulated_bps == pytest.approx(100e6)
+
+
+def test_ecmp_sets_follow_the_topology():
+    fabric = build_fabric(rail_spec(2, 2, 2, 2))
+    remote = NicId(rail=1, pod=1, server=0)
+    assert fabric.next_hops("ryl0r1", remote) == (3, 4)  # both uplinks
+    assert fabric.next_hops("rys0", remote) == (1 + 1 * 2 + 1,)
+    assert fabric.next_hops("ryl1r1", remote) == (1,)
+    assert fabric.next_hops("ryl0r0", remote) == (3, 4)  # reaches via spines
+    paths = fabric.equal_cost_paths(NicId(1, 0, 1), remote)
+    assert sorted(p[1] for p in paths) == ["rys0", "rys1"]
+
+
+def test_per_rail_planes_do_not_join_rails():
+    fabric = build_fabric(rail_spec(2, 2, 2, 2, mode="per-rail"))
+    assert fabric.spec.plane_mode is PlaneMode.PER_RAIL
+    assert fabric.next_hops("ryl0r0", NicId(rail=1, pod=1, server=0)) == ()
+    assert {p[1] for p in fabric.equal_cost_paths(NicId(0, 0, 0), NicId(0, 1, 0))} == {"ryr0s0", "ryr0s1"}
+
+
+def test_every_port_number_is_derived_and_unique():
+    fabric = build_fabric(rail_spec(3, 4, 2, 3))
+    for switch in fabric.switches.values():
+        ports = sorted(fabric.ports(switch.name))
+        assert ports == list(range(1, len(ports) + 1))
+    for nic in fabric.nics:
+        end = fabric.attachment(nic)
+        assert end.node == ad.leaf_name(nic.pod, nic.rail) and end.port == nic.server + 1
+
+
+@given(st.integers(0, 255), st.integers(0, 255), st.integers(0, 252))
+def test_nic_address_round_trip(rail, pod, server):
+    nic = NicId(rail, pod, server)
+    address = ad.nic_address(nic)
+    assert ad.parse_nic_address(str(address)) == nic
+    assert address in ad.rail_prefix(rail) and address in ad.leaf_prefix(rail, pod)
+    assert ad.gateway_address(rail, pod) in ad.leaf_prefix(rail, pod)
+    assert ad.nic_mac(nic) != ad.gateway_mac(rail, pod)
+
+
+@pytest.mark.parametrize("bad", ["11.0.0.1", "10.0.0.254", "10.0.0.0", "10.1.2.255", "x", "10.0.0"])
+def test_parse_rejects_non_nic_addresses(bad):
+    with pytest.raises(ad.AddressError):
+        ad.parse_nic_address(bad)
+
+
+def test_names_fit_linux_interface_limit_at_the_largest_sizes():
+    fabric = build_fabric(rail_spec(255, 253, 8, 16, mode="per-rail"))
+    longest_nic = max((ad.nic_name(n) for n in fabric.nics), key=len)
+    longest_port = max(
+        (ad.switch_port_name(s, p) for s in fabric.switches for p in fabric.ports(s)), key=len
+    )
+    assert len(longest_nic) <= 15 and len(longest_port) <= 15
+
+
+def test_names_and_dpids_are_unique():
+    fabric = build_fabric(rail_spec(4, 4, 4, 4, mode="per-rail"))
+    dpids = [s.dpid for s in fabric.switches.values()]
+    assert len(set(dpids)) == len(dpids)
+    names = list(fabric.switches) + [ad.nic_name(n) for n in fabric.nics]
+    assert len(set(names)) == len(names) and all(n.startswith(ad.NAME_PREFIX) for n in names)
+
+
+def test_shipped_specs_build():
+    for path in sorted(SPECS_DIR.glob("*.yaml")):
+        fabric = build_fabric(load_spec(path))
+        assert fabric.nics, path
+    large = build_fabric(load_spec(SPECS_DIR / "large.yaml"))
+    assert large.gpu_count == 16384
+
+
+@pytest.mark.parametrize("mode", ["shared", "per-rail"])
+def test_every_nic_reaches_its_whole_rail(mode):
+    # Shared spines also join rails physically; per-rail planes never do.
+    fabric = build_fabric(rail_spec(3, 2, 2, 2, mode=mode))
+    for a, b in itertools.permutations(fabric.nics, 2):
+        same_leaf = fabric.attachment(a).node == fabric.attachment(b).node
+        reachable = same_leaf or bool(fabric.equal_cost_paths(a, b))
+        assert reachable == (a.rail == b.rail or mode == "shared")

@@ -1,0 +1,89 @@
+"""Bad specs are rejected with the exact key named and what is allowed."""
+
+import pytest
+
+from controller.fabric import Kind, SpecError, parse_spec
+from controller.fabric.spec import DEFAULT_SPEC, load_spec
+
+GOOD = {
+    "name": "t",
+    "kind": "rail-optimized",
+    "pods": 2,
+    "servers_per_pod": 2,
+    "rails": 2,
+    "spines": 2,
+    "rates": {"nic_gbps": 400, "emulated_nic_mbps": 50},
+}
+
+
+def spec_text(**changes):
+    import yaml
+
+    doc = {k: v for k, v in GOOD.items()}
+    for key, value in changes.items():
+        if value is None:
+            doc.pop(key, None)
+        else:
+            doc[key] = value
+    return yaml.safe_dump(doc)
+
+
+def test_default_spec_loads():
+    spec = load_spec(DEFAULT_SPEC)
+    assert spec.kind is Kind.RAIL_OPTIMIZED and spec.emulation.mtu == 9000
+
+
+@pytest.mark.parametrize(
+    "changes,field,allowed",
+    [
+        ({"pods": 0}, "pods", "an integer from 1 to 255"),
+        ({"pods": "two"}, "pods", "an integer from 1 to 255"),
+        ({"pods": True}, "pods", "an integer from 1 to 255"),
+        ({"servers_per_pod": 254}, "servers_per_pod", "an integer from 1 to 253"),
+        ({"rails": 256}, "rails", "an integer from 1 to 255"),
+        ({"spines": None}, "spines", ""),
+        ({"plane_mode": "mesh"}, "plane_mode", "shared, per-rail"),
+        ({"kind": "torus"}, "kind", "rail-optimized, rail-only, fat-tree"),
+        ({"oversubscription": -1}, "oversubscription", "a number > 0"),
+        ({"oversubscription": float("nan")}, "oversubscription", "a number > 0"),
+        ({"rates": {"nic_gbps": 0, "emulated_nic_mbps": 50}}, "rates.nic_gbps", "a number > 0"),
+        ({"rates": {"nic_gbps": 400}}, "rates.emulated_nic_mbps", "a number > 0"),
+        ({"rates": {"nic_gbps": 400, "emulated_nic_mbps": 50, "x": 1}}, "rates.x", "emulated_nic_mbps, nic_gbps"),
+        ({"rates": None}, "rates", "a mapping"),
+        ({"emulation": {"mtu": 100}}, "emulation.mtu", "an integer from 1280 to 9000"),
+        ({"emulation": {"controller": "6653"}}, "emulation.controller", "tcp:HOST:PORT"),
+        ({"spine": 2}, "spine", "kind, name"),
+        ({"name": "has space"}, "name", "1-32 characters"),
+    ],
+)
+def test_bad_spec_names_the_field(changes, field, allowed):
+    with pytest.raises(SpecError) as err:
+        parse_spec(spec_text(**changes))
+    assert err.value.field == field
+    assert allowed in str(err.value)
+    assert f"'{field}'" in str(err.value)
+
+
+def test_fat_tree_k_must_be_even():
+    with pytest.raises(SpecError) as err:
+        parse_spec("kind: fat-tree\nk: 5\nrates: {nic_gbps: 1, emulated_nic_mbps: 10}\n")
+    assert err.value.field == "k" and "even" in str(err.value)
+
+
+def test_keys_of_another_kind_are_rejected():
+    with pytest.raises(SpecError) as err:
+        parse_spec("kind: fat-tree\nk: 4\npods: 2\nrates: {nic_gbps: 1, emulated_nic_mbps: 10}\n")
+    assert err.value.field == "pods" and "unknown key for kind fat-tree" in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["- a\n- b\n", "pods: [\n", "42"])
+def test_non_mapping_documents_are_rejected(text):
+    with pytest.raises(SpecError) as err:
+        parse_spec(text)
+    assert err.value.field == "<document>"
+
+
+def test_missing_file_is_a_spec_error(tmp_path):
+    with pytest.raises(SpecError) as err:
+        load_spec(tmp_path / "nope.yaml")
+    assert "cannot read" in str(err.value)
