@@ -23,7 +23,7 @@ DEFAULT_SPEC = SPECS_DIR / "default.yaml"
 MAX_RAILS = 255
 MAX_PODS = 255
 MAX_SERVERS_PER_POD = 253
-MAX_SPINES = 4096
+MAX_SPINES = 256  # per leaf: a leaf has one uplink per spine (of its plane)
 MAX_FAT_TREE_K = 30  # k=30 gives (k/2)^2 = 225 hosts per pod, under the 253 limit
 
 

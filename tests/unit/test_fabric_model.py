@@ -127,12 +127,16 @@ def test_parse_rejects_non_nic_addresses(bad):
 
 
 def test_names_fit_linux_interface_limit_at_the_largest_sizes():
-    fabric = build_fabric(rail_spec(255, 253, 8, 16, mode="per-rail"))
-    longest_nic = max((ad.nic_name(n) for n in fabric.nics), key=len)
-    longest_port = max(
-        (ad.switch_port_name(s, p) for s in fabric.switches for p in fabric.ports(s)), key=len
-    )
-    assert len(longest_nic) <= 15 and len(longest_port) <= 15
+    from controller.fabric.spec import MAX_PODS, MAX_RAILS, MAX_SERVERS_PER_POD, MAX_SPINES
+
+    biggest = NicId(MAX_RAILS - 1, MAX_PODS - 1, MAX_SERVERS_PER_POD - 1)
+    names = [
+        ad.nic_name(biggest),
+        ad.switch_port_name(ad.leaf_name(MAX_PODS - 1, MAX_RAILS - 1), MAX_SERVERS_PER_POD + MAX_SPINES),
+        ad.switch_port_name(ad.spine_name(MAX_SPINES - 1, plane=MAX_RAILS - 1), MAX_PODS),
+        ad.switch_port_name(ad.spine_name(MAX_SPINES - 1), MAX_PODS * MAX_RAILS),
+    ]
+    assert max(len(n) for n in names) <= 15, names
 
 
 def test_names_and_dpids_are_unique():

@@ -1,0 +1,49 @@
+# Railyard. `make demo` and `make test` are the two entry points; both set
+# up the host (apt packages, Open vSwitch running) and the venv first.
+SHELL := /bin/bash
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMPS := .stamps
+PYTHON_SYSTEM := /usr/bin/python3.11
+SEED ?= 1
+PYTEST_ARGS ?=
+
+.PHONY: setup host venv demo test unit integration bench bench-calibrate fabric-down clean
+
+setup: host venv
+
+host:
+	@deploy/host-setup.sh all
+
+# --system-site-packages: Mininet comes from the Debian package, not PyPI.
+venv: $(STAMPS)/venv
+$(STAMPS)/venv: pyproject.toml | host
+	@mkdir -p $(STAMPS)
+	$(PYTHON_SYSTEM) -m venv --system-site-packages $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -c 'import mininet.net, networkx, yaml'
+	@touch $@
+
+demo: setup
+	$(VENV)/bin/railyard demo --seed $(SEED)
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+unit: venv
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+integration: setup
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+bench: bench-calibrate
+
+bench-calibrate: setup
+	$(PY) -m bench.calibrate --out bench/results/calibration.json
+
+fabric-down: venv
+	$(VENV)/bin/railyard fabric down
+
+clean:
+	rm -rf $(VENV) $(STAMPS) build *.egg-info .pytest_cache bench/results reports

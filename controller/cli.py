@@ -1,0 +1,57 @@
+"""The `railyard` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="railyard", description="Railyard: TE controller for rail-optimized fabrics")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+
+    fabric = sub.add_parser("fabric", help="the emulated fabric (Mininet + Open vSwitch)")
+    fsub = fabric.add_subparsers(dest="fabric_cmd", required=True)
+    show = fsub.add_parser("show", help="print the fabric model a spec describes")
+    show.add_argument("--spec", help="fabric spec YAML (default: the shipped demo spec)")
+    show.add_argument("--addresses", action="store_true", help="list every NIC's address, MAC and leaf port")
+    up = fsub.add_parser("up", help="build the emulated fabric with its ECMP underlay; runs until Ctrl-C")
+    up.add_argument("--spec", help="fabric spec YAML (default: the shipped demo spec)")
+    up.add_argument("--controller", help="OpenFlow controller target, e.g. tcp:127.0.0.1:6653 (default: from spec)")
+    up.add_argument("--cli", action="store_true", help="open the Mininet CLI instead of waiting for a signal")
+    down = fsub.add_parser("down", help="remove Railyard's bridges, namespaces and processes (only those)")
+    down.add_argument("--name", help="only the fabric with this name")
+    fsub.add_parser("status", help="list running Railyard fabrics and bridges")
+
+    demo = sub.add_parser("demo", help="fabric up, reachability, ECMP elephants with their collisions, report")
+    demo.add_argument("--spec", help="fabric spec YAML (default: the shipped demo spec)")
+    demo.add_argument("--seed", type=int, default=1, help="seed for the elephants' source ports")
+    demo.add_argument("--duration", type=float, default=8.0, help="seconds of traffic")
+    demo.add_argument("--out", default="reports", help="directory for the JSON report")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from controller.fabric import SpecError
+
+    try:
+        if args.cmd == "fabric":
+            from emulation.commands import main_fabric
+
+            return main_fabric(args)
+        if args.cmd == "demo":
+            from emulation.commands import demo
+
+            return demo(args)
+    except SpecError as exc:
+        print(f"railyard: {exc}", file=sys.stderr)
+        return 2
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

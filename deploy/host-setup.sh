@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Idempotent host preparation for Railyard on Debian 12: apt packages, then
+# ovsdb-server + ovs-vswitchd (userspace datapath; no kernel module needed).
+# Usage: deploy/host-setup.sh [packages|services|all]
+set -euo pipefail
+
+PACKAGES=(openvswitch-switch mininet iperf3 ethtool iproute2 iputils-ping procps util-linux
+          python3.11 python3.11-venv python3-pip prometheus)
+
+need_root() {
+    if [[ $(id -u) -ne 0 ]]; then
+        echo "host-setup: must run as root (it installs packages and starts Open vSwitch)" >&2
+        exit 1
+    fi
+}
+
+packages() {
+    local missing=()
+    for pkg in "${PACKAGES[@]}"; do
+        if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+            missing+=("$pkg")
+        fi
+    done
+    if ((${#missing[@]})); then
+        echo "host-setup: installing ${missing[*]}"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get update -qq
+        # policy-rc.d on containers/CI refuses service starts; services() below starts OVS itself.
+        apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    fi
+}
+
+# ovs-vswitchd's userspace datapath transmits on ONE AF_PACKET socket shared by
+# every port, and packets waiting in a port's qdisc are charged to that
+# socket's send buffer. At the kernel default (212 KB, ~23 jumbo frames) one
+# congested port's queue fills it and every other port starts dropping, so an
+# ECMP collision on one uplink collapses the whole fabric. The socket size is
+# fixed when ovs-vswitchd creates it, so this must hold before it starts.
+WMEM_BYTES=16777216
+
+vswitchd_sndbuf() {
+    ss -0 -m -p 2>/dev/null | grep ovs-vswitchd | grep -o 'tb[0-9]*' | head -1 | tr -d tb
+}
+
+services() {
+    local ctl=/usr/share/openvswitch/scripts/ovs-ctl
+    for key in net.core.wmem_default net.core.wmem_max; do
+        if (( $(sysctl -n "$key") < WMEM_BYTES )); then
+            sysctl -qw "$key=$WMEM_BYTES"
+        fi
+    done
+    if ! ovs-vsctl -t 3 show >/dev/null 2>&1; then
+        echo "host-setup: starting ovsdb-server"
+        "$ctl" --no-ovs-vswitchd --system-id=random start >/dev/null
+    fi
+    if ! ovs-appctl -t ovs-vswitchd version >/dev/null 2>&1; then
+        echo "host-setup: starting ovs-vswitchd"
+        # ulimit/modprobe warnings are expected without a kernel module: the
+        # userspace (netdev) datapath is what Railyard uses.
+        "$ctl" --no-ovsdb-server start >/dev/null 2>&1 || true
+        ovs-appctl -t ovs-vswitchd version >/dev/null
+    fi
+    local tb
+    tb=$(vswitchd_sndbuf)
+    if [[ -n "$tb" ]] && (( tb < WMEM_BYTES )); then
+        local foreign
+        foreign=$(for br in $(ovs-vsctl list-br); do
+            ovs-vsctl br-get-external-id "$br" railyard-fabric | grep -q . || echo "$br"; done)
+        if [[ -n "$foreign" ]]; then
+            echo "host-setup: ovs-vswitchd runs with a ${tb}-byte packet send buffer (need $WMEM_BYTES);" \
+                 "not restarting it because other bridges use it: $foreign" >&2
+            exit 1
+        fi
+        echo "host-setup: restarting ovs-vswitchd to pick up the larger packet send buffer"
+        "$ctl" --no-ovsdb-server restart >/dev/null 2>&1 || true
+        ovs-appctl -t ovs-vswitchd version >/dev/null
+    fi
+    ovs-vsctl get Open_vSwitch . datapath_types | grep -q netdev || {
+        echo "host-setup: ovs-vswitchd has no userspace datapath" >&2
+        exit 1
+    }
+}
+
+need_root
+case "${1:-all}" in
+    packages) packages ;;
+    services) services ;;
+    all) packages; services ;;
+    *) echo "usage: $0 [packages|services|all]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,1 @@
+"""Emulated rail-optimized RoCE-like fabric: Mininet + Open vSwitch (userspace datapath)."""

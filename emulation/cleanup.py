@@ -1,0 +1,129 @@
+"""Remove exactly what Railyard created: never `mn -c`, which deletes every OVS bridge on the host.
+
+What counts as ours:
+- bridges carrying the external_id `railyard-fabric` (set at creation);
+- their ports' veth interfaces, and each bridge's own internal (tap) interface;
+- Mininet shells named after our nodes (`mininet:ry...`), and every process
+  living in one of our servers' network namespaces (iperf3 and the like),
+  since any survivor keeps the namespace alive.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from controller.fabric import Fabric
+from controller.fabric import addressing as ad
+from emulation import netns, ovs
+
+LOG = logging.getLogger(__name__)
+_OUR_SHELL = re.compile(r"mininet:(" + ad.NAME_PREFIX + r"[a-z0-9]+)$")
+
+
+@dataclass
+class TeardownReport:
+    bridges: list[str] = field(default_factory=list)
+    interfaces: list[str] = field(default_factory=list)
+    processes: list[int] = field(default_factory=list)
+
+
+def teardown(fabric: Fabric | None = None, host_pids: list[int] | tuple[int, ...] = (),
+             fabric_name: str | None = None) -> TeardownReport:
+    """Idempotent: safe to call on a fabric that is half up, down, or never existed."""
+    report = TeardownReport()
+    name = fabric.spec.name if fabric else fabric_name
+    node_names = set(fabric.switches) | {s.name for s in fabric.servers} if fabric else set()
+
+    # 1. Processes in our servers' namespaces, then the Mininet shells themselves.
+    inodes = {ino for pid in host_pids if (ino := netns.netns_inode(pid)) is not None}
+    root_inode = netns.netns_inode(os.getpid())
+    inodes.discard(root_inode)
+    for pid, cmdline, inode in _processes():
+        if pid == os.getpid():
+            continue
+        shell = _OUR_SHELL.search(cmdline)
+        ours_by_name = bool(shell) and (not node_names or shell.group(1) in node_names)
+        if inode in inodes or ours_by_name:
+            _kill(pid)
+            report.processes.append(pid)
+
+    # 2. Our bridges (by external_id), remembering their ports first.
+    bridges = [b for b, owner in ovs.railyard_bridges().items() if name is None or owner == name]
+    interfaces = set(bridges)
+    for bridge in bridges:
+        interfaces.update(ovs.run(["ovs-vsctl", "list-ports", bridge], check=False).split())
+    ovs.delete_bridges(bridges)
+    report.bridges = sorted(bridges)
+
+    # 3. Veths left in the root namespace (a veth dies with its peer, so one end is enough).
+    if fabric:
+        interfaces.update(ad.switch_port_name(s, p) for s in fabric.switches for p in fabric.ports(s))
+        interfaces.update(fabric.switches)
+    existing = set(os.listdir("/sys/class/net"))
+    for intf in sorted(interfaces & existing):
+        if intf.startswith(ad.NAME_PREFIX):
+            netns.run(None, ["ip", "link", "del", "dev", intf], check=False)
+            report.interfaces.append(intf)
+    _wait_gone(report.processes)
+    return report
+
+
+def teardown_from_state(path: Path, wait_owner: float = 20.0) -> TeardownReport:
+    """`railyard fabric down`: ask the owning process to stop, then sweep."""
+    state = json.loads(path.read_text())
+    owner = state.get("pid")
+    if owner and owner != os.getpid() and _alive(owner):
+        os.kill(owner, signal.SIGTERM)
+        deadline = time.monotonic() + wait_owner
+        while _alive(owner) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _alive(owner):
+            LOG.warning("fabric owner pid %s did not exit; sweeping anyway", owner)
+    report = teardown(host_pids=list(state.get("hosts", {}).values()), fabric_name=state.get("fabric"))
+    path.unlink(missing_ok=True)
+    return report
+
+
+def _processes():
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            continue
+        yield pid, cmdline, netns.netns_inode(pid)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a zombie is dead for our purposes
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_gone(pids: list[int], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)

@@ -1,0 +1,235 @@
+"""The emulated fabric: Mininet hosts and OVS userspace-datapath switches built from a Fabric.
+
+Lifetime is the owning process's: `EmulatedFabric` is a context manager, and
+`railyard fabric up` keeps one alive until SIGINT/SIGTERM. A state file under
+/run/railyard records what was created so `railyard fabric down`, from any
+process, removes exactly that and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+from controller.fabric import Fabric, NicId
+from controller.fabric import addressing as ad
+from emulation import links, netns, ovs
+from emulation.underlay import build_underlay
+
+LOG = logging.getLogger(__name__)
+STATE_DIR = Path(os.environ.get("RAILYARD_STATE_DIR", "/run/railyard"))
+
+
+def state_path(fabric_name: str, state_dir: Path = STATE_DIR) -> Path:
+    return state_dir / f"fabric-{fabric_name}.json"
+
+
+def _mininet():
+    # Imported lazily: the Debian package is importable only inside the
+    # project venv (system site-packages), and the pure model never needs it.
+    from mininet.log import setLogLevel
+    from mininet.net import Mininet
+    from mininet.node import OVSSwitch, RemoteController
+
+    setLogLevel(os.environ.get("RAILYARD_MININET_LOG", "error"))
+
+    class RailyardSwitch(OVSSwitch):
+        """OVS userspace bridge, OF1.3 (+1.5 for hash groups), fail_mode=secure, tagged as ours."""
+
+        def __init__(self, name, fabric_name="", **params):
+            self.fabric_name = fabric_name
+            super().__init__(
+                name,
+                failMode="secure",
+                datapath="user",
+                protocols="OpenFlow13,OpenFlow15",
+                batch=True,
+                **params,
+            )
+
+        def bridgeOpts(self):
+            return super().bridgeOpts() + f" external_ids:{ovs.FABRIC_ID_KEY}={self.fabric_name}"
+
+    return Mininet, RemoteController, RailyardSwitch
+
+
+class EmulatedFabric:
+    def __init__(self, fabric: Fabric, controller: str | None = None, state_dir: Path = STATE_DIR) -> None:
+        self.fabric = fabric
+        self.controller = controller or fabric.spec.emulation.controller
+        self.state_file = state_path(fabric.spec.name, state_dir)
+        self.net = None
+        self.host_pids: dict[str, int] = {}
+
+    # --- lifecycle ---------------------------------------------------------
+    def __enter__(self) -> "EmulatedFabric":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        ovs.check_running()
+        if self.state_file.exists():
+            raise RuntimeError(
+                f"fabric {self.fabric.spec.name!r} is already up (state file {self.state_file}); "
+                "run `railyard fabric down` first"
+            )
+        clash = set(ovs.all_bridges()) & set(self.fabric.switches)
+        if clash:
+            raise RuntimeError(f"bridges {sorted(clash)} already exist; run `railyard fabric down` first")
+        started = time.monotonic()
+        try:
+            self._build()
+            self._write_state()
+            self._configure_switch_ports()
+            self._configure_hosts()
+            self._wait_ports_attached()
+            self._install_underlay()
+        except BaseException:
+            self.stop()
+            raise
+        LOG.info("fabric %s up in %.1f s", self.fabric.spec.name, time.monotonic() - started)
+
+    def stop(self) -> None:
+        from emulation.cleanup import teardown
+
+        if self.net is not None:
+            try:
+                self.net.stop()
+            except Exception as exc:  # keep going: teardown() below sweeps what is left
+                LOG.warning("mininet stop failed: %s", exc)
+            self.net = None
+        teardown(self.fabric, host_pids=list(self.host_pids.values()))
+        self.state_file.unlink(missing_ok=True)
+        self.host_pids = {}
+
+    # --- access ------------------------------------------------------------
+    def pid_of(self, nic: NicId) -> int:
+        return self.host_pids[ad.server_name(nic.pod, nic.server)]
+
+    def popen(self, nic: NicId, args: list[str], **kwargs):
+        return netns.popen(self.pid_of(nic), args, **kwargs)
+
+    def run(self, nic: NicId, args: list[str], **kwargs) -> str:
+        return netns.run(self.pid_of(nic), args, **kwargs)
+
+    # --- steps -------------------------------------------------------------
+    def _build(self) -> None:
+        Mininet, RemoteController, RailyardSwitch = _mininet()
+        proto, ip, port = self.controller.split(":")
+        net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, waitConnected=False)
+        net.addController(RemoteController("c0", ip=ip, port=int(port), protocol=proto))
+        nodes = {}
+        for switch in self.fabric.switches.values():
+            nodes[switch.name] = net.addSwitch(
+                switch.name, cls=RailyardSwitch, dpid=ad.dpid_hex(switch.dpid), fabric_name=self.fabric.spec.name
+            )
+        for server in self.fabric.servers:
+            nodes[server.name] = net.addHost(server.name, ip=None)
+        nic_server = {ad.nic_name(n): ad.server_name(n.pod, n.server) for n in self.fabric.nics}
+        nic_by_name = {ad.nic_name(n): n for n in self.fabric.nics}
+        for link in self.fabric.links:
+            a, b = link.a, link.b
+            if b.port == 0:
+                a, b = b, a
+            if a.port == 0:  # access link: NIC <-> leaf port
+                nic = nic_by_name[a.node]
+                net.addLink(
+                    nodes[nic_server[a.node]], nodes[b.node],
+                    port1=nic.rail, port2=b.port,
+                    intfName1=a.node, intfName2=ad.switch_port_name(b.node, b.port),
+                    addr1=ad.nic_mac(nic),
+                )
+            else:
+                net.addLink(
+                    nodes[a.node], nodes[b.node], port1=a.port, port2=b.port,
+                    intfName1=ad.switch_port_name(a.node, a.port), intfName2=ad.switch_port_name(b.node, b.port),
+                )
+        self.net = net
+        net.build()
+        self.host_pids = {h.name: h.pid for h in net.hosts}
+        net.start()
+
+    def _write_state(self) -> None:
+        self.state_file.parent.mkdir(parents=True, exist_ok=True)
+        state = {
+            "fabric": self.fabric.spec.name,
+            "pid": os.getpid(),
+            "hosts": self.host_pids,
+            "bridges": sorted(self.fabric.switches),
+            "controller": self.controller,
+            "started_unix": time.time(),
+        }
+        self.state_file.write_text(json.dumps(state, indent=2))
+
+    def _configure_switch_ports(self) -> None:
+        mtu = self.fabric.spec.emulation.mtu
+        queue = self.fabric.spec.emulation.queue_packets
+        ip_lines, tc_lines = [], []
+        for name in self.fabric.switches:
+            for port, link in self.fabric.ports(name).items():
+                intf = ad.switch_port_name(name, port)
+                ip_lines.append(" ".join(links.ip_link_up(intf, mtu)[1:]))
+                tc_lines += [" ".join(c[1:]) for c in links.htb_shaping(intf, link.emulated_bps, mtu, queue)]
+                netns.run(None, links.ethtool_offloads_off(intf))
+        netns.run_batch(None, "ip", ip_lines)
+        netns.run_batch(None, "tc", tc_lines)
+
+    def _configure_hosts(self) -> None:
+        mtu = self.fabric.spec.emulation.mtu
+        queue = self.fabric.spec.emulation.queue_packets
+        by_prefix: dict[tuple[int, int], list[NicId]] = {}
+        for nic in self.fabric.nics:
+            by_prefix.setdefault((nic.rail, nic.pod), []).append(nic)
+        for server in self.fabric.servers:
+            pid = self.host_pids[server.name]
+            netns.run(pid, ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])
+            ip_lines, tc_lines = [], []
+            for nic in server.nics:
+                intf = ad.nic_name(nic)
+                netns.run(pid, links.ethtool_offloads_off(intf))
+                gateway = ad.gateway_address(nic.rail, nic.pod)
+                ip_lines += [
+                    " ".join(links.ip_link_up(intf, mtu)[1:]),
+                    f"addr flush dev {intf}",
+                    f"addr add {ad.nic_address(nic)}/24 dev {intf}",
+                    f"route replace {ad.rail_prefix(nic.rail)} via {gateway} dev {intf}",
+                    f"neigh replace {gateway} lladdr {ad.gateway_mac(nic.rail, nic.pod)} dev {intf} nud permanent",
+                ]
+                # Static neighbours: the fabric is routed, so nothing answers ARP.
+                ip_lines += [
+                    f"neigh replace {ad.nic_address(peer)} lladdr {ad.nic_mac(peer)} dev {intf} nud permanent"
+                    for peer in by_prefix[(nic.rail, nic.pod)]
+                    if peer != nic
+                ]
+                link = self.fabric.ports(self.fabric.attachment(nic).node)[self.fabric.attachment(nic).port]
+                tc_lines += [" ".join(c[1:]) for c in links.htb_shaping(intf, link.emulated_bps, mtu, queue)]
+            netns.run_batch(pid, "ip", ip_lines)
+            netns.run_batch(pid, "tc", tc_lines)
+
+    def _wait_ports_attached(self, timeout: float = 30.0) -> None:
+        wanted = {
+            ad.switch_port_name(name, port): port
+            for name in self.fabric.switches
+            for port in self.fabric.ports(name)
+        }
+        deadline = time.monotonic() + timeout
+        while True:
+            stats = ovs.interface_stats()
+            missing = [n for n, p in wanted.items() if n not in stats or stats[n].ofport != p]
+            if not missing:
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"OVS did not attach {len(missing)} ports, e.g. {missing[:3]}")
+            time.sleep(0.2)
+
+    def _install_underlay(self) -> None:
+        for name, table in build_underlay(self.fabric).items():
+            ovs.add_groups_and_flows(
+                name, [g.ofctl() for g in table.groups], [f.ofctl() for f in table.flows]
+            )

@@ -1,0 +1,152 @@
+"""Thin wrappers over ovs-vsctl / ovs-ofctl / ovs-appctl. All OVS I/O lives here."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+# A Railyard bridge carries this external_id; cleanup never touches a bridge without it.
+FABRIC_ID_KEY = "railyard-fabric"
+
+
+class OvsError(RuntimeError):
+    pass
+
+
+def run(args: list[str], *, check: bool = True, timeout: float = 30.0) -> str:
+    try:
+        proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout)
+    except FileNotFoundError as exc:
+        raise OvsError(f"{args[0]} not found: install Open vSwitch (make setup)") from exc
+    if check and proc.returncode != 0:
+        raise OvsError(f"{' '.join(args)} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def check_running() -> None:
+    """Raise a clear error when ovsdb-server / ovs-vswitchd are not up."""
+    try:
+        run(["ovs-vsctl", "-t", "3", "show"], timeout=5)
+    except (OvsError, subprocess.TimeoutExpired) as exc:
+        raise OvsError(
+            "Open vSwitch is not running (ovs-vsctl show failed); `make setup` starts "
+            f"ovsdb-server and ovs-vswitchd: {exc}"
+        ) from exc
+    sndbuf = vswitchd_packet_sndbuf()
+    if sndbuf is not None and sndbuf < MIN_PACKET_SNDBUF:
+        raise OvsError(
+            f"ovs-vswitchd's packet socket has a {sndbuf}-byte send buffer (need {MIN_PACKET_SNDBUF}): "
+            "one congested port would drop traffic on every port; `make setup` fixes it"
+        )
+    dp_types = run(["ovs-vsctl", "get", "Open_vSwitch", ".", "datapath_types"])
+    if "netdev" not in dp_types:
+        raise OvsError(f"ovs-vswitchd lacks the userspace (netdev) datapath: {dp_types.strip()}")
+
+
+# See deploy/host-setup.sh: the userspace datapath's single AF_PACKET send
+# socket must hold every port's queue at once, or one full queue drops all.
+MIN_PACKET_SNDBUF = 16 * 1024 * 1024
+
+
+def vswitchd_packet_sndbuf() -> int | None:
+    """Send-buffer size of ovs-vswitchd's AF_PACKET socket (None before it has sent anything)."""
+    out = run(["ss", "-0", "-m", "-p"], check=False)
+    for line in out.splitlines():
+        if "ovs-vswitchd" in line and (m := re.search(r"\btb(\d+)", line)):
+            return int(m.group(1))
+    return None
+
+
+def railyard_bridges() -> dict[str, str]:
+    """Bridge name -> fabric name, for bridges Railyard created (and only those)."""
+    out = run(["ovs-vsctl", "--format=json", "--columns=name,external_ids", "list", "Bridge"])
+    bridges = {}
+    for name, external_ids in json.loads(out)["data"]:
+        ids = dict(external_ids[1])
+        if FABRIC_ID_KEY in ids:
+            bridges[name] = ids[FABRIC_ID_KEY]
+    return bridges
+
+
+def all_bridges() -> list[str]:
+    return run(["ovs-vsctl", "list-br"]).split()
+
+
+def delete_bridges(names: list[str]) -> None:
+    if names:
+        args = ["ovs-vsctl"]
+        for name in names:
+            args += ["--", "--if-exists", "del-br", name]
+        run(args)
+
+
+def add_groups_and_flows(bridge: str, groups: list[str], flows: list[str]) -> None:
+    # selection_method=hash is an OF1.5 group property; flows go in over OF1.3.
+    with tempfile.TemporaryDirectory() as tmp:
+        if groups:
+            path = Path(tmp, "groups")
+            path.write_text("\n".join(groups) + "\n")
+            run(["ovs-ofctl", "-O", "OpenFlow15", "add-groups", bridge, str(path)])
+        if flows:
+            path = Path(tmp, "flows")
+            path.write_text("\n".join(flows) + "\n")
+            run(["ovs-ofctl", "-O", "OpenFlow13", "add-flows", bridge, str(path)])
+
+
+def dump_flows(bridge: str) -> list[str]:
+    out = run(["ovs-ofctl", "-O", "OpenFlow13", "dump-flows", bridge])
+    return [line.strip() for line in out.splitlines() if "actions=" in line]
+
+
+def dump_groups(bridge: str) -> list[str]:
+    out = run(["ovs-ofctl", "-O", "OpenFlow15", "dump-groups", bridge])
+    return [line.strip() for line in out.splitlines() if "group_id=" in line]
+
+
+@dataclass(frozen=True)
+class InterfaceStats:
+    name: str
+    ofport: int
+    rx_bytes: int
+    tx_bytes: int
+    rx_packets: int
+    tx_packets: int
+    rx_dropped: int
+    tx_dropped: int
+
+
+def interface_stats() -> dict[str, InterfaceStats]:
+    """Counters of every OVS interface, in one ovsdb round trip."""
+    out = run(["ovs-vsctl", "--format=json", "--columns=name,ofport,statistics", "list", "Interface"])
+    stats = {}
+    for name, ofport, statistics in json.loads(out)["data"]:
+        values = dict(statistics[1])
+        stats[name] = InterfaceStats(
+            name=name,
+            ofport=ofport if isinstance(ofport, int) else -1,
+            rx_bytes=values.get("rx_bytes", 0),
+            tx_bytes=values.get("tx_bytes", 0),
+            rx_packets=values.get("rx_packets", 0),
+            tx_packets=values.get("tx_packets", 0),
+            rx_dropped=values.get("rx_dropped", 0),
+            tx_dropped=values.get("tx_dropped", 0),
+        )
+    return stats
+
+
+_OUTPUT = re.compile(r"^\s*output:(\d+)\s*$")
+
+
+def trace_output_port(bridge: str, flow: str) -> int | None:
+    """The OpenFlow port a packet described by `flow` would leave `bridge` on.
+
+    ofproto/trace runs the real pipeline, including the select group's hash,
+    so this is the switch's own ECMP decision, not a re-implementation of it.
+    """
+    out = run(["ovs-appctl", "ofproto/trace", bridge, flow])
+    ports = [int(m.group(1)) for line in out.splitlines() if (m := _OUTPUT.match(line))]
+    return ports[-1] if ports else None

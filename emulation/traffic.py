@@ -1,0 +1,175 @@
+"""Traffic primitives: iperf3 flows between NICs, and their per-flow goodput.
+
+- TCP elephants: one iperf3 server per flow (port 5201+i), client source port
+  pinned with --cport, so every flow has a known 5-tuple the switches hash.
+- RoCE-like UDP: destination port 4791 as RoCEv2, source port for entropy.
+  One iperf3 server serves one test, so the k-th UDP flow into the same NIC
+  uses 4791+k; the fabric hashes and the controller matches the full 5-tuple
+  either way.
+
+Goodput is read from the *receiver's* iperf3 JSON: what arrived, not what was sent.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from controller.fabric import NicId
+from controller.fabric import addressing as ad
+
+ROCE_PORT = 4791
+TCP_BASE_PORT = 5201
+UDP_PAYLOAD_BYTES = 8900  # fits a 9000-byte MTU with IP/UDP headers
+
+
+@dataclass(frozen=True)
+class FlowSpec:
+    src: NicId
+    dst: NicId
+    protocol: str  # "tcp" | "udp"
+    src_port: int
+    dst_port: int
+    rate_bps: float = 0.0  # UDP sending rate; TCP is elastic and ignores it
+
+    @property
+    def five_tuple(self) -> str:
+        return (
+            f"{ad.nic_address(self.src)}:{self.src_port} -> "
+            f"{ad.nic_address(self.dst)}:{self.dst_port}/{self.protocol}"
+        )
+
+    def ofproto_flow(self, in_port: int) -> str:
+        """The flow as ovs-appctl ofproto/trace wants it."""
+        return (
+            f"in_port={in_port},{self.protocol},nw_src={ad.nic_address(self.src)},"
+            f"nw_dst={ad.nic_address(self.dst)},nw_ttl=64,"
+            f"{self.protocol}_src={self.src_port},{self.protocol}_dst={self.dst_port}"
+        )
+
+
+@dataclass(frozen=True)
+class FlowResult:
+    flow: FlowSpec
+    goodput_bps: float
+    interval_bps: tuple[float, ...]  # receiver goodput per 1 s interval
+    lost_percent: float = 0.0
+    error: str = ""
+
+
+def make_flows(pairs: list[tuple[NicId, NicId]], protocol: str = "tcp", *, seed: int = 0,
+               rate_bps: float = 0.0) -> list[FlowSpec]:
+    """Flows for (src, dst) pairs, source ports drawn from `seed` (ECMP entropy)."""
+    if protocol not in ("tcp", "udp"):
+        raise ValueError(f"protocol: got {protocol!r}; allowed: tcp, udp")
+    rng = random.Random(seed)
+    ports = rng.sample(range(20000, 60000), len(pairs))
+    per_dst: Counter[NicId] = Counter()
+    flows = []
+    for i, ((src, dst), sport) in enumerate(zip(pairs, ports)):
+        if protocol == "tcp":
+            dport = TCP_BASE_PORT + i
+        else:
+            dport = ROCE_PORT + per_dst[dst]
+            per_dst[dst] += 1
+        flows.append(FlowSpec(src, dst, protocol, sport, dport, rate_bps))
+    return flows
+
+
+Runner = Callable[..., subprocess.Popen]  # (nic, argv, **popen kwargs) -> Popen in nic's namespace
+
+
+class TrafficRun:
+    """Start a set of flows together; `wait()` returns receiver-side results."""
+
+    def __init__(self, popen_in: Runner, flows: list[FlowSpec], duration_s: float) -> None:
+        self.popen_in = popen_in
+        self.flows = flows
+        self.duration_s = duration_s
+        self.tmp = Path(tempfile.mkdtemp(prefix="railyard-traffic-"))
+        self.servers: list[subprocess.Popen] = []
+        self.clients: list[subprocess.Popen] = []
+
+    def start(self) -> "TrafficRun":
+        for i, flow in enumerate(self.flows):
+            self.servers.append(self.popen_in(flow.dst, [
+                "iperf3", "-s", "-1", "-J", "-B", str(ad.nic_address(flow.dst)), "-p", str(flow.dst_port),
+                "--logfile", str(self.tmp / f"server-{i}.json"),
+            ], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        self._wait_listening()
+        for i, flow in enumerate(self.flows):
+            args = [
+                "iperf3", "-c", str(ad.nic_address(flow.dst)), "-B", str(ad.nic_address(flow.src)),
+                "-p", str(flow.dst_port), "--cport", str(flow.src_port), "-t", str(self.duration_s),
+                "-i", "1", "-J", "--logfile", str(self.tmp / f"client-{i}.json"),
+            ]
+            if flow.protocol == "udp":
+                args += ["-u", "-b", str(int(flow.rate_bps)), "-l", str(UDP_PAYLOAD_BYTES)]
+            self.clients.append(self.popen_in(flow.src, args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        return self
+
+    def _wait_listening(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        pending = set(range(len(self.flows)))
+        while pending and time.monotonic() < deadline:
+            for i in list(pending):
+                flow = self.flows[i]
+                out = self.popen_in(flow.dst, ["ss", "-Hltn", f"sport = :{flow.dst_port}"],
+                                    stdout=subprocess.PIPE, text=True).communicate()[0]
+                if out.strip():
+                    pending.discard(i)
+            time.sleep(0.05)
+        if pending:
+            raise RuntimeError(f"iperf3 servers did not start for flows {sorted(pending)}")
+
+    def wait(self, grace_s: float = 15.0) -> list[FlowResult]:
+        deadline = time.monotonic() + self.duration_s + grace_s
+        for proc in self.clients + self.servers:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return [self._result(i, flow) for i, flow in enumerate(self.flows)]
+
+    def stop(self) -> None:
+        for proc in self.clients + self.servers:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+    def _result(self, i: int, flow: FlowSpec) -> FlowResult:
+        path = self.tmp / f"server-{i}.json"
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            return FlowResult(flow, 0.0, (), error=f"no receiver report: {exc}")
+        return parse_receiver_report(flow, doc)
+
+
+def parse_receiver_report(flow: FlowSpec, doc: dict) -> FlowResult:
+    """Goodput as the receiving iperf3 server saw it."""
+    if doc.get("error"):
+        return FlowResult(flow, 0.0, (), error=str(doc["error"]))
+    end = doc.get("end", {})
+    if flow.protocol == "tcp":
+        total = end.get("sum_received", {})
+    else:
+        total = end.get("sum", {})
+    intervals = tuple(float(iv.get("sum", {}).get("bits_per_second", 0.0)) for iv in doc.get("intervals", []))
+    # iperf3's last interval is often a fraction of a second of tail; drop it.
+    if len(intervals) > 1 and doc["intervals"][-1]["sum"].get("seconds", 1.0) < 0.5:
+        intervals = intervals[:-1]
+    return FlowResult(
+        flow,
+        goodput_bps=float(total.get("bits_per_second", 0.0)),
+        interval_bps=intervals,
+        lost_percent=float(total.get("lost_percent", 0.0) or 0.0),
+    )

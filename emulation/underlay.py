@@ -1,0 +1,108 @@
+"""The underlay: what a BGP-ECMP fabric would forward with no controller.
+
+Pure: Fabric -> per-switch groups and flow entries (ovs-ofctl syntax). Every
+entry has cookie 0 and a priority below Railyard's overlay band, so the
+controller can steer on top of it and, if the controller dies, traffic falls
+back to plain 5-tuple ECMP instead of being black-holed.
+
+- host route (/32) to each attached NIC: rewrite MACs like a router's last hop;
+- a route per remote leaf prefix (/24), or per NIC (/32) where a prefix does
+  not sit behind one leaf (fat tree pods), to a single port or to an OpenFlow
+  `select` group hashing the 5-tuple over the equal-cost next hops.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from controller.fabric import Fabric, NicId
+from controller.fabric import addressing as ad
+
+PRIORITY_LOCAL_HOST = 3000
+PRIORITY_REMOTE_HOST = 2000
+PRIORITY_REMOTE_PREFIX = 1000
+
+# The fields a BGP-ECMP ASIC hashes. OVS skips a field whose prerequisites a
+# packet does not meet, so TCP and UDP (RoCEv2 on 4791) both hash on ports.
+HASH_FIELDS = ("ip_src", "ip_dst", "ip_proto", "tcp_src", "tcp_dst", "udp_src", "udp_dst")
+
+
+@dataclass(frozen=True)
+class SelectGroup:
+    group_id: int
+    ports: tuple[int, ...]
+
+    def ofctl(self) -> str:
+        buckets = ",".join(f"bucket=bucket_id:{i},actions=output:{p}" for i, p in enumerate(self.ports))
+        return (
+            f"group_id={self.group_id},type=select,selection_method=hash,"
+            f"fields({','.join(HASH_FIELDS)}),{buckets}"
+        )
+
+
+@dataclass(frozen=True)
+class FlowEntry:
+    priority: int
+    match: str
+    actions: str
+
+    def ofctl(self) -> str:
+        return f"cookie=0,priority={self.priority},{self.match},actions={self.actions}"
+
+
+@dataclass(frozen=True)
+class SwitchUnderlay:
+    switch: str
+    groups: tuple[SelectGroup, ...]
+    flows: tuple[FlowEntry, ...]
+
+
+def build_underlay(fabric: Fabric) -> dict[str, SwitchUnderlay]:
+    return {name: _switch_underlay(fabric, name) for name in sorted(fabric.switches)}
+
+
+def _switch_underlay(fabric: Fabric, switch: str) -> SwitchUnderlay:
+    local = fabric.local_nics(switch)
+    flows = [
+        FlowEntry(
+            PRIORITY_LOCAL_HOST,
+            f"ip,nw_dst={ad.nic_address(nic)}/32",
+            f"dec_ttl,set_field:{ad.gateway_mac(nic.rail, nic.pod)}->eth_src,"
+            f"set_field:{ad.nic_mac(nic)}->eth_dst,output:{port}",
+        )
+        for port, nic in sorted(local.items())
+    ]
+    local_set = set(local.values())
+
+    # Destinations grouped by leaf prefix; one /24 route when they share a
+    # leaf and an ECMP set, else /32 routes (fat-tree pods span several edges).
+    by_prefix: dict[tuple[int, int], list[tuple[NicId, tuple[int, ...]]]] = defaultdict(list)
+    for nic in fabric.nics:
+        if nic in local_set:
+            continue
+        hops = fabric.next_hops(switch, nic)
+        if hops:
+            by_prefix[(nic.rail, nic.pod)].append((nic, hops))
+
+    groups: dict[tuple[int, ...], SelectGroup] = {}
+
+    def forward(hops: tuple[int, ...]) -> str:
+        if len(hops) == 1:
+            return f"dec_ttl,output:{hops[0]}"
+        if hops not in groups:
+            groups[hops] = SelectGroup(len(groups) + 1, hops)
+        return f"dec_ttl,group:{groups[hops].group_id}"
+
+    for (rail, pod), members in sorted(by_prefix.items()):
+        leaves = {fabric.attachment(nic).node for nic, _ in members}
+        hop_sets = {hops for _, hops in members}
+        covers_prefix = len(members) == sum(1 for n in fabric.nics if (n.rail, n.pod) == (rail, pod))
+        if len(leaves) == 1 and len(hop_sets) == 1 and covers_prefix:
+            flows.append(FlowEntry(
+                PRIORITY_REMOTE_PREFIX, f"ip,nw_dst={ad.leaf_prefix(rail, pod)}", forward(members[0][1])
+            ))
+        else:
+            for nic, hops in members:
+                flows.append(FlowEntry(PRIORITY_REMOTE_HOST, f"ip,nw_dst={ad.nic_address(nic)}/32", forward(hops)))
+    return SwitchUnderlay(switch, tuple(groups.values()), tuple(flows))

@@ -1,0 +1,119 @@
+"""The emulated fabric on real OVS: wiring, reachability, and the ECMP underlay's behaviour."""
+
+import json
+
+import pytest
+
+from controller.fabric import NicId
+from controller.fabric import addressing as ad
+from emulation import netns, ovs
+from emulation.observe import counter_delta, ecmp_uplink, port_counters
+from emulation.probes import rail_pairs, run_elephants, steer_by_source_port, unreachable_pairs
+from emulation.traffic import TrafficRun, make_flows
+
+
+def test_every_nic_reaches_every_nic_of_its_rail(emu):
+    pairs = rail_pairs(emu.fabric)
+    in_pod = [p for p in pairs if p[0].pod == p[1].pod]
+    assert in_pod and len(in_pod) < len(pairs)  # both kinds are exercised
+    assert unreachable_pairs(emu, pairs) == []
+
+
+def test_bridges_are_userspace_secure_openflow13_and_tagged(emu):
+    rows = json.loads(ovs.run([
+        "ovs-vsctl", "--format=json", "--columns=name,datapath_type,fail_mode,protocols,external_ids,other_config",
+        "list", "Bridge",
+    ]))["data"]
+    bridges = {row[0]: row for row in rows}
+    for switch in emu.fabric.switches.values():
+        name, dp_type, fail_mode, protocols, external_ids, other_config = bridges[switch.name]
+        assert dp_type == "netdev" and fail_mode == "secure"
+        assert "OpenFlow13" in json.dumps(protocols)
+        assert dict(external_ids[1])["railyard-fabric"] == emu.fabric.spec.name
+        assert dict(other_config[1])["datapath-id"] == ad.dpid_hex(switch.dpid)
+    controllers = ovs.run(["ovs-vsctl", "--columns=target", "list", "Controller"])
+    assert emu.fabric.spec.emulation.controller in controllers
+
+
+def test_links_are_jumbo_shaped_and_offload_free(emu):
+    fabric = emu.fabric
+    leaf = "ryl0r0"
+    for port, link in fabric.ports(leaf).items():
+        intf = ad.switch_port_name(leaf, port)
+        assert "mtu 9000" in netns.run(None, ["ip", "link", "show", intf])
+        features = netns.run(None, ["ethtool", "-k", intf])
+        assert "tcp-segmentation-offload: off" in features and "tx-checksumming: off" in features
+        classes = netns.run(None, ["tc", "class", "show", "dev", intf])
+        assert f"rate {int(link.emulated_bps / 1e6)}Mbit" in classes
+    nic = NicId(0, 0, 0)
+    inside = emu.run(nic, ["ip", "-d", "link", "show", ad.nic_name(nic)])
+    assert "mtu 9000" in inside and ad.nic_mac(nic) in inside
+    assert "htb" in emu.run(nic, ["tc", "qdisc", "show", "dev", ad.nic_name(nic)])
+
+
+def test_underlay_is_cookie_zero_with_hash_select_groups(emu):
+    for leaf in ("ryl0r0", "ryl1r1"):
+        flows = ovs.dump_flows(leaf)
+        assert flows and all("cookie=0x0" in f for f in flows)
+        groups = ovs.dump_groups(leaf)
+        assert len(groups) == 1 and "type=select" in groups[0] and "selection_method=hash" in groups[0]
+        uplinks = [e.port for e in emu.fabric.uplinks(leaf)]
+        assert all(f"output:{p}" in groups[0] for p in uplinks)
+
+
+def test_single_elephant_reaches_90_percent_of_its_shaped_rate(emu):
+    flow = make_flows([(NicId(0, 0, 0), NicId(0, 1, 0))], "tcp", seed=7)
+    run = run_elephants(emu, flow, duration_s=6)
+    assert run.results[0].error == ""
+    assert run.results[0].goodput_bps >= 0.9 * run.nic_rate_bps, run.to_dict()
+
+
+def test_hash_spreads_flows_over_uplinks_as_the_switch_predicts(emu):
+    """Many low-rate RoCE-like flows from one leaf: the select group's 5-tuple
+    hash spreads them over both uplinks, and each uplink's byte counter matches
+    the number of flows ofproto/trace says the hash put on it."""
+    fabric = emu.fabric
+    leaf = "ryl0r0"
+    pairs = [(NicId(0, 0, s), NicId(0, 1, s)) for s in range(2)] * 6
+    flows = make_flows(pairs, "udp", seed=11, rate_bps=1.5e6)
+    predicted = [ecmp_uplink(fabric, f) for f in flows]
+    per_uplink = {e: predicted.count(e) for e in fabric.uplinks(leaf)}
+    assert all(n > 0 for n in per_uplink.values()), per_uplink  # the hash used every uplink
+
+    before = port_counters(fabric)
+    run = TrafficRun(emu.popen, flows, duration_s=4).start()
+    results = run.wait()
+    delta = counter_delta(before, port_counters(fabric))
+    assert all(r.error == "" and r.goodput_bps > 1e6 for r in results), results
+    total = sum(delta[e].tx_bytes for e in per_uplink)
+    for uplink, n in per_uplink.items():
+        share = delta[uplink].tx_bytes / total
+        assert share == pytest.approx(n / len(flows), abs=0.1), (uplink, share, per_uplink)
+
+
+def test_seeded_ecmp_collision_is_visible_in_port_counters(emu):
+    """Two elephants from one leaf whose hash lands on the same uplink: that
+    uplink carries both (at line rate), the parallel uplink idles, and each
+    flow gets about half its NIC rate. This is the problem Railyard fixes."""
+    fabric = emu.fabric
+    pairs = [(NicId(1, 0, 0), NicId(1, 1, 0)), (NicId(1, 0, 1), NicId(1, 1, 1))]
+    flows = steer_by_source_port(emu, pairs, seed=5, want_collision=True)
+    run = run_elephants(emu, flows, duration_s=6)
+    assert run.ecmp_port[0] == run.ecmp_port[1]
+    hot = run.ecmp_port[0]
+    (cold,) = [e for e in fabric.uplinks("ryl0r1") if e != hot]
+    rate = run.nic_rate_bps
+    assert run.uplink_bps[hot] >= 0.9 * rate
+    assert run.uplink_bps[cold] < 0.05 * rate
+    assert run.aggregate_bps <= 1.05 * rate  # two NICs' worth of demand, one uplink's worth of goodput
+    assert hot in run.collisions
+
+
+def test_spread_elephants_all_run_at_line_rate(emu):
+    """The same permutation with source ports the hash spreads: no collision, every flow near line rate."""
+    fabric = emu.fabric
+    pairs = [(nic, NicId(nic.rail, 1 - nic.pod, nic.server)) for nic in fabric.nics]
+    flows = steer_by_source_port(emu, pairs, seed=3)
+    run = run_elephants(emu, flows, duration_s=6)
+    assert not run.collisions
+    assert all(r.goodput_bps >= 0.85 * run.nic_rate_bps for r in run.results), run.to_dict()

@@ -1,0 +1,89 @@
+"""`railyard fabric up/down` through the real CLI: down removes everything of
+ours (bridges, namespaces, processes, interfaces) and nothing of anyone else's."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from emulation import netns, ovs
+
+FOREIGN = "foreignbr0"  # deliberately not an "ry" name, as a neighbour's bridge would be
+
+
+def railyard_up(state_dir):
+    env = dict(os.environ, RAILYARD_STATE_DIR=str(state_dir))
+    return subprocess.Popen([sys.executable, "-m", "controller.cli", "fabric", "up"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+@pytest.fixture
+def foreign_bridge():
+    ovs.run(["ovs-vsctl", "--may-exist", "add-br", FOREIGN, "--", "set", "bridge", FOREIGN, "datapath_type=netdev"])
+    ovs.run(["ovs-ofctl", "add-flow", FOREIGN, "priority=7,ip,actions=drop"])
+    yield FOREIGN
+    ovs.delete_bridges([FOREIGN])
+
+
+def test_fabric_down_removes_only_railyard_state(tmp_path, foreign_bridge, demo_fabric):
+    state_dir = tmp_path / "state"
+    up = railyard_up(state_dir)
+    state_file = state_dir / f"fabric-{demo_fabric.spec.name}.json"
+    try:
+        wait_for(lambda: state_file.exists() and set(demo_fabric.switches) <= set(ovs.railyard_bridges()),
+                 60, "fabric up")
+        wait_for(lambda: all(ovs.dump_flows(s) for s in demo_fabric.switches), 30, "underlay installed")
+        state = json.loads(state_file.read_text())
+        host_pids = list(state["hosts"].values())
+        inodes = {netns.netns_inode(pid) for pid in host_pids}
+        # A stray process inside a server namespace, as a crashed scenario would leave.
+        stray = netns.popen(host_pids[0], ["sleep", "300"])
+
+        down = subprocess.run(
+                [sys.executable, "-m", "controller.cli", "fabric", "down"],
+                env=dict(os.environ, RAILYARD_STATE_DIR=str(state_dir)), capture_output=True, text=True, timeout=120,
+            )
+        assert down.returncode == 0, down.stderr
+        up.wait(timeout=30)
+        stray.wait(timeout=10)
+    finally:
+        if up.poll() is None:
+            up.send_signal(signal.SIGKILL)
+            up.wait()
+
+    assert ovs.railyard_bridges() == {}
+    assert not state_file.exists()
+    ours = [i for i in os.listdir("/sys/class/net") if i.startswith("ry")]
+    assert ours == []
+    for pid in host_pids:
+        assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    survivors = [p for p in os.listdir("/proc") if p.isdigit() and netns.netns_inode(int(p)) in inodes]
+    assert survivors == []
+    shells = subprocess.run(["pgrep", "-f", "mininet:ry"], capture_output=True, text=True).stdout.split()
+    assert shells == []
+    # the neighbour's bridge and its flow are untouched
+    assert FOREIGN in ovs.all_bridges()
+    assert any("priority=7" in f for f in ovs.dump_flows(FOREIGN))
+
+
+def test_fabric_down_with_nothing_up_is_a_no_op(tmp_path, foreign_bridge):
+    result = subprocess.run(
+        [sys.executable, "-m", "controller.cli", "fabric", "down"],
+        env=dict(os.environ, RAILYARD_STATE_DIR=str(tmp_path)), capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode == 0 and "removed 0 Railyard bridges" in result.stdout
+    assert FOREIGN in ovs.all_bridges()
