@@ -34,23 +34,35 @@ class TeardownReport:
     processes: list[int] = field(default_factory=list)
 
 
-def teardown(fabric: Fabric | None = None, host_pids: list[int] | tuple[int, ...] = (),
+def kill_namespace_processes(netns_inodes: set[int], spare: set[int] = frozenset()) -> list[int]:
+    """SIGKILL every process in one of these network namespaces (never the root one)."""
+    inodes = set(netns_inodes) - {netns.netns_inode(os.getpid())}
+    killed = []
+    for pid, _cmdline, inode in _processes():
+        if inode in inodes and pid != os.getpid() and pid not in spare:
+            _kill(pid)
+            killed.append(pid)
+    _wait_gone(killed)
+    return killed
+
+
+def teardown(fabric: Fabric | None = None, netns_inodes: set[int] = frozenset(),
              fabric_name: str | None = None) -> TeardownReport:
-    """Idempotent: safe to call on a fabric that is half up, down, or never existed."""
+    """Idempotent: safe to call on a fabric that is half up, down, or never existed.
+
+    `netns_inodes` are recorded while the servers are alive: a stray process
+    keeps a namespace alive after its Mininet shell is gone, and only the
+    inode still names it then.
+    """
     report = TeardownReport()
     name = fabric.spec.name if fabric else fabric_name
     node_names = set(fabric.switches) | {s.name for s in fabric.servers} if fabric else set()
 
     # 1. Processes in our servers' namespaces, then the Mininet shells themselves.
-    inodes = {ino for pid in host_pids if (ino := netns.netns_inode(pid)) is not None}
-    root_inode = netns.netns_inode(os.getpid())
-    inodes.discard(root_inode)
-    for pid, cmdline, inode in _processes():
-        if pid == os.getpid():
-            continue
+    report.processes = kill_namespace_processes(netns_inodes)
+    for pid, cmdline, _inode in _processes():
         shell = _OUR_SHELL.search(cmdline)
-        ours_by_name = bool(shell) and (not node_names or shell.group(1) in node_names)
-        if inode in inodes or ours_by_name:
+        if pid != os.getpid() and shell and (not node_names or shell.group(1) in node_names):
             _kill(pid)
             report.processes.append(pid)
 
@@ -86,7 +98,7 @@ def teardown_from_state(path: Path, wait_owner: float = 20.0) -> TeardownReport:
             time.sleep(0.2)
         if _alive(owner):
             LOG.warning("fabric owner pid %s did not exit; sweeping anyway", owner)
-    report = teardown(host_pids=list(state.get("hosts", {}).values()), fabric_name=state.get("fabric"))
+    report = teardown(netns_inodes=set(state.get("netns_inodes", [])), fabric_name=state.get("fabric"))
     path.unlink(missing_ok=True)
     return report
 

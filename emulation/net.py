@@ -63,6 +63,7 @@ class EmulatedFabric:
         self.state_file = state_path(fabric.spec.name, state_dir)
         self.net = None
         self.host_pids: dict[str, int] = {}
+        self.netns_inodes: set[int] = set()
 
     # --- lifecycle ---------------------------------------------------------
     def __enter__(self) -> "EmulatedFabric":
@@ -96,17 +97,20 @@ class EmulatedFabric:
         LOG.info("fabric %s up in %.1f s", self.fabric.spec.name, time.monotonic() - started)
 
     def stop(self) -> None:
-        from emulation.cleanup import teardown
+        from emulation.cleanup import kill_namespace_processes, teardown
 
+        # Traffic and agents first, so Mininet's own shutdown finds only its shells.
+        kill_namespace_processes(self.netns_inodes, spare=set(self.host_pids.values()))
         if self.net is not None:
             try:
                 self.net.stop()
             except Exception as exc:  # keep going: teardown() below sweeps what is left
                 LOG.warning("mininet stop failed: %s", exc)
             self.net = None
-        teardown(self.fabric, host_pids=list(self.host_pids.values()))
+        teardown(self.fabric, netns_inodes=self.netns_inodes)
         self.state_file.unlink(missing_ok=True)
         self.host_pids = {}
+        self.netns_inodes = set()
 
     # --- access ------------------------------------------------------------
     def pid_of(self, nic: NicId) -> int:
@@ -153,6 +157,7 @@ class EmulatedFabric:
         self.net = net
         net.build()
         self.host_pids = {h.name: h.pid for h in net.hosts}
+        self.netns_inodes = {i for pid in self.host_pids.values() if (i := netns.netns_inode(pid)) is not None}
         net.start()
 
     def _write_state(self) -> None:
@@ -161,6 +166,7 @@ class EmulatedFabric:
             "fabric": self.fabric.spec.name,
             "pid": os.getpid(),
             "hosts": self.host_pids,
+            "netns_inodes": sorted(self.netns_inodes),
             "bridges": sorted(self.fabric.switches),
             "controller": self.controller,
             "started_unix": time.time(),

@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controller.fabric import Endpoint, Fabric
-from controller.fabric import addressing as ad
 from emulation import ovs
 from emulation.traffic import FlowSpec
 
@@ -29,16 +28,13 @@ class PortCounters:
 
 
 def port_counters(fabric: Fabric) -> dict[Endpoint, PortCounters]:
-    """Counters of every switch port of the fabric, as OVS reports them."""
-    stats = ovs.interface_stats()
+    """Live counters of every switch port of the fabric, as the switches report them."""
     counters = {}
     for name in fabric.switches:
-        for port in fabric.ports(name):
-            s = stats.get(ad.switch_port_name(name, port))
-            if s is not None:
-                counters[Endpoint(name, port)] = PortCounters(
-                    s.tx_bytes, s.rx_bytes, s.tx_packets, s.rx_packets, s.tx_dropped
-                )
+        for port, s in ovs.port_stats(name).items():
+            counters[Endpoint(name, port)] = PortCounters(
+                s.tx_bytes, s.rx_bytes, s.tx_packets, s.rx_packets, s.tx_dropped
+            )
     return counters
 
 

@@ -119,8 +119,33 @@ class InterfaceStats:
     tx_dropped: int
 
 
+_PORT_STATS = re.compile(
+    r"port\s+(\w+):\s+rx pkts=(\d+), bytes=(\d+), drop=(\d+).*?\n\s+tx pkts=(\d+), bytes=(\d+), drop=(\d+)"
+)
+
+
+@dataclass(frozen=True)
+class PortStats:
+    rx_packets: int
+    rx_bytes: int
+    rx_dropped: int
+    tx_packets: int
+    tx_bytes: int
+    tx_dropped: int
+
+
+def port_stats(bridge: str) -> dict[int, PortStats]:
+    """Live OpenFlow port counters of one bridge (ovsdb's copy lags by up to 5 s)."""
+    out = run(["ovs-ofctl", "-O", "OpenFlow13", "dump-ports", bridge])
+    stats = {}
+    for m in _PORT_STATS.finditer(out):
+        if m.group(1).isdigit():
+            stats[int(m.group(1))] = PortStats(*(int(g) for g in m.groups()[1:]))
+    return stats
+
+
 def interface_stats() -> dict[str, InterfaceStats]:
-    """Counters of every OVS interface, in one ovsdb round trip."""
+    """ofport and (up to 5 s old) counters of every OVS interface, in one ovsdb round trip."""
     out = run(["ovs-vsctl", "--format=json", "--columns=name,ofport,statistics", "list", "Interface"])
     stats = {}
     for name, ofport, statistics in json.loads(out)["data"]:

@@ -63,6 +63,12 @@ class FlowResult:
     lost_percent: float = 0.0
     error: str = ""
 
+    @property
+    def steady_bps(self) -> float:
+        """Mean goodput after the first second (TCP slow start), the figure rates are judged by."""
+        tail = self.interval_bps[1:] or self.interval_bps
+        return sum(tail) / len(tail) if tail else self.goodput_bps
+
 
 def make_flows(pairs: list[tuple[NicId, NicId]], protocol: str = "tcp", *, seed: int = 0,
                rate_bps: float = 0.0) -> list[FlowSpec]:
@@ -159,10 +165,10 @@ def parse_receiver_report(flow: FlowSpec, doc: dict) -> FlowResult:
     if doc.get("error"):
         return FlowResult(flow, 0.0, (), error=str(doc["error"]))
     end = doc.get("end", {})
-    if flow.protocol == "tcp":
-        total = end.get("sum_received", {})
-    else:
-        total = end.get("sum", {})
+    # Receiver side: sum_received counts bytes that arrived (for UDP, `sum`
+    # carries the loss figures but its bytes field is the sending side's).
+    total = end.get("sum_received") or end.get("sum", {})
+    loss = end.get("sum", {}) if flow.protocol == "udp" else {}
     intervals = tuple(float(iv.get("sum", {}).get("bits_per_second", 0.0)) for iv in doc.get("intervals", []))
     # iperf3's last interval is often a fraction of a second of tail; drop it.
     if len(intervals) > 1 and doc["intervals"][-1]["sum"].get("seconds", 1.0) < 0.5:
@@ -171,5 +177,5 @@ def parse_receiver_report(flow: FlowSpec, doc: dict) -> FlowResult:
         flow,
         goodput_bps=float(total.get("bits_per_second", 0.0)),
         interval_bps=intervals,
-        lost_percent=float(total.get("lost_percent", 0.0) or 0.0),
+        lost_percent=float(loss.get("lost_percent", 0.0) or 0.0),
     )

@@ -75,8 +75,8 @@ def _switch_underlay(fabric: Fabric, switch: str) -> SwitchUnderlay:
     ]
     local_set = set(local.values())
 
-    # Destinations grouped by leaf prefix; one /24 route when they share a
-    # leaf and an ECMP set, else /32 routes (fat-tree pods span several edges).
+    # Destinations grouped by leaf prefix: one /24 route when the whole prefix
+    # shares one ECMP set here, else /32 routes (a fat-tree pod spans edges).
     by_prefix: dict[tuple[int, int], list[tuple[NicId, tuple[int, ...]]]] = defaultdict(list)
     for nic in fabric.nics:
         if nic in local_set:
@@ -95,10 +95,9 @@ def _switch_underlay(fabric: Fabric, switch: str) -> SwitchUnderlay:
         return f"dec_ttl,group:{groups[hops].group_id}"
 
     for (rail, pod), members in sorted(by_prefix.items()):
-        leaves = {fabric.attachment(nic).node for nic, _ in members}
         hop_sets = {hops for _, hops in members}
         covers_prefix = len(members) == sum(1 for n in fabric.nics if (n.rail, n.pod) == (rail, pod))
-        if len(leaves) == 1 and len(hop_sets) == 1 and covers_prefix:
+        if len(hop_sets) == 1 and covers_prefix:
             flows.append(FlowEntry(
                 PRIORITY_REMOTE_PREFIX, f"ip,nw_dst={ad.leaf_prefix(rail, pod)}", forward(members[0][1])
             ))

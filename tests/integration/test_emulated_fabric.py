@@ -110,10 +110,13 @@ def test_seeded_ecmp_collision_is_visible_in_port_counters(emu):
 
 
 def test_spread_elephants_all_run_at_line_rate(emu):
-    """The same permutation with source ports the hash spreads: no collision, every flow near line rate."""
+    """Pod 0 -> pod 1 on every rail with source ports the hash spreads: no
+    collision, so every flow runs near line rate (one direction only, so no
+    flow's ACKs queue behind another's data)."""
     fabric = emu.fabric
-    pairs = [(nic, NicId(nic.rail, 1 - nic.pod, nic.server)) for nic in fabric.nics]
+    pairs = [(nic, NicId(nic.rail, 1, nic.server)) for nic in fabric.nics if nic.pod == 0]
     flows = steer_by_source_port(emu, pairs, seed=3)
     run = run_elephants(emu, flows, duration_s=6)
     assert not run.collisions
-    assert all(r.goodput_bps >= 0.85 * run.nic_rate_bps for r in run.results), run.to_dict()
+    steady = [r.steady_bps / run.nic_rate_bps for r in run.results]
+    assert min(steady) >= 0.9, steady
