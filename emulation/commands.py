@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -14,7 +13,7 @@ from controller.fabric import addressing as ad
 from emulation import ovs
 from emulation.cleanup import teardown, teardown_from_state
 from emulation.net import STATE_DIR, EmulatedFabric
-from emulation.probes import run_elephants, seeded_elephants, unreachable_pairs
+from emulation.probes import rail_pairs, run_elephants, seeded_elephants, unreachable_pairs
 
 
 def load_fabric(spec_path: str | None) -> Fabric:
@@ -95,7 +94,7 @@ def demo(args) -> int:
     print(f"== Railyard demo: fabric {fabric.spec.name} ({fabric.gpu_count} NICs), seed {args.seed}", flush=True)
     with EmulatedFabric(fabric) as emu:
         failed = unreachable_pairs(emu)
-        print(f"reachability: {len(failed)} of {sum(1 for _ in _rail_pairs(fabric))} same-rail NIC pairs unreachable")
+        print(f"reachability: {len(failed)} of {len(rail_pairs(fabric))} same-rail NIC pairs unreachable")
         flows = seeded_elephants(fabric, args.seed)
         print(f"running {len(flows)} cross-pod TCP elephants for {args.duration:g} s on the ECMP underlay ...", flush=True)
         run = run_elephants(emu, flows, args.duration)
@@ -105,12 +104,6 @@ def demo(args) -> int:
     _print_elephants(run)
     print(f"report: {path}")
     return 0 if not failed else 1
-
-
-def _rail_pairs(fabric):
-    from emulation.probes import rail_pairs
-
-    return rail_pairs(fabric)
 
 
 def _print_elephants(run) -> None:
@@ -132,7 +125,3 @@ def _print_elephants(run) -> None:
 
 def main_fabric(args) -> int:
     return {"show": fabric_show, "up": fabric_up, "down": fabric_down, "status": fabric_status}[args.fabric_cmd](args)
-
-
-if __name__ == "__main__":
-    sys.exit("use the `railyard` command")
