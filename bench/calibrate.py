@@ -22,7 +22,7 @@ from pathlib import Path
 
 from controller.fabric import DEFAULT_SPEC, NicId, build_fabric, load_spec
 from emulation.net import EmulatedFabric
-from emulation.probes import run_elephants, steer_by_source_port
+from emulation.probes import cross_pod_permutation, run_elephants, steer_by_source_port
 
 FIDELITY_TARGET = 0.95
 
@@ -40,18 +40,13 @@ def one_hop_pairs(fabric):
     return [(nic, NicId(nic.rail, nic.pod, (nic.server + 1) % n)) for nic in fabric.nics if n > 1]
 
 
-def three_hop_pairs(fabric):
-    """Leaf -> spine -> leaf: same server slot in the next pod."""
-    return [(nic, NicId(nic.rail, (nic.pod + 1) % fabric.spec.pods, nic.server)) for nic in fabric.nics]
-
-
 def measure(spec, rate_mbps: float, flow_counts: list[int], duration: float) -> list[dict]:
     spec = dataclasses.replace(spec, rates=dataclasses.replace(spec.rates, emulated_nic_mbps=rate_mbps))
     fabric = build_fabric(spec)
     rows = []
     mtu = spec.emulation.mtu
     with EmulatedFabric(fabric) as emu:
-        for hops, pairs in ((1, one_hop_pairs(fabric)), (3, three_hop_pairs(fabric))):
+        for hops, pairs in ((1, one_hop_pairs(fabric)), (3, cross_pod_permutation(fabric))):
             for n in flow_counts:
                 if n > len(pairs):
                     continue

@@ -213,8 +213,8 @@ class EmulatedFabric:
                     for peer in by_prefix[(nic.rail, nic.pod)]
                     if peer != nic
                 ]
-                link = self.fabric.ports(self.fabric.attachment(nic).node)[self.fabric.attachment(nic).port]
-                tc_lines += [" ".join(c[1:]) for c in links.htb_shaping(intf, link.emulated_bps, mtu, queue)]
+                rate = self.fabric.access_link(nic).emulated_bps
+                tc_lines += [" ".join(c[1:]) for c in links.htb_shaping(intf, rate, mtu, queue)]
             netns.run_batch(pid, "ip", ip_lines)
             netns.run_batch(pid, "tc", tc_lines)
 
@@ -226,8 +226,8 @@ class EmulatedFabric:
         }
         deadline = time.monotonic() + timeout
         while True:
-            stats = ovs.interface_stats()
-            missing = [n for n, p in wanted.items() if n not in stats or stats[n].ofport != p]
+            ofports = ovs.interface_ofports()
+            missing = [n for n, p in wanted.items() if ofports.get(n) != p]
             if not missing:
                 return
             if time.monotonic() > deadline:

@@ -6,7 +6,7 @@ import json
 import re
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 # A Railyard bridge carries this external_id; cleanup never touches a bridge without it.
@@ -107,18 +107,6 @@ def dump_groups(bridge: str) -> list[str]:
     return [line.strip() for line in out.splitlines() if "group_id=" in line]
 
 
-@dataclass(frozen=True)
-class InterfaceStats:
-    name: str
-    ofport: int
-    rx_bytes: int
-    tx_bytes: int
-    rx_packets: int
-    tx_packets: int
-    rx_dropped: int
-    tx_dropped: int
-
-
 _PORT_STATS = re.compile(
     r"port\s+(\w+):\s+rx pkts=(\d+), bytes=(\d+), drop=(\d+).*?\n\s+tx pkts=(\d+), bytes=(\d+), drop=(\d+)"
 )
@@ -133,6 +121,9 @@ class PortStats:
     tx_bytes: int
     tx_dropped: int
 
+    def __sub__(self, other: "PortStats") -> "PortStats":
+        return PortStats(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
+
 
 def port_stats(bridge: str) -> dict[int, PortStats]:
     """Live OpenFlow port counters of one bridge (ovsdb's copy lags by up to 5 s)."""
@@ -144,23 +135,10 @@ def port_stats(bridge: str) -> dict[int, PortStats]:
     return stats
 
 
-def interface_stats() -> dict[str, InterfaceStats]:
-    """ofport and (up to 5 s old) counters of every OVS interface, in one ovsdb round trip."""
-    out = run(["ovs-vsctl", "--format=json", "--columns=name,ofport,statistics", "list", "Interface"])
-    stats = {}
-    for name, ofport, statistics in json.loads(out)["data"]:
-        values = dict(statistics[1])
-        stats[name] = InterfaceStats(
-            name=name,
-            ofport=ofport if isinstance(ofport, int) else -1,
-            rx_bytes=values.get("rx_bytes", 0),
-            tx_bytes=values.get("tx_bytes", 0),
-            rx_packets=values.get("rx_packets", 0),
-            tx_packets=values.get("tx_packets", 0),
-            rx_dropped=values.get("rx_dropped", 0),
-            tx_dropped=values.get("tx_dropped", 0),
-        )
-    return stats
+def interface_ofports() -> dict[str, int]:
+    """OpenFlow port number of every OVS interface (-1 while unassigned), in one ovsdb round trip."""
+    out = run(["ovs-vsctl", "--format=json", "--columns=name,ofport", "list", "Interface"])
+    return {name: ofport if isinstance(ofport, int) else -1 for name, ofport in json.loads(out)["data"]}
 
 
 _OUTPUT = re.compile(r"^\s*output:(\d+)\s*$")

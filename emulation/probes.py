@@ -6,14 +6,15 @@ is exactly what the tests assert.
 
 from __future__ import annotations
 
+import random
 import subprocess
 from dataclasses import dataclass, field
 
-from controller.fabric import Endpoint, Fabric, NicId
+from controller.fabric import Endpoint, Fabric, NicId, Tier
 from controller.fabric import addressing as ad
 from emulation.net import EmulatedFabric
 from emulation.observe import counter_delta, ecmp_uplink, port_counters
-from emulation.traffic import FlowResult, FlowSpec, TrafficRun, make_flows
+from emulation.traffic import TCP_BASE_PORT, FlowResult, FlowSpec, TrafficRun, make_flows
 
 
 def rail_pairs(fabric: Fabric) -> list[tuple[NicId, NicId]]:
@@ -86,7 +87,7 @@ def run_elephants(emu: EmulatedFabric, flows: list[FlowSpec], duration_s: float 
     delta = counter_delta(before, port_counters(fabric))
     uplinks = {
         port: delta[port].tx_bytes * 8 / duration_s
-        for leaf in fabric.switches.values() if leaf.tier.value == "leaf"
+        for leaf in fabric.switches_in(Tier.LEAF)
         for port in fabric.uplinks(leaf.name)
         if port in delta
     }
@@ -95,7 +96,7 @@ def run_elephants(emu: EmulatedFabric, flows: list[FlowSpec], duration_s: float 
         if port is not None and port in uplinks:
             by_port.setdefault(port, []).append(i)
     collisions = {p: tuple(ix) for p, ix in by_port.items() if len(ix) > 1}
-    nic_rate = fabric.ports(fabric.attachment(flows[0].src).node)[fabric.attachment(flows[0].src).port].emulated_bps
+    nic_rate = fabric.access_link(flows[0].src).emulated_bps
     return ElephantRun(tuple(flows), tuple(results), tuple(choice), uplinks, nic_rate, duration_s, collisions)
 
 
@@ -110,13 +111,10 @@ def steer_by_source_port(emu: EmulatedFabric, pairs: list[tuple[NicId, NicId]], 
 
     Asks the switches (ofproto/trace), so it is the real hash, not a model of it.
     """
-    import random
-
-    from emulation.traffic import TCP_BASE_PORT
-
     rng = random.Random(seed)
     load: dict[Endpoint, int] = {}
     flows: list[FlowSpec] = []
+    first_port = None
     for i, (src, dst) in enumerate(pairs):
         best = None
         for _ in range(tries):
@@ -124,12 +122,14 @@ def steer_by_source_port(emu: EmulatedFabric, pairs: list[tuple[NicId, NicId]], 
             port = ecmp_uplink(emu.fabric, flow)
             score = load.get(port, 0)
             if want_collision and i == 1:
-                score = 0 if port == ecmp_uplink(emu.fabric, flows[0]) else 1
+                score = 0 if port == first_port else 1
             if best is None or score < best[0]:
                 best = (score, flow, port)
             if score == 0:
                 break
         _, flow, port = best
+        if i == 0:
+            first_port = port
         load[port] = load.get(port, 0) + 1
         flows.append(flow)
     return flows

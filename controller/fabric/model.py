@@ -115,13 +115,16 @@ class Fabric:
     def ports(self, switch: str) -> dict[int, Link]:
         return self._ports[self.switch(switch).name]
 
-    def attachment(self, nic: NicId) -> Endpoint:
-        """The leaf port a NIC is cabled to."""
+    def access_link(self, nic: NicId) -> Link:
+        """The link between a NIC and its leaf."""
         try:
-            link = self._nic_links[addressing.nic_name(nic)]
+            return self._nic_links[addressing.nic_name(nic)]
         except KeyError:
             raise FabricError(f"no NIC {nic} in fabric {self.spec.name}") from None
-        return link.peer(addressing.nic_name(nic))
+
+    def attachment(self, nic: NicId) -> Endpoint:
+        """The leaf port a NIC is cabled to."""
+        return self.access_link(nic).peer(addressing.nic_name(nic))
 
     def uplinks(self, leaf: str) -> tuple[Endpoint, ...]:
         """The leaf's own ports that face a higher tier, in port order."""

@@ -10,8 +10,6 @@ import pytest
 
 from controller.fabric import DEFAULT_SPEC, build_fabric, load_spec
 
-pytestmark = pytest.mark.integration
-
 
 def pytest_collection_modifyitems(items):
     for item in items:
