@@ -38,8 +38,42 @@ packages() {
 # fixed when ovs-vswitchd creates it, so this must hold before it starts.
 WMEM_BYTES=16777216
 
+# Prints nothing when ovs-vswitchd has no packet socket yet (no bridges).
 vswitchd_sndbuf() {
-    ss -0 -m -p 2>/dev/null | grep ovs-vswitchd | grep -o 'tb[0-9]*' | head -1 | tr -d tb
+    ss -0 -m -p 2>/dev/null | awk '/ovs-vswitchd/ && match($0, /tb[0-9]+/) { print substr($0, RSTART + 2, RLENGTH - 2); exit }'
+}
+
+OVS_RUN=/var/run/openvswitch
+OVS_LOG=/var/log/openvswitch
+
+# Runs a start command quietly; on failure shows its output and the daemon's
+# log, because a bare exit status is all CI would otherwise show.
+run_or_explain() {
+    local daemon=$1; shift
+    local out
+    if ! out=$("$@" 2>&1); then
+        echo "host-setup: '$*' failed:" >&2
+        echo "$out" >&2
+        tail -n 20 "$OVS_LOG/$daemon.log" >&2 2>/dev/null || true
+        exit 1
+    fi
+}
+
+# Started directly rather than through ovs-ctl: ovs-ctl refuses to start
+# ovs-vswitchd when it cannot load the openvswitch kernel module, which the
+# userspace (netdev) datapath Railyard uses does not need.
+start_vswitchd() {
+    mkdir -p "$OVS_RUN" "$OVS_LOG"
+    run_or_explain ovs-vswitchd ovs-vswitchd "unix:$OVS_RUN/db.sock" -vconsole:emer -vsyslog:err -vfile:info \
+        --no-chdir --log-file="$OVS_LOG/ovs-vswitchd.log" --pidfile="$OVS_RUN/ovs-vswitchd.pid" --detach
+    local _
+    for _ in $(seq 50); do
+        ovs-appctl -t ovs-vswitchd version >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    echo "host-setup: ovs-vswitchd did not answer within 5 s" >&2
+    tail -n 20 "$OVS_LOG/ovs-vswitchd.log" >&2 || true
+    exit 1
 }
 
 services() {
@@ -51,14 +85,11 @@ services() {
     done
     if ! ovs-vsctl -t 3 show >/dev/null 2>&1; then
         echo "host-setup: starting ovsdb-server"
-        "$ctl" --no-ovs-vswitchd --system-id=random start >/dev/null
+        run_or_explain ovsdb-server "$ctl" --no-ovs-vswitchd --system-id=random start
     fi
     if ! ovs-appctl -t ovs-vswitchd version >/dev/null 2>&1; then
         echo "host-setup: starting ovs-vswitchd"
-        # ulimit/modprobe warnings are expected without a kernel module: the
-        # userspace (netdev) datapath is what Railyard uses.
-        "$ctl" --no-ovsdb-server start >/dev/null 2>&1 || true
-        ovs-appctl -t ovs-vswitchd version >/dev/null
+        start_vswitchd
     fi
     local tb
     tb=$(vswitchd_sndbuf)
@@ -72,8 +103,8 @@ services() {
             exit 1
         fi
         echo "host-setup: restarting ovs-vswitchd to pick up the larger packet send buffer"
-        "$ctl" --no-ovsdb-server restart >/dev/null 2>&1 || true
-        ovs-appctl -t ovs-vswitchd version >/dev/null
+        ovs-appctl -t ovs-vswitchd exit >/dev/null 2>&1 || true
+        start_vswitchd
     fi
     ovs-vsctl get Open_vSwitch . datapath_types | grep -q netdev || {
         echo "host-setup: ovs-vswitchd has no userspace datapath" >&2
