@@ -15,6 +15,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from controller.errors import FieldError
+
 SPECS_DIR = Path(__file__).parent / "specs"
 DEFAULT_SPEC = SPECS_DIR / "default.yaml"
 
@@ -27,17 +29,10 @@ MAX_SPINES = 256  # per leaf: a leaf has one uplink per spine (of its plane)
 MAX_FAT_TREE_K = 30  # k=30 gives (k/2)^2 = 225 hosts per pod, under the 253 limit
 
 
-class SpecError(ValueError):
+class SpecError(FieldError):
     """A fabric spec is invalid. `field` is the dotted key that is wrong."""
 
-    def __init__(self, field: str, problem: str, allowed: str = "") -> None:
-        self.field = field
-        self.problem = problem
-        self.allowed = allowed
-        text = f"fabric spec: '{field}': {problem}"
-        if allowed:
-            text += f"; allowed: {allowed}"
-        super().__init__(text)
+    context = "fabric spec"
 
 
 class Kind(str, enum.Enum):

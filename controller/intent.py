@@ -1,0 +1,146 @@
+"""Intent: the only durable state. Operator and scheduler wishes, nothing derived.
+
+Pure. An `Intent` is an immutable snapshot; every change produces a new one
+after validation against the fabric, so a rejected request changes nothing.
+The overlay (what the switches should hold) is derived from it elsewhere.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Mapping
+
+from controller.errors import Conflict, FieldError, NotFound
+from controller.fabric import Fabric, NicId
+from controller.fabric import addressing as ad
+
+
+class IntentError(FieldError):
+    context = "intent"
+
+
+PROTOCOLS = ("tcp", "udp")
+NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
+NAME_RULE = "1-63 characters of a-z, 0-9, '.', '_', '-', starting and ending with a letter or digit"
+
+
+@dataclass(frozen=True, order=True)
+class FlowMatch:
+    """Which packets a pin steers: a NIC pair, optionally narrowed to one
+    transport 5-tuple. Port 0 means any port."""
+
+    src: NicId
+    dst: NicId
+    protocol: str = ""  # "" = any IP protocol
+    src_port: int = 0
+    dst_port: int = 0
+
+    def reversed(self) -> "FlowMatch":
+        return FlowMatch(self.dst, self.src, self.protocol, self.dst_port, self.src_port)
+
+    def describe(self) -> str:
+        text = f"{ad.nic_address(self.src)}->{ad.nic_address(self.dst)}"
+        if self.protocol:
+            text += f" {self.protocol} {self.src_port or '*'}->{self.dst_port or '*'}"
+        return text
+
+
+@dataclass(frozen=True, order=True)
+class FlowPin:
+    """Steer matching packets across one spine (a core switch in a fat tree).
+    `symmetric` also pins the reverse direction, so TCP ACKs do not hash onto
+    the congested uplink the data was moved away from."""
+
+    name: str
+    match: FlowMatch
+    spine: str
+    symmetric: bool = True
+
+
+@dataclass(frozen=True)
+class Intent:
+    pins: Mapping[str, FlowPin] = field(default_factory=dict)
+    revision: int = 0
+
+    def with_pin(self, pin: FlowPin) -> "Intent":
+        return replace(self, pins={**self.pins, pin.name: pin}, revision=self.revision + 1)
+
+    def without_pin(self, name: str) -> "Intent":
+        if name not in self.pins:
+            raise NotFound(f"no pin named {name!r}")
+        pins = dict(self.pins)
+        del pins[name]
+        return replace(self, pins=pins, revision=self.revision + 1)
+
+    def object_counts(self) -> dict[str, int]:
+        return {"pin": len(self.pins)}
+
+
+# --- validation --------------------------------------------------------------
+
+def parse_nic(fabric: Fabric, value: str, where: str) -> NicId:
+    try:
+        nic = ad.parse_nic_address(value)
+    except ad.AddressError as exc:
+        raise IntentError(where, str(exc), "a NIC address 10.<rail>.<pod>.<server+1> of this fabric") from None
+    try:
+        fabric.access_link(nic)
+    except KeyError:
+        raise IntentError(
+            where, f"{value} is not a NIC of fabric {fabric.spec.name!r}",
+            "a NIC address listed by `railyard fabric show`",
+        ) from None
+    return nic
+
+
+def validate_match(fabric: Fabric, match: FlowMatch, where: str = "match") -> None:
+    if match.src == match.dst:
+        raise IntentError(f"{where}.dst", "equals the source NIC", "a different NIC")
+    if match.protocol not in ("", *PROTOCOLS):
+        raise IntentError(f"{where}.protocol", f"{match.protocol!r} is not supported", "'', 'tcp', 'udp'")
+    for name in ("src_port", "dst_port"):
+        port = getattr(match, name)
+        if not 0 <= port <= 65535:
+            raise IntentError(f"{where}.{name}", f"{port} is out of range", "0 (any) to 65535")
+        if port and not match.protocol:
+            raise IntentError(f"{where}.{name}", "a port needs a protocol", "set protocol to 'tcp' or 'udp'")
+    if not fabric.equal_cost_paths(match.src, match.dst):
+        raise IntentError(
+            f"{where}.dst", f"{ad.nic_address(match.dst)} is not reachable from {ad.nic_address(match.src)}"
+            " through the fabric (separate planes meet only inside a server)", "a NIC of the same plane",
+        )
+
+
+def spines_between(fabric: Fabric, src: NicId, dst: NicId) -> tuple[str, ...]:
+    """The top-tier switches that equal-cost paths from src to dst cross."""
+    tops = set()
+    for path in fabric.equal_cost_paths(src, dst):
+        if len(path) > 1:
+            tops.add(path[len(path) // 2])
+    return tuple(sorted(tops))
+
+
+def validate_pin(fabric: Fabric, intent: Intent, pin: FlowPin) -> None:
+    """Raises IntentError/Conflict; returns only if `intent.with_pin(pin)` is sound."""
+    if not NAME_PATTERN.match(pin.name):
+        raise IntentError("name", f"{pin.name!r} is not a valid pin name", NAME_RULE)
+    validate_match(fabric, pin.match)
+    allowed = spines_between(fabric, pin.match.src, pin.match.dst)
+    if not allowed:
+        raise IntentError("match.dst", "source and destination share a leaf; there is no spine to choose",
+                          "NICs in different pods")
+    if pin.spine not in allowed:
+        raise IntentError("spine", f"{pin.spine!r} is not on an equal-cost path of this flow", ", ".join(allowed))
+    mine = set(directions(pin))
+    for other in intent.pins.values():
+        if other.name != pin.name and mine & set(directions(other)):
+            raise Conflict(f"pin {other.name!r} already steers {pin.match.describe()}")
+
+
+def directions(pin: FlowPin) -> tuple[FlowMatch, ...]:
+    return (pin.match, pin.match.reversed()) if pin.symmetric else (pin.match,)
+
+
+def pins_from(items: Iterable[FlowPin]) -> dict[str, FlowPin]:
+    return {pin.name: pin for pin in items}

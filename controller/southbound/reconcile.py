@@ -1,0 +1,60 @@
+"""Reconciliation, the pure half: installed vs desired -> the difference.
+
+The switch's own table is the truth about what is installed; the desired
+overlay is derived from intent. Only the difference is sent, so a restarted
+controller facing correct tables sends nothing.
+
+Ordering across switches is make-before-break: additions go to switches
+furthest from the ingress first (spine/core, then agg, then leaf), so a leaf
+never steers onto a path whose downstream entries are not there yet;
+deletions go the other way round, ingress first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+from controller.fabric import Fabric, Tier
+from controller.southbound.overlay import EntryKey, OverlayEntry
+
+Table = Mapping[EntryKey, OverlayEntry]
+
+# Distance from the ingress leaf, furthest first.
+_DOWNSTREAM_FIRST = {Tier.SPINE: 0, Tier.AGG: 1, Tier.LEAF: 2}
+
+
+@dataclass(frozen=True)
+class SwitchDelta:
+    switch: str
+    adds: tuple[OverlayEntry, ...] = ()  # new keys, or existing keys whose actions/cookie differ
+    deletes: tuple[OverlayEntry, ...] = ()  # installed Railyard entries nobody wants
+
+    @property
+    def empty(self) -> bool:
+        return not self.adds and not self.deletes
+
+
+def diff_table(switch: str, desired: Table, installed: Table) -> SwitchDelta:
+    adds = tuple(e for k, e in sorted(desired.items()) if installed.get(k) != e)
+    deletes = tuple(e for k, e in sorted(installed.items()) if k not in desired)
+    return SwitchDelta(switch, adds, deletes)
+
+
+def apply_delta(installed: Table, delta: SwitchDelta) -> dict[EntryKey, OverlayEntry]:
+    """What a switch holds after the delta. An OpenFlow add with an existing
+    (priority, match) replaces that entry, so adds are plain assignments."""
+    table = dict(installed)
+    for entry in delta.deletes:
+        table.pop(entry.key, None)
+    for entry in delta.adds:
+        table[entry.key] = entry
+    return table
+
+
+def order_for_adds(fabric: Fabric, switches: Iterable[str]) -> list[str]:
+    return sorted(switches, key=lambda s: (_DOWNSTREAM_FIRST[fabric.switch(s).tier], s))
+
+
+def order_for_deletes(fabric: Fabric, switches: Iterable[str]) -> list[str]:
+    return sorted(switches, key=lambda s: (-_DOWNSTREAM_FIRST[fabric.switch(s).tier], s))
