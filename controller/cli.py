@@ -30,13 +30,17 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--seed", type=int, default=1, help="seed for the elephants' source ports")
     demo.add_argument("--duration", type=float, default=8.0, help="seconds of traffic")
     demo.add_argument("--out", default="reports", help="directory for the JSON report")
+
+    from controller.commands import add_parsers
+
+    add_parsers(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from controller.fabric import SpecError
+    from controller.errors import FieldError
 
     try:
         if args.cmd == "fabric":
@@ -47,7 +51,14 @@ def main(argv: list[str] | None = None) -> int:
             from emulation.commands import demo
 
             return demo(args)
-    except SpecError as exc:
+        if args.cmd == "controller":
+            from controller.commands import controller_run
+
+            return controller_run(args)
+        from controller.commands import api_command
+
+        return api_command(args)
+    except FieldError as exc:
         print(f"railyard: {exc}", file=sys.stderr)
         return 2
     return 2

@@ -144,3 +144,21 @@ def directions(pin: FlowPin) -> tuple[FlowMatch, ...]:
 
 def pins_from(items: Iterable[FlowPin]) -> dict[str, FlowPin]:
     return {pin.name: pin for pin in items}
+
+
+# --- durable form (the store keeps these JSON documents) ----------------------
+
+def pin_to_doc(pin: FlowPin) -> dict:
+    m = pin.match
+    return {
+        "src": str(ad.nic_address(m.src)), "dst": str(ad.nic_address(m.dst)), "protocol": m.protocol,
+        "src_port": m.src_port, "dst_port": m.dst_port, "spine": pin.spine, "symmetric": pin.symmetric,
+    }
+
+
+def pin_from_doc(name: str, doc: Mapping) -> FlowPin:
+    match = FlowMatch(
+        ad.parse_nic_address(doc["src"]), ad.parse_nic_address(doc["dst"]), doc["protocol"],
+        int(doc["src_port"]), int(doc["dst_port"]),
+    )
+    return FlowPin(name, match, doc["spine"], bool(doc["symmetric"]))

@@ -8,18 +8,12 @@ import threading
 import time
 from pathlib import Path
 
-from controller.fabric import Fabric, Tier, build_fabric, load_spec
+from controller.fabric import Fabric, Tier, load_fabric
 from controller.fabric import addressing as ad
 from emulation import ovs
 from emulation.cleanup import teardown, teardown_from_state
 from emulation.net import STATE_DIR, EmulatedFabric
 from emulation.probes import rail_pairs, run_elephants, seeded_elephants, unreachable_pairs
-
-
-def load_fabric(spec_path: str | None) -> Fabric:
-    from controller.fabric import DEFAULT_SPEC
-
-    return build_fabric(load_spec(spec_path or DEFAULT_SPEC))
 
 
 def fabric_show(args) -> int:

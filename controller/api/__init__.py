@@ -1,0 +1,1 @@
+"""gRPC API: the only code that touches gRPC. Thin: translate, validate, call the service."""

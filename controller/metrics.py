@@ -1,0 +1,82 @@
+"""Every Prometheus metric the controller exports, in one place.
+
+Naming per DESIGN.md §8: `railyard_` prefix, base units, counters end in
+`_total`. Labels are bounded by the fabric (switch names, fixed enums); never
+per flow, pin or IP. Label sets known up front are initialised to zero so
+dashboards and alerts see a series before the first event.
+"""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+from prometheus_client import (
+    CollectorRegistry, Counter, Gauge, Histogram, PlatformCollector, ProcessCollector, disable_created_metrics,
+    start_http_server,
+)
+
+# `_created` series double the exposition and no dashboard or alert reads them.
+disable_created_metrics()
+
+FLOW_MOD_KINDS = ("add", "delete")
+RECONCILE_TRIGGERS = ("connect", "intent", "periodic")
+RESULTS = ("ok", "failed")
+
+
+def _version() -> str:
+    try:
+        return version("railyard")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+class Metrics:
+    def __init__(self, switches: list[str]) -> None:
+        self.registry = r = CollectorRegistry()
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        Gauge("railyard_build_info", "Railyard version running", ["version"], registry=r).labels(_version()).set(1)
+        self.switches_connected = Gauge(
+            "railyard_switches_connected", "OpenFlow switches of the fabric with a live connection", registry=r)
+        self.switch_up = Gauge(
+            "railyard_switch_up", "1 while the switch has a live OpenFlow connection", ["switch"], registry=r)
+        self.flow_mods = Counter(
+            "railyard_flow_mods", "Overlay flow-mods sent inside committed bundles", ["switch", "kind"], registry=r)
+        self.bundles = Counter(
+            "railyard_bundle_commits", "OpenFlow bundle commits by outcome", ["switch", "result"], registry=r)
+        self.reconcile_runs = Counter(
+            "railyard_reconcile_runs", "Reconcile passes by trigger and outcome", ["trigger", "result"], registry=r)
+        self.reconcile_duration = Histogram(
+            "railyard_reconcile_duration_seconds", "Wall time of one reconcile pass (dump, diff, commit)",
+            ["trigger"], registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.last_reconcile_success = Gauge(
+            "railyard_last_reconcile_success_timestamp_seconds",
+            "Unix time the last reconcile pass finished with every connected switch in sync", registry=r)
+        self.entries_desired = Gauge(
+            "railyard_overlay_entries_desired", "Overlay entries the intent calls for", ["switch"], registry=r)
+        self.entries_installed = Gauge(
+            "railyard_overlay_entries_installed", "Railyard-cookie entries the switch reported at its last dump",
+            ["switch"], registry=r)
+        self.intent_objects = Gauge(
+            "railyard_intent_objects", "Objects in the intent store", ["kind"], registry=r)
+        self.errors = Counter(
+            "railyard_errors", "Errors by component and reason", ["component", "reason"], registry=r)
+
+        for switch in switches:
+            self.switch_up.labels(switch).set(0)
+            self.entries_desired.labels(switch).set(0)
+            self.entries_installed.labels(switch).set(0)
+            for kind in FLOW_MOD_KINDS:
+                self.flow_mods.labels(switch, kind)
+            for result in RESULTS:
+                self.bundles.labels(switch, result)
+        for trigger in RECONCILE_TRIGGERS:
+            self.reconcile_duration.labels(trigger)
+            for result in RESULTS:
+                self.reconcile_runs.labels(trigger, result)
+
+    def serve(self, host: str, port: int):
+        """Starts the exposition HTTP server on its own thread; returns (server, thread)."""
+        return start_http_server(port, addr=host, registry=self.registry)

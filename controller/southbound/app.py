@@ -1,0 +1,52 @@
+"""The os-ken application: the only code that sees OpenFlow events.
+
+It hands connections to the reconciler and routes replies to waiting calls.
+Handlers never block: os-ken runs them one at a time on the app thread, and a
+handler waiting for a reply would wait for itself.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from os_ken.base import app_manager
+from os_ken.controller import ofp_event
+from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
+from os_ken.ofproto import ofproto_v1_3
+
+from controller.southbound.reconciler import Reconciler
+
+log = logging.getLogger(__name__)
+
+
+class RailyardApp(app_manager.OSKenApp):
+    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+
+    def __init__(self, *args, reconciler: Reconciler, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.reconciler = reconciler
+
+    @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
+    def _state_change(self, ev) -> None:
+        if ev.datapath.id is None:
+            return  # died before the handshake told us who it was
+        if ev.state == MAIN_DISPATCHER:
+            self.reconciler.switch_connected(ev.datapath)
+        else:
+            self.reconciler.switch_disconnected(ev.datapath)
+
+    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)  # pylint: disable=no-member
+    def _flow_stats(self, ev) -> None:
+        self.reconciler.calls.deliver(ev.msg.datapath.id, ev.msg)
+
+    @set_ev_cls(ofp_event.EventONFBundleCtrlMsg, MAIN_DISPATCHER)  # pylint: disable=no-member
+    def _bundle_ctrl(self, ev) -> None:
+        self.reconciler.calls.deliver(ev.msg.datapath.id, ev.msg)
+
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)  # pylint: disable=no-member
+    def _error(self, ev) -> None:
+        msg = ev.msg
+        if not self.reconciler.calls.deliver(msg.datapath.id, msg):
+            log.warning("switch %016x: OpenFlow error type %d code %d (xid %d)", msg.datapath.id, msg.type,
+                        msg.code, msg.xid)
+            self.reconciler.metrics.errors.labels("southbound", "openflow_error").inc()

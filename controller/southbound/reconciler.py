@@ -1,0 +1,197 @@
+"""Reconciliation, the I/O half: one worker thread that owns every OpenFlow
+request Railyard sends.
+
+Triggers (switch connected, intent changed, periodic timer) are queued and
+coalesced; a pass dumps the Railyard-cookie entries of the switches in
+scope, diffs them against the desired overlay and commits the difference in
+one bundle per switch: additions downstream-first, then deletions
+ingress-first (make-before-break). No wipe on connect: a switch whose table
+is already right receives nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+from controller.fabric import Fabric
+from controller.metrics import Metrics
+from controller.service import IntentService
+from controller.southbound import ofcodec
+from controller.southbound.overlay import desired_overlay
+from controller.southbound.reconcile import SwitchDelta, diff_table, order_for_adds, order_for_deletes
+from controller.southbound.switches import CallTable, SwitchError, SwitchSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Trigger:
+    reason: str  # "connect" | "intent" | "periodic"
+    switch: str | None = None  # None: every connected switch
+
+
+_STOP = Trigger("stop")
+
+
+class Reconciler:
+    def __init__(self, fabric: Fabric, intent: IntentService, metrics: Metrics,
+                 interval_s: float = 10.0, reply_timeout_s: float = 5.0) -> None:
+        self.fabric = fabric
+        self.intent = intent
+        self.metrics = metrics
+        self.interval_s = interval_s
+        self.reply_timeout_s = reply_timeout_s
+        self.calls = CallTable()
+        self._sessions: dict[str, SwitchSession] = {}
+        self._lock = threading.Lock()
+        self._triggers: "queue.Queue[Trigger]" = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._by_dpid = {sw.dpid: sw.name for sw in fabric.switches.values()}
+        intent.subscribe(lambda _: self._triggers.put(Trigger("intent")))
+
+    # --- called from the os-ken app thread -----------------------------------
+    def switch_connected(self, datapath) -> None:
+        name = self._by_dpid.get(datapath.id)
+        if name is None:
+            log.warning("ignoring switch dpid %016x: not in fabric %s", datapath.id, self.fabric.spec.name)
+            self.metrics.errors.labels("southbound", "unknown_dpid").inc()
+            return
+        with self._lock:
+            stale = self._sessions.get(name)
+            self._sessions[name] = SwitchSession(name, datapath, self.calls, self.reply_timeout_s)
+            self._publish_connections()
+        if stale is not None:
+            # The switch reconnected before os-ken noticed the old connection
+            # die; whoever waits on the old one would wait for nothing.
+            self.calls.fail_switch(datapath.id)
+        log.info("switch %s connected (dpid %016x)", name, datapath.id)
+        self._triggers.put(Trigger("connect", name))
+
+    def switch_disconnected(self, datapath) -> None:
+        name = self._by_dpid.get(datapath.id)
+        with self._lock:
+            session = self._sessions.get(name)
+            if session is None or session.datapath is not datapath:
+                return  # a newer connection of the same switch already replaced it
+            del self._sessions[name]
+            self._publish_connections()
+        self.calls.fail_switch(datapath.id)
+        log.info("switch %s disconnected", name)
+
+    def connected(self) -> list[str]:
+        with self._lock:
+            return sorted(self._sessions)
+
+    def _publish_connections(self) -> None:
+        self.metrics.switches_connected.set(len(self._sessions))
+        for name in self.fabric.switches:
+            self.metrics.switch_up.labels(name).set(1 if name in self._sessions else 0)
+
+    # --- worker thread --------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="reconciler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._triggers.put(_STOP)
+        if self._thread:
+            self._thread.join(timeout=self.reply_timeout_s + 1)
+
+    def request(self, reason: str = "intent") -> None:
+        self._triggers.put(Trigger(reason))
+
+    def _run(self) -> None:
+        next_periodic = time.monotonic() + self.interval_s
+        while True:
+            try:
+                first = self._triggers.get(timeout=max(0.0, next_periodic - time.monotonic()))
+            except queue.Empty:
+                first = Trigger("periodic")
+            batch = [first] + self._drain()
+            if _STOP in batch:
+                return
+            if any(t.reason == "periodic" for t in batch):
+                next_periodic = time.monotonic() + self.interval_s
+            reason, scope = self._coalesce(batch)
+            try:
+                self.reconcile(reason, scope)
+            except Exception:  # never let one bad pass kill the loop
+                log.exception("reconcile pass crashed")
+                self.metrics.errors.labels("southbound", "reconcile_crash").inc()
+
+    def _drain(self) -> list[Trigger]:
+        items = []
+        while True:
+            try:
+                items.append(self._triggers.get_nowait())
+            except queue.Empty:
+                return items
+
+    @staticmethod
+    def _coalesce(batch: list[Trigger]) -> tuple[str, set[str] | None]:
+        """Many triggers, one pass: whole fabric if any trigger wants it."""
+        if any(t.switch is None for t in batch):
+            reason = next((t.reason for t in batch if t.switch is None and t.reason == "intent"), None)
+            return reason or next(t.reason for t in batch if t.switch is None), None
+        return "connect", {t.switch for t in batch}
+
+    def reconcile(self, reason: str, scope: set[str] | None = None) -> bool:
+        """One pass over `scope` (None = all connected switches). True if every
+        switch in scope ended in sync."""
+        started = time.perf_counter()
+        desired = desired_overlay(self.fabric, self.intent.snapshot())
+        with self._lock:
+            sessions = {n: s for n, s in self._sessions.items() if scope is None or n in scope}
+        ok = True
+        deltas: dict[str, SwitchDelta] = {}
+        for name, session in sessions.items():
+            self.metrics.entries_desired.labels(name).set(len(desired[name]))
+            try:
+                installed = session.dump_overlay()
+            except SwitchError as exc:
+                ok = False
+                log.warning("reconcile: %s", exc)
+                self.metrics.errors.labels("southbound", "dump_failed").inc()
+                continue
+            self.metrics.entries_installed.labels(name).set(len(installed))
+            deltas[name] = diff_table(name, desired[name], installed)
+
+        in_sync = set(deltas)
+        for name in order_for_adds(self.fabric, deltas):
+            if not self._commit(sessions[name], deltas[name].adds, "add"):
+                in_sync.discard(name)
+        for name in order_for_deletes(self.fabric, deltas):
+            if not self._commit(sessions[name], deltas[name].deletes, "delete"):
+                in_sync.discard(name)
+        for name in in_sync:
+            self.metrics.entries_installed.labels(name).set(len(desired[name]))
+        ok = ok and in_sync == set(deltas)
+
+        elapsed = time.perf_counter() - started
+        self.metrics.reconcile_duration.labels(reason).observe(elapsed)
+        self.metrics.reconcile_runs.labels(reason, "ok" if ok else "failed").inc()
+        if ok:
+            self.metrics.last_reconcile_success.set(time.time())
+        changed = {n: d for n, d in deltas.items() if not d.empty}
+        if changed:
+            log.info("reconcile (%s): %s in %.1f ms", reason, ", ".join(
+                f"{n} +{len(d.adds)} -{len(d.deletes)}" for n, d in sorted(changed.items())), elapsed * 1e3)
+        return ok
+
+    def _commit(self, session: SwitchSession, entries, kind: str) -> bool:
+        if not entries:
+            return True
+        build = ofcodec.add_flow if kind == "add" else ofcodec.delete_flow
+        try:
+            session.commit_bundle([build(session.datapath, e) for e in entries])
+        except SwitchError as exc:
+            log.warning("reconcile: %s", exc)
+            self.metrics.bundles.labels(session.name, "failed").inc()
+            return False
+        self.metrics.bundles.labels(session.name, "ok").inc()
+        self.metrics.flow_mods.labels(session.name, kind).inc(len(entries))
+        return True
