@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Iterable, Mapping
 
 from controller.errors import Conflict, FieldError, NotFound
@@ -76,6 +77,11 @@ class Intent:
     def object_counts(self) -> dict[str, int]:
         return {"pin": len(self.pins)}
 
+    @cached_property
+    def steered(self) -> dict[FlowMatch, str]:
+        """Which pin steers each match (both directions of symmetric pins)."""
+        return {m: pin.name for pin in self.pins.values() for m in directions(pin)}
+
 
 # --- validation --------------------------------------------------------------
 
@@ -132,10 +138,10 @@ def validate_pin(fabric: Fabric, intent: Intent, pin: FlowPin) -> None:
                           "NICs in different pods")
     if pin.spine not in allowed:
         raise IntentError("spine", f"{pin.spine!r} is not on an equal-cost path of this flow", ", ".join(allowed))
-    mine = set(directions(pin))
-    for other in intent.pins.values():
-        if other.name != pin.name and mine & set(directions(other)):
-            raise Conflict(f"pin {other.name!r} already steers {pin.match.describe()}")
+    for match in directions(pin):
+        owner = intent.steered.get(match)
+        if owner is not None and owner != pin.name:
+            raise Conflict(f"pin {owner!r} already steers {match.describe()}")
 
 
 def directions(pin: FlowPin) -> tuple[FlowMatch, ...]:

@@ -1,0 +1,140 @@
+"""Run the real controller daemon as a child process, the way a user would.
+
+Used by scenarios, tests and benchmarks: it picks free loopback ports, starts
+`railyard controller run`, waits until it serves and the fabric's switches
+are connected, and reads its metrics over HTTP.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from controller.api.client import Client
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class Ports:
+    openflow: int
+    grpc: int
+    metrics: int
+
+    @classmethod
+    def pick(cls) -> "Ports":
+        return cls(free_port(), free_port(), free_port())
+
+    @property
+    def controller_target(self) -> str:
+        """What the switches are told to connect to."""
+        return f"tcp:127.0.0.1:{self.openflow}"
+
+
+Samples = dict[tuple[str, frozenset], float]
+
+
+def parse_metrics(text: str) -> Samples:
+    return {
+        (sample.name, frozenset(sample.labels.items())): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def total(samples: Samples, name: str, **labels: str) -> float:
+    """Sum of every sample of `name` whose labels include `labels`."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
+
+
+class ControllerProcess:
+    def __init__(self, spec_path: str | Path | None, store: Path, ports: Ports, log_path: Path,
+                 reconcile_interval_s: float = 1.0) -> None:
+        self.spec_path = spec_path
+        self.store = store
+        self.ports = ports
+        self.log_path = log_path
+        self.reconcile_interval_s = reconcile_interval_s
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "ControllerProcess":
+        args = [sys.executable, "-m", "controller.cli", "controller", "run", "--store", str(self.store),
+                "--openflow-listen", f"127.0.0.1:{self.ports.openflow}",
+                "--grpc-listen", f"127.0.0.1:{self.ports.grpc}",
+                "--metrics-listen", f"127.0.0.1:{self.ports.metrics}",
+                "--reconcile-interval", str(self.reconcile_interval_s)]
+        if self.spec_path:
+            args += ["--spec", str(self.spec_path)]
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+        return self
+
+    def client(self) -> Client:
+        return Client(f"127.0.0.1:{self.ports.grpc}")
+
+    def scrape(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.ports.metrics}/metrics", timeout=5) as reply:
+            return reply.read().decode()
+
+    def metrics(self) -> Samples:
+        return parse_metrics(self.scrape())
+
+    def wait_ready(self, switches: int, timeout_s: float = 30.0) -> Samples:
+        """Until the API serves, `switches` are connected and each had its connect reconcile."""
+        deadline = time.monotonic() + timeout_s
+        last_error = "not started"
+        while time.monotonic() < deadline:
+            if self.proc and self.proc.poll() is not None:
+                raise RuntimeError(f"controller exited with {self.proc.returncode}; see {self.log_path}")
+            try:
+                samples = self.metrics()
+                with self.client() as client:
+                    serving = client.serving()
+                connected = total(samples, "railyard_switches_connected")
+                reconciles = total(samples, "railyard_reconcile_runs_total", trigger="connect")
+                if serving and connected >= switches and reconciles >= 1:
+                    return samples
+                last_error = f"serving={serving} connected={connected:g}/{switches} connect-reconciles={reconciles:g}"
+            except OSError as exc:
+                last_error = str(exc)
+            time.sleep(0.1)
+        raise TimeoutError(f"controller not ready after {timeout_s:g} s ({last_error}); see {self.log_path}")
+
+    def wait_reconciles(self, count: int = 1, timeout_s: float = 15.0) -> Samples:
+        """Until `count` more reconcile passes finished (of any trigger)."""
+        start = total(self.metrics(), "railyard_reconcile_runs_total")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            samples = self.metrics()
+            if total(samples, "railyard_reconcile_runs_total") >= start + count:
+                return samples
+            time.sleep(0.05)
+        raise TimeoutError(f"no {count} reconcile passes within {timeout_s:g} s; see {self.log_path}")
+
+    def kill(self, sig: int = signal.SIGKILL) -> int:
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            return self.proc.wait()
+
+    def stop(self) -> int:
+        return self.kill(signal.SIGTERM)

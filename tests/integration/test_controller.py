@@ -1,0 +1,231 @@
+"""The controller daemon against the emulated fabric: real OVS, real OpenFlow,
+real gRPC, a real metrics scrape checked by the real promtool.
+
+One daemon process and one fabric per module; tests run in file order and
+each leaves the intent empty again.
+"""
+
+import re
+import subprocess
+import time
+
+import grpc
+import pytest
+
+from controller.api.errors import FIELD_METADATA_KEY
+from controller.fabric import Endpoint, NicId
+from emulation import ovs
+from emulation.controller_process import ControllerProcess, Ports, total
+from emulation.observe import counter_delta, ecmp_uplink, port_counters
+from emulation.traffic import FlowSpec, TrafficRun
+from emulation.underlay import build_underlay
+
+A, B = NicId(0, 0, 0), NicId(0, 1, 0)  # rail 0, pod 0 -> pod 1: crosses a spine
+FLOW = FlowSpec(A, B, "tcp", 40001, 5301)
+SRC_LEAF, DST_LEAF = "ryl0r0", "ryl1r0"
+SPINE_OF_UPLINK = {3: "rys0", 4: "rys1"}  # leaf port S+1+j faces spine j (S = 2 servers)
+FLOW_MODS = "railyard_flow_mods_total"
+
+
+@pytest.fixture(scope="module")
+def fabric_and_controller(demo_fabric, tmp_path_factory):
+    from emulation.net import EmulatedFabric
+
+    ovs.check_running()
+    tmp = tmp_path_factory.mktemp("controller")
+    ports = Ports.pick()
+    ctl = ControllerProcess(None, tmp / "intent.db", ports, tmp / "controller.log", reconcile_interval_s=1.0)
+    with EmulatedFabric(demo_fabric, controller=ports.controller_target) as emu:
+        ctl.start()
+        try:
+            ctl.wait_ready(len(demo_fabric.switches))
+            yield emu, ctl
+        finally:
+            ctl.stop()
+
+
+@pytest.fixture
+def emu(fabric_and_controller):
+    return fabric_and_controller[0]
+
+
+@pytest.fixture
+def ctl(fabric_and_controller):
+    return fabric_and_controller[1]
+
+
+def railyard_entries(switch: str) -> dict[str, dict]:
+    """Railyard-cookie entries on a switch: match text -> {cookie, duration_s, actions}."""
+    found = {}
+    for line in ovs.dump_flows(switch):
+        cookie = int(re.search(r"cookie=(0x[0-9a-f]+)", line).group(1), 16)
+        if cookie >> 48 != 0x5259:
+            continue
+        match = re.search(r"priority=\d+,(\S+) actions=", line).group(1)
+        found[match] = {"cookie": cookie, "duration_s": float(re.search(r"duration=([\d.]+)s", line).group(1)),
+                        "actions": line.split("actions=")[1]}
+    return found
+
+
+def uplink_bytes(before, after, leaf=SRC_LEAF) -> dict[int, int]:
+    delta = counter_delta(before, after)
+    return {port: delta[Endpoint(leaf, port)].tx_bytes for port in SPINE_OF_UPLINK}
+
+
+def window(fabric, seconds=2.0):
+    """Port counters at the start and end of a measurement window."""
+    before = port_counters(fabric)
+    time.sleep(seconds)
+    return before, port_counters(fabric)
+
+
+def pin(ctl, spine, name="elephant-1", flow=FLOW, forward_only=False):
+    with ctl.client() as client:
+        client.pin_flow(name, "10.0.0.1", "10.0.1.1", spine, flow.protocol, flow.src_port, flow.dst_port,
+                        forward_only=forward_only)
+    ctl.wait_reconciles(1)
+
+
+def unpin(ctl, name="elephant-1"):
+    with ctl.client() as client:
+        client.unpin_flow(name)
+    ctl.wait_reconciles(1)
+
+
+def test_pin_moves_the_flow_to_the_chosen_uplink_and_unpin_falls_back(emu, ctl):
+    ecmp_port = ecmp_uplink(emu.fabric, FLOW).port
+    other_port = next(p for p in SPINE_OF_UPLINK if p != ecmp_port)
+    run = TrafficRun(emu.popen, [FLOW], duration_s=12).start()
+    try:
+        time.sleep(1.5)
+        on_ecmp = uplink_bytes(*window(emu.fabric))
+        pin(ctl, SPINE_OF_UPLINK[other_port])
+        entries = railyard_entries(SRC_LEAF)
+        assert [e["actions"] for e in entries.values()] == [f"dec_ttl,output:{other_port}"]
+        assert len(railyard_entries(DST_LEAF)) == 1  # the ACK direction is pinned too
+        time.sleep(0.3)
+        on_pin = uplink_bytes(*window(emu.fabric))
+        unpin(ctl)
+        assert railyard_entries(SRC_LEAF) == {} and railyard_entries(DST_LEAF) == {}
+        time.sleep(0.3)
+        after = uplink_bytes(*window(emu.fabric))
+    finally:
+        (result,) = run.wait()
+    # 2 s at ~50 Mb/s is ~12 MB; "moved" means the other uplink carries < 2 % of it.
+    assert on_ecmp[ecmp_port] > 8e6 and on_ecmp[other_port] < on_ecmp[ecmp_port] * 0.02
+    assert on_pin[other_port] > 8e6 and on_pin[ecmp_port] < on_pin[other_port] * 0.02
+    assert after[ecmp_port] > 8e6 and after[other_port] < after[ecmp_port] * 0.02
+    assert not result.error and min(result.interval_bps) > 0
+
+
+def test_kill_9_keeps_traffic_flowing_and_restart_sends_zero_flow_mods(emu, ctl):
+    ecmp_port = ecmp_uplink(emu.fabric, FLOW).port
+    other_port = next(p for p in SPINE_OF_UPLINK if p != ecmp_port)
+    pin(ctl, SPINE_OF_UPLINK[other_port])
+    installed = {sw: railyard_entries(sw) for sw in (SRC_LEAF, DST_LEAF)}
+    run = TrafficRun(emu.popen, [FLOW], duration_s=14).start()
+    try:
+        time.sleep(2)
+        ctl.kill()  # SIGKILL: no shutdown path runs
+        time.sleep(2)  # switches notice the dead controller and keep forwarding (fail_mode=secure)
+        headless = uplink_bytes(*window(emu.fabric, 1.5))
+        ctl.start()
+        samples = ctl.wait_ready(len(emu.fabric.switches))
+        samples = ctl.wait_reconciles(2)  # connect passes and at least one periodic pass
+        on_pin = uplink_bytes(*window(emu.fabric, 1.5))
+    finally:
+        (result,) = run.wait()
+
+    assert total(samples, FLOW_MODS) == 0, "the restarted controller rewrote entries that were correct"
+    assert total(samples, "railyard_reconcile_runs_total", result="failed") == 0
+    assert total(samples, "railyard_overlay_entries_installed") == 2
+    for switch, before in installed.items():
+        now = railyard_entries(switch)
+        assert now.keys() == before.keys()
+        for match, entry in now.items():
+            assert entry["cookie"] == before[match]["cookie"]
+            assert entry["duration_s"] >= before[match]["duration_s"] + 4, "entry was re-installed"
+    assert headless[other_port] > 5e6 and headless[ecmp_port] < headless[other_port] * 0.02
+    assert on_pin[other_port] > 5e6
+    assert not result.error and len(result.interval_bps) >= 13
+    assert min(result.interval_bps) > 0, f"goodput dropped to zero: {result.interval_bps}"
+    unpin(ctl)
+
+
+def test_reconnect_reconciles_without_touching_correct_entries(emu, ctl):
+    pin(ctl, "rys1")
+    before = railyard_entries(SRC_LEAF)
+    mods_before = total(ctl.metrics(), FLOW_MODS)
+    connects_before = total(ctl.metrics(), "railyard_reconcile_runs_total", trigger="connect")
+    # Point the switch elsewhere and back. (Not del-controller: OVS clears all
+    # flow tables when a bridge loses its last controller, underlay included.)
+    ovs.run(["ovs-vsctl", "set-controller", SRC_LEAF, "tcp:127.0.0.1:9"])
+    time.sleep(1.5)
+    ovs.run(["ovs-vsctl", "set-controller", SRC_LEAF, ctl.ports.controller_target])
+    deadline = time.monotonic() + 20
+    while total(ctl.metrics(), "railyard_reconcile_runs_total", trigger="connect") <= connects_before:
+        assert time.monotonic() < deadline, "switch did not reconnect"
+        time.sleep(0.1)
+    ctl.wait_reconciles(1)
+    after = railyard_entries(SRC_LEAF)
+    assert after.keys() == before.keys()
+    assert all(after[m]["duration_s"] >= before[m]["duration_s"] for m in after)
+    assert total(ctl.metrics(), FLOW_MODS) == mods_before
+    unpin(ctl)
+
+
+def test_foreign_entries_are_left_alone_and_deleted_entries_restored(emu, ctl):
+    pin(ctl, "rys0")
+    foreign = "cookie=0x1234,priority=25000,ip,nw_dst=10.0.9.9,actions=drop"
+    ovs.run(["ovs-ofctl", "-O", "OpenFlow13", "add-flow", SRC_LEAF, foreign])
+    (match,) = railyard_entries(SRC_LEAF)
+    cookie = railyard_entries(SRC_LEAF)[match]["cookie"]
+    ovs.run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", SRC_LEAF, f"cookie={cookie:#x}/-1,{match}"])
+    assert railyard_entries(SRC_LEAF) == {}
+    mods_before = total(ctl.metrics(), FLOW_MODS, switch=SRC_LEAF)
+    time.sleep(ctl.reconcile_interval_s + 1.0)  # one reconcile period (plus the pass itself)
+    assert railyard_entries(SRC_LEAF).keys() == {match}
+    assert total(ctl.metrics(), FLOW_MODS, switch=SRC_LEAF) == mods_before + 1  # exactly the missing one
+    assert any("cookie=0x1234" in line for line in ovs.dump_flows(SRC_LEAF)), "foreign entry was touched"
+    underlay = [line for line in ovs.dump_flows(SRC_LEAF) if "cookie=0x0," in line]
+    assert len(underlay) == len(build_underlay(emu.fabric)[SRC_LEAF].flows)
+    unpin(ctl)
+    assert any("cookie=0x1234" in line for line in ovs.dump_flows(SRC_LEAF))
+    ovs.run(["ovs-ofctl", "-O", "OpenFlow13", "del-flows", SRC_LEAF, "cookie=0x1234/-1"])
+
+
+def test_bad_requests_get_specific_errors_and_change_nothing(ctl):
+    with ctl.client() as client:
+        revision = len(client.list_pins())
+        cases = [
+            (dict(spine="rys9"), grpc.StatusCode.INVALID_ARGUMENT, "spine"),
+            (dict(src="10.0.0.77"), grpc.StatusCode.INVALID_ARGUMENT, "pin.match.src_address"),
+            (dict(src="banana"), grpc.StatusCode.INVALID_ARGUMENT, "pin.match.src_address"),
+            (dict(name="No Spaces"), grpc.StatusCode.INVALID_ARGUMENT, "name"),
+            (dict(src_port=70000, protocol="udp"), grpc.StatusCode.INVALID_ARGUMENT, "match.src_port"),
+        ]
+        for overrides, code, field in cases:
+            args = dict(name="bad", src="10.0.0.1", dst="10.0.1.1", spine="rys0") | overrides
+            with pytest.raises(grpc.RpcError) as err:
+                client.pin_flow(**args)
+            assert err.value.code() == code, overrides
+            assert dict(err.value.trailing_metadata())[FIELD_METADATA_KEY] == field
+            assert "allowed" in err.value.details()
+        with pytest.raises(grpc.RpcError) as err:
+            client.unpin_flow("never-pinned")
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+        assert len(client.list_pins()) == revision
+    assert total(ctl.metrics(), "railyard_overlay_entries_desired") == 0
+
+
+def test_metrics_pass_promtool_and_follow_naming(ctl):
+    text = ctl.scrape()
+    check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    names = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE railyard_")}
+    for required in ("railyard_switches_connected", "railyard_flow_mods_total", "railyard_bundle_commits_total",
+                     "railyard_reconcile_runs_total", "railyard_reconcile_duration_seconds",
+                     "railyard_overlay_entries_desired", "railyard_overlay_entries_installed",
+                     "railyard_intent_objects", "railyard_errors_total"):
+        assert required in names or required.removesuffix("_total") in names
+    assert total(ctl.metrics(), "railyard_bundle_commits_total", result="ok") > 0
