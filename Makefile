@@ -8,7 +8,7 @@ PYTHON_SYSTEM := /usr/bin/python3.11
 SEED ?= 1
 PYTEST_ARGS ?=
 
-.PHONY: setup host venv demo test unit integration bench bench-calibrate fabric-down clean
+.PHONY: setup host venv demo test unit integration proto controller bench bench-calibrate bench-southbound fabric-down clean
 
 setup: host venv
 
@@ -37,13 +37,25 @@ unit: venv
 integration: setup
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
-bench: bench-calibrate
+# Regenerates controller/api/gen from proto/ (a unit test fails when it is stale).
+proto: venv
+	rm -rf controller/api/gen
+	$(PY) -m controller.api.codegen controller/api/gen
+
+# The daemon against an already running fabric (`railyard fabric up` in another shell).
+controller: setup
+	$(VENV)/bin/railyard controller run --store $(CURDIR)/.state/intent.db
+
+bench: bench-calibrate bench-southbound
 
 bench-calibrate: setup
 	$(PY) -m bench.calibrate --out bench/results/calibration.json
+
+bench-southbound: setup
+	$(PY) -m bench.southbound --out bench/results/southbound.json
 
 fabric-down: venv
 	$(VENV)/bin/railyard fabric down
 
 clean:
-	rm -rf $(VENV) $(STAMPS) build *.egg-info .pytest_cache bench/results reports
+	rm -rf $(VENV) $(STAMPS) build *.egg-info .pytest_cache bench/results reports .state

@@ -12,6 +12,7 @@ import logging
 import threading
 from typing import Callable
 
+from controller.errors import FieldError
 from controller.fabric import Fabric
 from controller.intent import FlowPin, Intent, pin_from_doc, pin_to_doc, validate_pin
 from controller.metrics import Metrics
@@ -20,9 +21,25 @@ from controller.store import Change, IntentStore
 log = logging.getLogger(__name__)
 
 
-def intent_from_store(store: IntentStore) -> Intent:
+def intent_from_store(fabric: Fabric, store: IntentStore, metrics: Metrics) -> Intent:
+    """Stored intent, minus records this fabric cannot honour (e.g. the spec
+    shrank). Those stay in the store, untouched, and are reported; one bad
+    record must not stop the controller from serving the rest."""
     snapshot = store.load()
-    pins = {name: pin_from_doc(name, doc) for (kind, name), doc in snapshot.records.items() if kind == "pin"}
+    pins = {}
+    for (kind, name), doc in snapshot.records.items():
+        if kind != "pin":
+            continue
+        try:
+            pin = pin_from_doc(name, doc)
+            # Alone, not against the others: stored pins were checked for
+            # overlap when written, and this keeps loading linear.
+            validate_pin(fabric, Intent(), pin)
+        except (KeyError, ValueError, TypeError, FieldError) as exc:
+            log.error("stored pin %r ignored: %s", name, exc)
+            metrics.errors.labels("intent", "invalid_stored_intent").inc()
+            continue
+        pins[name] = pin
     return Intent(pins=pins, revision=snapshot.revision)
 
 
@@ -32,7 +49,7 @@ class IntentService:
         self._store = store
         self._metrics = metrics
         self._lock = threading.Lock()
-        self._intent = intent_from_store(store)
+        self._intent = intent_from_store(fabric, store, metrics)
         self._listeners: list[Callable[[Intent], None]] = []
         self._publish_counts()
 

@@ -192,6 +192,24 @@ class Fabric:
         except nx.NetworkXNoPath:
             return []
 
+    def steering_hops(self, src: NicId, dst: NicId, via: str) -> tuple[Endpoint, ...]:
+        """The egress ports that send src->dst traffic across `via` (a spine,
+        or a fat tree's core), at every switch where ECMP has a choice; () if
+        `via` is on no equal-cost path. Depends only on the two leaves, so it
+        is computed once per (leaf pair, via)."""
+        a, b = self.attachment(src).node, self.attachment(dst).node
+        cache = self.__dict__.setdefault("_steering_cache", {})
+        key = (a, b, via)
+        if key not in cache:
+            paths = sorted(p for p in self.equal_cost_paths(src, dst) if via in p)
+            hops = []
+            for here, there in zip(paths[0], paths[0][1:]) if paths else ():
+                choices = self.next_hops(here, dst)
+                if len(choices) > 1:
+                    hops.append(Endpoint(here, next(p for p in choices if self.peer(here, p).node == there)))
+            cache[key] = tuple(hops)
+        return cache[key]
+
     @property
     def gpu_count(self) -> int:
         return len(self.nics)

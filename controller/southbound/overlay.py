@@ -86,26 +86,15 @@ def canonical_match(match: FlowMatch) -> Match:
     return tuple(sorted(fields.items()))
 
 
-def pin_path(fabric: Fabric, match: FlowMatch, spine: str) -> tuple[str, ...]:
-    """The switch path the pin selects: the first (sorted) equal-cost path over `spine`."""
-    paths = sorted(p for p in fabric.equal_cost_paths(match.src, match.dst) if spine in p)
-    if not paths:
-        raise ValueError(f"{spine} is on no equal-cost path of {match.describe()}")
-    return paths[0]
-
-
 def steering_entries(fabric: Fabric, match: FlowMatch, spine: str, cookie: int) -> list[OverlayEntry]:
-    path = pin_path(fabric, match, spine)
+    """Entries that make `match` cross `spine`: one at each switch where the
+    underlay would have hashed (a spine's or last hop's single route needs none)."""
+    hops = fabric.steering_hops(match.src, match.dst, spine)
+    if not hops:
+        raise ValueError(f"{spine} is on no equal-cost path of {match.describe()}")
     priority = PRIORITY_PIN_FLOW if match.src_port or match.dst_port else PRIORITY_PIN_PAIR
     canonical = canonical_match(match)
-    entries = []
-    for here, there in zip(path, path[1:]):
-        choices = fabric.next_hops(here, match.dst)
-        if len(choices) < 2:
-            continue  # the underlay has no choice to override here
-        port = next(p for p in choices if fabric.peer(here, p).node == there)
-        entries.append(OverlayEntry(here, priority, canonical, ("dec_ttl", f"output:{port}"), cookie))
-    return entries
+    return [OverlayEntry(hop.node, priority, canonical, ("dec_ttl", f"output:{hop.port}"), cookie) for hop in hops]
 
 
 def pin_entries(fabric: Fabric, pin: FlowPin) -> list[OverlayEntry]:

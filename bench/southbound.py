@@ -1,0 +1,158 @@
+"""Southbound benchmark: flow-mods/s through bundles, and reconciling 10k entries.
+
+One OVS bridge (userspace datapath, no ports) stands in for leaf ryl0r0 of
+the demo fabric: same dpid, so the controller takes it for that leaf. The
+intent store is preloaded with N forward-only 5-tuple pins, each giving
+exactly one overlay entry on that leaf. Then, each repeated:
+
+- install:  the real daemon starts, the switch connects, the connect
+            reconcile dumps an empty overlay and commits N adds in one bundle;
+- steady:   the daemon is killed (-9) and restarted; the connect reconcile
+            dumps N entries, finds nothing to change and sends nothing;
+- baseline: `ovs-ofctl --bundle add-flows` installs the same N entries on a
+            fresh bridge: the same switch doing the same work from OVS's own
+            client, the ratio is what Railyard adds on top.
+
+    make bench-southbound  ->  bench/results/southbound.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from controller.fabric import NicId, load_fabric
+from controller.fabric import addressing as ad
+from controller.intent import FlowMatch, FlowPin, pin_to_doc
+from controller.southbound.overlay import pin_entries
+from controller.store import Change, SqliteIntentStore
+from emulation import ovs
+from emulation.controller_process import ControllerProcess, Ports, total
+
+LEAF = "ryl0r0"
+BRIDGE = "rybench0"
+BASELINE_BRIDGE = "rybench1"
+SRC, DST = NicId(0, 0, 0), NicId(0, 1, 0)
+OFCTL_FIELDS = {"eth_type": "dl_type", "ipv4_src": "nw_src", "ipv4_dst": "nw_dst", "ip_proto": "nw_proto"}
+
+
+def bench_pins(count: int) -> list[FlowPin]:
+    return [FlowPin(f"bench-{i:05d}", FlowMatch(SRC, DST, "udp", 10000 + i, 4791), "rys1", symmetric=False)
+            for i in range(count)]
+
+
+def make_bridge(name: str, dpid: int, controller: str | None) -> None:
+    ovs.run(["ovs-vsctl", "--may-exist", "add-br", name, "--", "set", "bridge", name, "datapath_type=netdev",
+             "fail_mode=secure", "protocols=OpenFlow13", f"other_config:datapath-id={ad.dpid_hex(dpid)}",
+             f"external_ids:{ovs.FABRIC_ID_KEY}=bench"])
+    if controller:
+        ovs.run(["ovs-vsctl", "set-controller", name, controller])
+
+
+def flow_count(bridge: str) -> int:
+    return len(ovs.dump_flows(bridge))
+
+
+def connect_reconcile(ctl: ControllerProcess) -> dict:
+    samples = ctl.wait_ready(1, timeout_s=120)
+    return {
+        "seconds": total(samples, "railyard_reconcile_duration_seconds_sum", trigger="connect"),
+        "flow_mods": total(samples, "railyard_flow_mods_total"),
+        "bundles": total(samples, "railyard_bundle_commits_total", result="ok"),
+    }
+
+
+def baseline_install(fabric, pins: list[FlowPin], dpid: int, workdir: Path) -> float:
+    make_bridge(BASELINE_BRIDGE, dpid + 1, None)
+    try:
+        lines = []
+        for pin in pins:
+            (entry,) = pin_entries(fabric, pin)
+            match = ",".join(f"{OFCTL_FIELDS.get(k, k)}={v}" for k, v in entry.match)
+            lines.append(f"cookie={entry.cookie:#x},priority={entry.priority},{match},actions={','.join(entry.actions)}")
+        flows = workdir / "flows.txt"
+        flows.write_text("\n".join(lines) + "\n")
+        started = time.perf_counter()
+        ovs.run(["ovs-ofctl", "-O", "OpenFlow13", "--bundle", "add-flows", BASELINE_BRIDGE, str(flows)], timeout=300)
+        elapsed = time.perf_counter() - started
+        assert flow_count(BASELINE_BRIDGE) == len(pins)
+        return elapsed
+    finally:
+        ovs.delete_bridges([BASELINE_BRIDGE])
+
+
+def run(entries: int, repeats: int) -> dict:
+    fabric = load_fabric()
+    dpid = fabric.switch(LEAF).dpid
+    pins = bench_pins(entries)
+    rounds = []
+    with tempfile.TemporaryDirectory(prefix="railyard-bench-") as tmp:
+        workdir = Path(tmp)
+        store = SqliteIntentStore(workdir / "intent.db")
+        store.apply(Change(puts={("pin", p.name): pin_to_doc(p) for p in pins}), 1)
+        store.close()
+        for r in range(repeats):
+            ports = Ports.pick()
+            ovs.delete_bridges([BRIDGE])
+            make_bridge(BRIDGE, dpid, ports.controller_target)
+            ctl = ControllerProcess(None, workdir / "intent.db", ports, workdir / "controller.log",
+                                    reconcile_interval_s=3600)
+            try:
+                ctl.start()
+                install = connect_reconcile(ctl)
+                assert flow_count(BRIDGE) == entries, "not every entry was installed"
+                ctl.kill()
+                ctl.start()
+                steady = connect_reconcile(ctl)
+                assert steady["flow_mods"] == 0 and flow_count(BRIDGE) == entries
+            finally:
+                ctl.kill()
+                ovs.delete_bridges([BRIDGE])
+            baseline = baseline_install(fabric, pins, dpid, workdir)
+            rounds.append({"install": install, "steady": steady, "baseline_ofctl_bundle_seconds": baseline})
+            print(f"round {r + 1}: install {install['seconds']:.3f} s ({entries / install['seconds']:.0f} flow-mods/s), "
+                  f"steady reconcile {steady['seconds'] * 1e3:.1f} ms, ovs-ofctl --bundle {baseline:.3f} s", flush=True)
+
+    install_s = statistics.median(r["install"]["seconds"] for r in rounds)
+    steady_s = statistics.median(r["steady"]["seconds"] for r in rounds)
+    baseline_s = statistics.median(r["baseline_ofctl_bundle_seconds"] for r in rounds)
+    return {
+        "benchmark": "southbound",
+        "host": platform.node(),
+        "entries": entries,
+        "repeats": repeats,
+        "rounds": rounds,
+        "summary": {
+            "install_seconds_median": install_s,
+            "install_flow_mods_per_second": entries / install_s,
+            "steady_reconcile_seconds_median": steady_s,
+            "steady_flow_mods": max(r["steady"]["flow_mods"] for r in rounds),
+            "baseline_ofctl_bundle_seconds_median": baseline_s,
+            "baseline_flow_mods_per_second": entries / baseline_s,
+            "install_time_vs_ofctl_ratio": install_s / baseline_s,
+        },
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--entries", type=int, default=10_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", default="bench/results/southbound.json")
+    args = parser.parse_args()
+    ovs.check_running()
+    result = run(args.entries, args.repeats)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result["summary"], indent=2))
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

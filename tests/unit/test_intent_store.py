@@ -1,0 +1,89 @@
+"""Intent store, intent service and generated API code, without a switch."""
+
+import sqlite3
+
+import pytest
+
+from controller.api import codegen
+from controller.errors import Conflict, NotFound
+from controller.fabric import NicId, load_fabric
+from controller.intent import FlowMatch, FlowPin, IntentError
+from controller.metrics import Metrics
+from controller.service import IntentService
+from controller.store import Change, SqliteIntentStore, StoreError
+
+FABRIC = load_fabric()
+A, B, C = NicId(0, 0, 0), NicId(0, 1, 0), NicId(0, 1, 1)
+
+
+def service(path):
+    return IntentService(FABRIC, SqliteIntentStore(path), Metrics(sorted(FABRIC.switches)))
+
+
+def test_pins_survive_a_restart_with_their_revision(tmp_path):
+    svc = service(tmp_path / "i.db")
+    events = []
+    svc.subscribe(events.append)
+    svc.pin_flow(FlowPin("a", FlowMatch(A, B, "udp", 4791, 4791), "rys1", symmetric=False))
+    svc.pin_flow(FlowPin("b", FlowMatch(A, C), "rys0"))
+    svc.unpin("a")
+    assert [e.revision for e in events] == [1, 2, 3]
+    again = service(tmp_path / "i.db").snapshot()
+    assert again.revision == 3 and list(again.pins) == ["b"] and again.pins["b"] == svc.snapshot().pins["b"]
+
+
+def test_identical_pin_is_a_no_op_and_rejections_change_nothing(tmp_path):
+    svc = service(tmp_path / "i.db")
+    pin = FlowPin("a", FlowMatch(A, B, "tcp", 1, 2), "rys1")
+    svc.pin_flow(pin)
+    svc.pin_flow(pin)
+    assert svc.snapshot().revision == 1
+    before = svc.snapshot()
+    with pytest.raises(IntentError):
+        svc.pin_flow(FlowPin("z", FlowMatch(A, B), "nope"))
+    with pytest.raises(Conflict):
+        svc.pin_flow(FlowPin("z", FlowMatch(B, A, "tcp", 2, 1), "rys0"))  # a's reverse direction
+    with pytest.raises(NotFound):
+        svc.unpin("z")
+    assert svc.snapshot() is before
+    assert service(tmp_path / "i.db").snapshot().pins == before.pins
+
+
+def test_a_failed_write_leaves_store_and_snapshot_unchanged(tmp_path):
+    store = SqliteIntentStore(tmp_path / "i.db")
+    store.apply(Change(puts={("pin", "a"): {"x": 1}}), 1)
+    with pytest.raises(TypeError):  # not JSON-serialisable: fails mid-transaction
+        store.apply(Change(puts={("pin", "b"): {"x": 2}, ("pin", "c"): {"x": object()}}), 2)
+    snap = store.load()
+    assert snap.revision == 1 and list(snap.records) == [("pin", "a")]
+
+
+def test_store_refuses_a_newer_schema(tmp_path):
+    SqliteIntentStore(tmp_path / "i.db").close()
+    db = sqlite3.connect(tmp_path / "i.db")
+    db.execute("PRAGMA user_version = 99")
+    db.close()
+    with pytest.raises(StoreError, match="schema version 99"):
+        SqliteIntentStore(tmp_path / "i.db")
+
+
+def test_generated_protobuf_code_is_not_stale(tmp_path):
+    codegen.generate(tmp_path)
+    fresh, committed = codegen.generated_files(tmp_path), codegen.generated_files(codegen.GEN_DIR)
+    assert fresh.keys() == committed.keys(), "run `make proto`"
+    stale = [name for name in fresh if fresh[name] != committed[name]]
+    assert not stale, f"generated code differs from proto/ for {stale}: run `make proto`"
+
+
+def test_stored_pins_the_fabric_cannot_honour_are_skipped_not_lost(tmp_path):
+    from controller.intent import pin_to_doc
+
+    store = SqliteIntentStore(tmp_path / "i.db")
+    good = FlowPin("good", FlowMatch(A, B), "rys0")
+    store.apply(Change(puts={("pin", "good"): pin_to_doc(good),
+                             ("pin", "gone"): pin_to_doc(good) | {"spine": "rys7"},
+                             ("pin", "junk"): {"src": "x"}}), 3)
+    store.close()
+    svc = service(tmp_path / "i.db")
+    assert list(svc.snapshot().pins) == ["good"]
+    assert len(SqliteIntentStore(tmp_path / "i.db").load().records) == 3
