@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Iterable, Mapping
+from typing import Mapping
 
 from controller.errors import Conflict, FieldError, NotFound
 from controller.fabric import Fabric, NicId
@@ -147,9 +147,6 @@ def validate_pin(fabric: Fabric, intent: Intent, pin: FlowPin) -> None:
 def directions(pin: FlowPin) -> tuple[FlowMatch, ...]:
     return (pin.match, pin.match.reversed()) if pin.symmetric else (pin.match,)
 
-
-def pins_from(items: Iterable[FlowPin]) -> dict[str, FlowPin]:
-    return {pin.name: pin for pin in items}
 
 
 # --- durable form (the store keeps these JSON documents) ----------------------

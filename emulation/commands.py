@@ -8,7 +8,7 @@ import threading
 import time
 from pathlib import Path
 
-from controller.fabric import Fabric, Tier, load_fabric
+from controller.fabric import Tier, load_fabric
 from controller.fabric import addressing as ad
 from emulation import ovs
 from emulation.cleanup import teardown, teardown_from_state

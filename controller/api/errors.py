@@ -35,10 +35,10 @@ def rpc(method):
         except (FieldError, NotFound, Conflict) as exc:
             if isinstance(exc, FieldError):
                 context.set_trailing_metadata(((FIELD_METADATA_KEY, exc.field),))
-            context.abort(status_of(exc), str(exc).strip("'\""))
+            context.abort(status_of(exc), str(exc))
         except Exception as exc:  # noqa: BLE001 - the one place that maps the unexpected
-            if isinstance(exc, grpc.RpcError) or type(exc).__name__ == "_AbortError":
-                raise
+            if context.code() is not None:
+                raise  # the servicer aborted with its own status
             log.exception("%s failed", method.__name__)
             context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}: {type(exc).__name__}")
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from controller.fabric import Fabric
 from controller.fabric import addressing as ad
@@ -59,7 +58,6 @@ class OverlayEntry:
         return EntryKey(self.priority, self.match)
 
 
-Overlay = Mapping[str, Mapping[EntryKey, OverlayEntry]]
 
 
 def owner_cookie(kind: str, owner: str) -> int:
@@ -111,8 +109,3 @@ def desired_overlay(fabric: Fabric, intent: Intent) -> dict[str, dict[EntryKey, 
             # validate_pin keeps directions disjoint, so keys never collide.
             overlay[entry.switch][entry.key] = entry
     return overlay
-
-
-def entries_of(overlay: Overlay) -> Iterable[OverlayEntry]:
-    for table in overlay.values():
-        yield from table.values()

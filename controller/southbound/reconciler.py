@@ -82,10 +82,6 @@ class Reconciler:
         self.calls.fail_switch(datapath.id)
         log.info("switch %s disconnected", name)
 
-    def connected(self) -> list[str]:
-        with self._lock:
-            return sorted(self._sessions)
-
     def _publish_connections(self) -> None:
         self.metrics.switches_connected.set(len(self._sessions))
         for name in self.fabric.switches:
@@ -100,9 +96,6 @@ class Reconciler:
         self._triggers.put(_STOP)
         if self._thread:
             self._thread.join(timeout=self.reply_timeout_s + 1)
-
-    def request(self, reason: str = "intent") -> None:
-        self._triggers.put(Trigger(reason))
 
     def _run(self) -> None:
         next_periodic = time.monotonic() + self.interval_s
@@ -133,10 +126,11 @@ class Reconciler:
 
     @staticmethod
     def _coalesce(batch: list[Trigger]) -> tuple[str, set[str] | None]:
-        """Many triggers, one pass: whole fabric if any trigger wants it."""
-        if any(t.switch is None for t in batch):
-            reason = next((t.reason for t in batch if t.switch is None and t.reason == "intent"), None)
-            return reason or next(t.reason for t in batch if t.switch is None), None
+        """Many triggers, one pass: the whole fabric if any trigger wants it,
+        reported as an intent pass if intent changed."""
+        whole = {t.reason for t in batch if t.switch is None}
+        if whole:
+            return ("intent" if "intent" in whole else whole.pop()), None
         return "connect", {t.switch for t in batch}
 
     def reconcile(self, reason: str, scope: set[str] | None = None) -> bool:
