@@ -4,6 +4,12 @@ CLI prints it. Nothing that raises it has changed any state."""
 
 from __future__ import annotations
 
+import re
+
+# Names of intent objects (pins, jobs): safe in logs, URLs and label values.
+NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
+NAME_RULE = "1-63 characters of a-z, 0-9, '.', '_', '-', starting and ending with a letter or digit"
+
 
 class FieldError(ValueError):
     """`field` is the dotted path of the offending input."""
@@ -25,4 +31,8 @@ class NotFound(LookupError):
 
 
 class Conflict(Exception):
-    """The request is well-formed but clashes with existing intent."""
+    """The request is well-formed but clashes with existing intent (FAILED_PRECONDITION)."""
+
+
+class AlreadyExists(Conflict):
+    """An object with that name exists and the request is not a retry of the one that made it."""

@@ -7,14 +7,14 @@ The overlay (what the switches should hold) is derived from it elsewhere.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Mapping
 
-from controller.errors import Conflict, FieldError, NotFound
+from controller.errors import NAME_PATTERN, NAME_RULE, Conflict, FieldError, NotFound
 from controller.fabric import Fabric, NicId
 from controller.fabric import addressing as ad
+from controller.te.jobs import Drains, Job
 
 
 class IntentError(FieldError):
@@ -22,8 +22,6 @@ class IntentError(FieldError):
 
 
 PROTOCOLS = ("tcp", "udp")
-NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
-NAME_RULE = "1-63 characters of a-z, 0-9, '.', '_', '-', starting and ending with a letter or digit"
 
 
 @dataclass(frozen=True, order=True)
@@ -62,6 +60,8 @@ class FlowPin:
 @dataclass(frozen=True)
 class Intent:
     pins: Mapping[str, FlowPin] = field(default_factory=dict)
+    jobs: Mapping[str, Job] = field(default_factory=dict)
+    drains: Drains = field(default_factory=Drains)
     revision: int = 0
 
     def with_pin(self, pin: FlowPin) -> "Intent":
@@ -74,8 +74,21 @@ class Intent:
         del pins[name]
         return replace(self, pins=pins, revision=self.revision + 1)
 
+    def with_jobs(self, jobs: Mapping[str, Job], drains: Drains | None = None) -> "Intent":
+        """Replaces the given jobs (and the drains, if given) in one revision."""
+        return replace(self, jobs={**self.jobs, **jobs}, drains=self.drains if drains is None else drains,
+                       revision=self.revision + 1)
+
+    def without_job(self, job_id: str) -> "Intent":
+        if job_id not in self.jobs:
+            raise NotFound(f"no job {job_id!r}")
+        jobs = dict(self.jobs)
+        del jobs[job_id]
+        return replace(self, jobs=jobs, revision=self.revision + 1)
+
     def object_counts(self) -> dict[str, int]:
-        return {"pin": len(self.pins)}
+        return {"pin": len(self.pins), "job": len(self.jobs),
+                "drain": len(self.drains.switches) + len(self.drains.links)}
 
     @cached_property
     def steered(self) -> dict[FlowMatch, str]:

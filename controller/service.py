@@ -10,13 +10,19 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable
+import time
+from typing import Callable, Mapping
 
-from controller.errors import FieldError
-from controller.fabric import Fabric
+from dataclasses import dataclass, replace
+
+from controller.errors import AlreadyExists, FieldError
+from controller.fabric import Endpoint, Fabric
 from controller.intent import FlowPin, Intent, pin_from_doc, pin_to_doc, validate_pin
 from controller.metrics import Metrics
 from controller.store import Change, IntentStore
+from controller.te.drains import rerouted_jobs, resolve_link, resolve_switch
+from controller.te.jobs import Drains, Job, JobRequest, job_from_doc, job_to_doc
+from controller.te.placement import FabricState, place
 
 log = logging.getLogger(__name__)
 
@@ -26,39 +32,67 @@ def intent_from_store(fabric: Fabric, store: IntentStore, metrics: Metrics) -> I
     shrank). Those stay in the store, untouched, and are reported; one bad
     record must not stop the controller from serving the rest."""
     snapshot = store.load()
-    pins = {}
+    pins, jobs, drained_switches, drained_links = {}, {}, set(), set()
     for (kind, name), doc in snapshot.records.items():
-        if kind != "pin":
-            continue
         try:
-            pin = pin_from_doc(name, doc)
-            # Alone, not against the others: stored pins were checked for
-            # overlap when written, and this keeps loading linear.
-            validate_pin(fabric, Intent(), pin)
-        except (KeyError, ValueError, TypeError, FieldError) as exc:
-            log.error("stored pin %r ignored: %s", name, exc)
+            if kind == "pin":
+                pin = pin_from_doc(name, doc)
+                # Alone, not against the others: stored pins were checked for
+                # overlap when written, and this keeps loading linear.
+                validate_pin(fabric, Intent(), pin)
+                pins[name] = pin
+            elif kind == "job":
+                job = job_from_doc(name, doc)
+                for flow in job.flows:
+                    fabric.egress_path(flow.src, flow.dst, flow.via or None)
+                jobs[name] = job
+            elif kind == "drain-switch":
+                drained_switches.add(resolve_switch(fabric, name))
+            elif kind == "drain-link":
+                drained_links.add(resolve_link(fabric, name))
+            else:
+                raise ValueError(f"unknown record kind {kind!r}")
+        except (KeyError, ValueError, TypeError, LookupError, FieldError) as exc:
+            log.error("stored %s %r ignored: %s", kind, name, exc)
             metrics.errors.labels("intent", "invalid_stored_intent").inc()
-            continue
-        pins[name] = pin
-    return Intent(pins=pins, revision=snapshot.revision)
+    drains = Drains(frozenset(drained_switches), frozenset(drained_links))
+    return Intent(pins=pins, jobs=jobs, drains=drains, revision=snapshot.revision)
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    kind: str  # "placed" | "moved" | "released"
+    job: Job
+    revision: int
+
+
+Listener = Callable[[Intent, list[JobEvent]], None]
 
 
 class IntentService:
-    def __init__(self, fabric: Fabric, store: IntentStore, metrics: Metrics) -> None:
+    def __init__(self, fabric: Fabric, store: IntentStore, metrics: Metrics,
+                 live_load: Callable[[], Mapping[Endpoint, float]] = dict,
+                 clock: Callable[[], float] = time.time) -> None:
         self.fabric = fabric
         self._store = store
         self._metrics = metrics
+        self._live_load = live_load
+        self._clock = clock
         self._lock = threading.Lock()
         self._intent = intent_from_store(fabric, store, metrics)
-        self._listeners: list[Callable[[Intent], None]] = []
+        self._listeners: list[Listener] = []
         self._publish_counts()
 
     def snapshot(self) -> Intent:
         return self._intent
 
-    def subscribe(self, listener: Callable[[Intent], None]) -> None:
+    def subscribe(self, listener: Listener) -> None:
         self._listeners.append(listener)
 
+    def unsubscribe(self, listener: Listener) -> None:
+        self._listeners.remove(listener)
+
+    # --- pins ---------------------------------------------------------------
     def pin_flow(self, pin: FlowPin) -> FlowPin:
         """Creates or moves a pin. Re-sending an identical pin changes nothing."""
         with self._lock:
@@ -67,26 +101,90 @@ class IntentService:
             if current.pins.get(pin.name) == pin:
                 return pin
             new = current.with_pin(pin)
-            self._store.apply(Change(puts={("pin", pin.name): pin_to_doc(pin)}), new.revision)
-            self._intent = new
+            self._commit(new, Change(puts={("pin", pin.name): pin_to_doc(pin)}))
         log.info("pin %s: %s via %s (revision %d)", pin.name, pin.match.describe(), pin.spine, new.revision)
-        self._changed(new)
+        self._changed(new, [])
         return pin
 
     def unpin(self, name: str) -> FlowPin:
         with self._lock:
             current = self._intent
             new = current.without_pin(name)  # raises NotFound
-            self._store.apply(Change(puts={}, deletes=frozenset({("pin", name)})), new.revision)
-            self._intent = new
+            self._commit(new, Change(puts={}, deletes=frozenset({("pin", name)})))
         log.info("unpin %s (revision %d)", name, new.revision)
-        self._changed(new)
+        self._changed(new, [])
         return current.pins[name]
 
-    def _changed(self, intent: Intent) -> None:
+    # --- jobs ---------------------------------------------------------------
+    def place_job(self, request: JobRequest) -> tuple[Job, bool]:
+        """(job, created). A retry with the same request_id returns the original
+        placement; any other request for an existing job id is refused."""
+        with self._lock:
+            current = self._intent
+            existing = current.jobs.get(request.job_id)
+            if existing is not None:
+                if request.request_id and existing.request.request_id == request.request_id:
+                    return existing, False
+                raise AlreadyExists(f"job {request.job_id!r} already exists (placed at {existing.placed_at:.3f}); "
+                                    "release it first, or retry with its original request_id")
+            state = FabricState(current.jobs, current.drains, self._live_load())
+            job = place(self.fabric, state, request, self._clock())
+            new = current.with_jobs({job.job_id: job})
+            self._commit(new, Change(puts={("job", job.job_id): job_to_doc(job)}))
+        log.info("job %s placed: %d GPUs in pods %s, %d cross-leaf flows, predicted max utilization %.3f",
+                 job.job_id, len(job.gpus), list(job.pods), sum(1 for f in job.flows if f.via),
+                 job.predicted_max_utilization)
+        self._changed(new, [JobEvent("placed", job, new.revision)])
+        return job, True
+
+    def release_job(self, job_id: str) -> Job:
+        with self._lock:
+            current = self._intent
+            new = current.without_job(job_id)  # raises NotFound
+            self._commit(new, Change(puts={}, deletes=frozenset({("job", job_id)})))
+        job = current.jobs[job_id]
+        log.info("job %s released (revision %d)", job_id, new.revision)
+        self._changed(new, [JobEvent("released", job, new.revision)])
+        return job
+
+    # --- drains -------------------------------------------------------------
+    def set_drain(self, kind: str, name: str, drained: bool) -> tuple[str, list[Job]]:
+        """Drains or undrains a switch or link; returns its canonical name and
+        the jobs whose flows moved off it."""
+        with self._lock:
+            current = self._intent
+            if kind == "switch":
+                canonical = resolve_switch(self.fabric, name)
+                members = current.drains.switches
+            else:
+                canonical = resolve_link(self.fabric, name)
+                members = current.drains.links
+            if (canonical in members) == drained:
+                return canonical, []
+            members = members | {canonical} if drained else members - {canonical}
+            drains = replace(current.drains, **{"switches" if kind == "switch" else "links": frozenset(members)})
+            moved = rerouted_jobs(self.fabric, current, drains) if drained else {}
+            new = current.with_jobs(moved, drains)
+            record = (f"drain-{kind}", canonical)
+            puts = {("job", jid): job_to_doc(job) for jid, job in moved.items()}
+            change = Change(puts={**puts, record: {}} if drained else puts,
+                            deletes=frozenset() if drained else frozenset({record}))
+            self._commit(new, change)
+        log.info("%s %s %s; %d job(s) rerouted (revision %d)", "drained" if drained else "undrained", kind,
+                 canonical, len(moved), new.revision)
+        self._changed(new, [JobEvent("moved", job, new.revision) for job in moved.values()])
+        return canonical, list(moved.values())
+
+    # --- plumbing -----------------------------------------------------------
+    def _commit(self, new: Intent, change: Change) -> None:
+        """Persist, then publish: a failed write leaves the snapshot as it was."""
+        self._store.apply(change, new.revision)
+        self._intent = new
+
+    def _changed(self, intent: Intent, events: list[JobEvent]) -> None:
         self._publish_counts()
-        for listener in self._listeners:
-            listener(intent)
+        for listener in list(self._listeners):
+            listener(intent, events)
 
     def _publish_counts(self) -> None:
         for kind, count in self._intent.object_counts().items():

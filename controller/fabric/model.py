@@ -192,23 +192,47 @@ class Fabric:
         except nx.NetworkXNoPath:
             return []
 
-    def steering_hops(self, src: NicId, dst: NicId, via: str) -> tuple[Endpoint, ...]:
-        """The egress ports that send src->dst traffic across `via` (a spine,
-        or a fat tree's core), at every switch where ECMP has a choice; () if
-        `via` is on no equal-cost path. Depends only on the two leaves, so it
-        is computed once per (leaf pair, via)."""
+    def _switch_hops(self, src: NicId, dst: NicId, via: str | None) -> tuple[Endpoint, ...]:
+        """Egress ports from src's leaf up to (not including) dst's leaf, on the
+        first (sorted) equal-cost path that crosses `via`. Depends only on the
+        two leaves, so it is computed once per (leaf pair, via)."""
         a, b = self.attachment(src).node, self.attachment(dst).node
-        cache = self.__dict__.setdefault("_steering_cache", {})
+        cache = self.__dict__.setdefault("_hop_cache", {})
         key = (a, b, via)
         if key not in cache:
-            paths = sorted(p for p in self.equal_cost_paths(src, dst) if via in p)
-            hops = []
-            for here, there in zip(paths[0], paths[0][1:]) if paths else ():
-                choices = self.next_hops(here, dst)
-                if len(choices) > 1:
-                    hops.append(Endpoint(here, next(p for p in choices if self.peer(here, p).node == there)))
-            cache[key] = tuple(hops)
+            paths = sorted(p for p in self.equal_cost_paths(src, dst) if via is None or via in p)
+            if not paths:
+                raise FabricError(f"no equal-cost path from {a} to {b}" + (f" via {via}" if via else ""))
+            if via is None and len(paths) > 1:
+                raise FabricError(f"{a} to {b} has {len(paths)} equal-cost paths: name the one to use")
+            path = paths[0]
+            cache[key] = tuple(
+                Endpoint(here, next(p for p, link in sorted(self.ports(here).items()) if link.peer(here).node == there))
+                for here, there in zip(path, path[1:])
+            )
         return cache[key]
+
+    def egress_path(self, src: NicId, dst: NicId, via: str | None = None) -> tuple[Endpoint, ...]:
+        """Every egress a src->dst packet leaves through: the source NIC (port 0),
+        each switch on the way, and the last leaf's port to dst. `via` (a
+        spine, or a fat tree's core) picks among equal-cost paths."""
+        nic = Endpoint(addressing.nic_name(src), 0)
+        return (nic, *self._switch_hops(src, dst, via), self.attachment(dst))
+
+    def steering_hops(self, src: NicId, dst: NicId, via: str) -> tuple[Endpoint, ...]:
+        """The hops of egress_path where the underlay's ECMP has a choice: where
+        an overlay entry is needed to send the traffic across `via`."""
+        try:
+            hops = self._switch_hops(src, dst, via)
+        except FabricError:
+            return ()
+        return tuple(hop for hop in hops if len(self.next_hops(hop.node, dst)) > 1)
+
+    def link_at(self, egress: Endpoint) -> Link:
+        """The link an egress port (or a NIC, port 0) transmits on."""
+        if egress.port:
+            return self.ports(egress.node)[egress.port]
+        return self._nic_links[egress.node]
 
     @property
     def gpu_count(self) -> int:

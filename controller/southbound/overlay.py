@@ -104,6 +104,13 @@ def desired_overlay(fabric: Fabric, intent: Intent) -> dict[str, dict[EntryKey, 
     """Every switch of the fabric appears, with an empty table if it needs nothing,
     so reconciliation also clears switches that no longer carry any pin."""
     overlay: dict[str, dict[EntryKey, OverlayEntry]] = {name: {} for name in fabric.switches}
+    for job_id, job in sorted(intent.jobs.items()):
+        cookie = owner_cookie("job", job_id)
+        for flow in job.flows:
+            if flow.via:
+                for entry in steering_entries(fabric, FlowMatch(flow.src, flow.dst), flow.via, cookie):
+                    overlay[entry.switch][entry.key] = entry
+    # Operator pins last: on the same NIC pair, the operator's choice wins.
     for pin in sorted(intent.pins.values()):
         for entry in pin_entries(fabric, pin):
             # validate_pin keeps directions disjoint, so keys never collide.

@@ -51,7 +51,7 @@ class Reconciler:
         self._triggers: "queue.Queue[Trigger]" = queue.Queue()
         self._thread: threading.Thread | None = None
         self._by_dpid = {sw.dpid: sw.name for sw in fabric.switches.values()}
-        intent.subscribe(lambda _: self._triggers.put(Trigger("intent")))
+        intent.subscribe(lambda _intent, _events: self._triggers.put(Trigger("intent")))
 
     # --- called from the os-ken app thread -----------------------------------
     def switch_connected(self, datapath) -> None:

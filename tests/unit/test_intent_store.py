@@ -23,7 +23,7 @@ def service(path):
 def test_pins_survive_a_restart_with_their_revision(tmp_path):
     svc = service(tmp_path / "i.db")
     events = []
-    svc.subscribe(events.append)
+    svc.subscribe(lambda intent, _: events.append(intent))
     svc.pin_flow(FlowPin("a", FlowMatch(A, B, "udp", 4791, 4791), "rys1", symmetric=False))
     svc.pin_flow(FlowPin("b", FlowMatch(A, C), "rys0"))
     svc.unpin("a")

@@ -1,0 +1,157 @@
+"""Jobs: what a scheduler asks for and what Railyard gave it. Pure data.
+
+A job's GPUs are rail-aligned: local rank g on every server of the job sits
+on rail g, so the collective's cross-server traffic for rank g stays on rail
+g's leaves and the spines of its plane (the premise of a rail-optimized
+fabric). A job takes `gpus_per_server` GPUs (rails 0..k-1) on each of
+gpu_count / k servers.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from controller.errors import NAME_PATTERN, NAME_RULE, FieldError
+from controller.fabric import Fabric, NicId
+from controller.fabric import addressing as ad
+
+
+class JobError(FieldError):
+    context = "job"
+
+
+class Pattern(str, enum.Enum):
+    RING = "ring"  # ring all-reduce: server i -> i+1 on every rail
+    TREE = "tree"  # binary-tree reduce + broadcast: child <-> parent on every rail
+    ALL_TO_ALL = "all-to-all"  # every server -> every other server on every rail
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    job_id: str
+    gpu_count: int
+    pattern: Pattern
+    flow_gbps: float  # demand of each flow of the pattern, in the real fabric's units
+    gpus_per_server: int = 0  # 0: min(gpu_count, rails)
+    servers: tuple[str, ...] = ()  # explicit servers; empty: Railyard chooses
+    max_pods: int = 0  # 0: no limit
+    exclusive: bool = False  # no other job may share these servers
+    request_id: str = ""
+
+    def per_server(self, rails: int) -> int:
+        return self.gpus_per_server or min(self.gpu_count, rails)
+
+    def server_count(self, rails: int) -> int:
+        return self.gpu_count // self.per_server(rails)
+
+
+@dataclass(frozen=True, order=True)
+class Gpu:
+    rank: int
+    nic: NicId  # the GPU's NIC: its rail is the GPU's local rank on the server
+
+
+@dataclass(frozen=True, order=True)
+class JobFlow:
+    src: NicId
+    dst: NicId
+    demand_bps: float
+    via: str = ""  # spine (or fat-tree core) the flow is placed on; "" when src and dst share a leaf
+
+
+@dataclass(frozen=True)
+class Job:
+    request: JobRequest
+    gpus: tuple[Gpu, ...]
+    flows: tuple[JobFlow, ...]
+    predicted_max_utilization: float
+    placed_at: float  # unix seconds, given by the caller (the core never reads a clock)
+
+    @property
+    def job_id(self) -> str:
+        return self.request.job_id
+
+    @property
+    def pods(self) -> tuple[int, ...]:
+        return tuple(sorted({g.nic.pod for g in self.gpus}))
+
+    def server_keys(self) -> set[tuple[int, int]]:
+        return {(g.nic.pod, g.nic.server) for g in self.gpus}
+
+
+def validate_request(fabric: Fabric, req: JobRequest) -> None:
+    spec = fabric.spec
+    rails = max(n.rail for n in fabric.nics) + 1
+    if not NAME_PATTERN.match(req.job_id):
+        raise JobError("job_id", f"{req.job_id!r} is not a valid job id", NAME_RULE)
+    if req.servers and not req.gpu_count:
+        raise JobError("gpu_count", "is 0", "1 or more, with or without explicit servers")
+    if not 1 <= req.gpu_count <= fabric.gpu_count:
+        raise JobError("gpu_count", f"{req.gpu_count} is out of range", f"1 to {fabric.gpu_count} (GPUs in fabric {spec.name!r})")
+    if not 0 <= req.gpus_per_server <= rails:
+        raise JobError("gpus_per_server", f"{req.gpus_per_server} is out of range", f"0 (auto) to {rails} (rails)")
+    k = req.per_server(rails)
+    if req.gpu_count % k:
+        raise JobError("gpu_count", f"{req.gpu_count} GPUs do not fill whole servers at {k} per server",
+                       f"a multiple of {k} (or set gpus_per_server to a divisor of {req.gpu_count} up to {rails})")
+    if not isinstance(req.pattern, Pattern):
+        raise JobError("pattern", f"{req.pattern!r} is not a pattern", ", ".join(p.value for p in Pattern))
+    if not math.isfinite(req.flow_gbps) or not 0 <= req.flow_gbps <= spec.rates.nic_gbps:
+        raise JobError("flow_gbps", f"{req.flow_gbps} is out of range", f"0 to {spec.rates.nic_gbps:g} (the NIC rate)")
+    pods = len({s.pod for s in fabric.servers})
+    if not 0 <= req.max_pods <= pods:
+        raise JobError("max_pods", f"{req.max_pods} is out of range", f"0 (no limit) to {pods}")
+    if req.servers:
+        known = {s.name for s in fabric.servers}
+        for i, name in enumerate(req.servers):
+            if name not in known:
+                raise JobError(f"servers[{i}]", f"{name!r} is not a server of fabric {spec.name!r}",
+                               "names listed by `railyard fabric show --addresses`")
+        if len(set(req.servers)) != len(req.servers):
+            raise JobError("servers", "names a server twice", "distinct server names")
+        if len(req.servers) != req.server_count(rails):
+            raise JobError("servers", f"{len(req.servers)} servers given for {req.gpu_count} GPUs at {k} per server",
+                           f"exactly {req.server_count(rails)} servers")
+    if len(req.request_id) > 128:
+        raise JobError("request_id", f"{len(req.request_id)} characters", "at most 128")
+
+
+# --- durable form ---------------------------------------------------------------
+
+def job_to_doc(job: Job) -> dict:
+    r = job.request
+    return {
+        "request": {"gpu_count": r.gpu_count, "pattern": r.pattern.value, "flow_gbps": r.flow_gbps,
+                    "gpus_per_server": r.gpus_per_server, "servers": list(r.servers), "max_pods": r.max_pods,
+                    "exclusive": r.exclusive, "request_id": r.request_id},
+        "gpus": [[g.rank, str(ad.nic_address(g.nic))] for g in job.gpus],
+        "flows": [[str(ad.nic_address(f.src)), str(ad.nic_address(f.dst)), f.demand_bps, f.via] for f in job.flows],
+        "predicted_max_utilization": job.predicted_max_utilization,
+        "placed_at": job.placed_at,
+    }
+
+
+def job_from_doc(job_id: str, doc: Mapping) -> Job:
+    r = doc["request"]
+    request = JobRequest(job_id, int(r["gpu_count"]), Pattern(r["pattern"]), float(r["flow_gbps"]),
+                         int(r["gpus_per_server"]), tuple(r["servers"]), int(r["max_pods"]), bool(r["exclusive"]),
+                         str(r["request_id"]))
+    return Job(
+        request,
+        tuple(Gpu(int(rank), ad.parse_nic_address(addr)) for rank, addr in doc["gpus"]),
+        tuple(JobFlow(ad.parse_nic_address(s), ad.parse_nic_address(d), float(bps), str(via))
+              for s, d, bps, via in doc["flows"]),
+        float(doc["predicted_max_utilization"]),
+        float(doc["placed_at"]),
+    )
+
+
+@dataclass(frozen=True)
+class Drains:
+    """Operator drains: switches and links (a link named by either end, 'switch:port')."""
+
+    switches: frozenset[str] = field(default_factory=frozenset)
+    links: frozenset[str] = field(default_factory=frozenset)
