@@ -11,9 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable, Mapping
-
 from dataclasses import dataclass, replace
+from typing import Callable, Mapping
 
 from controller.errors import AlreadyExists, FieldError
 from controller.fabric import Endpoint, Fabric

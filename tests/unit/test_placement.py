@@ -1,0 +1,179 @@
+"""Job placement invariants, property-based over random request sequences."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from controller.errors import Conflict
+from controller.fabric import NicId, build_fabric, parse_spec
+from controller.intent import Intent
+from controller.southbound.overlay import desired_overlay
+from controller.te.drains import rerouted_jobs
+from controller.te.jobs import Drains, JobError, JobFlow, JobRequest, Pattern
+from controller.te.load import jobs_load, max_utilization
+from controller.te.paths import assign_hashed
+from controller.te.patterns import pattern_flows
+from controller.te.placement import FabricState, NoCapacity, place
+
+RATES = "rates: {nic_gbps: 400, emulated_nic_mbps: 30}\n"
+FABRICS = {
+    "shared": build_fabric(parse_spec("pods: 3\nservers_per_pod: 4\nrails: 2\nspines: 2\noversubscription: 2\n" + RATES)),
+    "per-rail": build_fabric(parse_spec("pods: 3\nservers_per_pod: 3\nrails: 4\nspines: 2\nplane_mode: per-rail\n" + RATES)),
+}
+
+
+def rails_of(fabric):
+    return max(n.rail for n in fabric.nics) + 1
+
+
+def used_nics(jobs):
+    return [g.nic for job in jobs.values() for g in job.gpus]
+
+
+def fits(fabric, jobs, req):
+    """Independent of the placer: are there enough servers with rails 0..k-1 free?"""
+    k = req.per_server(rails_of(fabric))
+    m = req.gpu_count // k
+    used = set(used_nics(jobs))
+    exclusive = {(g.nic.pod, g.nic.server) for j in jobs.values() if j.request.exclusive for g in j.gpus}
+    busy_servers = {(n.pod, n.server) for n in used}
+    per_pod = {}
+    for s in fabric.servers:
+        key = (s.pod, s.index)
+        if key in exclusive or (req.exclusive and key in busy_servers):
+            continue
+        if all(NicId(r, s.pod, s.index) not in used for r in range(k)):
+            per_pod[s.pod] = per_pod.get(s.pod, 0) + 1
+    best = sorted(per_pod.values(), reverse=True)[: req.max_pods or None]
+    return sum(best) >= m
+
+
+def first_fit_peak(fabric, jobs, req):
+    """The naive placement: first free servers in fabric order, paths by ECMP hash."""
+    k = req.per_server(rails_of(fabric))
+    m = req.gpu_count // k
+    used = set(used_nics(jobs))
+    exclusive = {(g.nic.pod, g.nic.server) for j in jobs.values() if j.request.exclusive for g in j.gpus}
+    busy = {(n.pod, n.server) for n in used}
+    servers = [(s.pod, s.index) for s in fabric.servers
+               if (s.pod, s.index) not in exclusive and not (req.exclusive and (s.pod, s.index) in busy)
+               and all(NicId(r, s.pod, s.index) not in used for r in range(k))][:m]
+    if len(servers) < m or (req.max_pods and len({p for p, _ in servers}) > req.max_pods):
+        return None
+    flows = pattern_flows(req.pattern, servers, k, req.flow_gbps * 1e9)
+    base = jobs_load(fabric, jobs.values())
+    _, load = assign_hashed(fabric, Drains(), base, flows)
+    return max_utilization(fabric, load)
+
+
+def request_strategy(fabric):
+    rails = rails_of(fabric)
+    per_server = st.sampled_from([0] + [k for k in range(1, rails + 1) if rails % k == 0])
+    return st.builds(
+        lambda k, servers, pattern, gbps, exclusive, max_pods: JobRequest(
+            "job", (k or rails) * servers, pattern, gbps, k, (), max_pods, exclusive),
+        per_server, st.integers(1, 5), st.sampled_from(list(Pattern)), st.sampled_from([0.0, 25.0, 100.0, 200.0]),
+        st.booleans(), st.sampled_from([0, 0, 1, 2]),
+    )
+
+
+@pytest.mark.parametrize("name", sorted(FABRICS))
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_placement_invariants_over_request_sequences(name, data):
+    fabric = FABRICS[name]
+    jobs = {}
+    for step in range(data.draw(st.integers(1, 8), label="steps")):
+        if jobs and data.draw(st.booleans(), label="release?"):
+            victim = data.draw(st.sampled_from(sorted(jobs)), label="release")
+            before = set(used_nics(jobs))
+            freed = {g.nic for g in jobs.pop(victim).gpus}
+            assert set(used_nics(jobs)) == before - freed  # release frees exactly what was taken
+            continue
+        req = data.draw(request_strategy(fabric), label="request")
+        req = JobRequest(f"j{step}", req.gpu_count, req.pattern, req.flow_gbps, req.gpus_per_server, (),
+                         req.max_pods, req.exclusive)
+        naive = first_fit_peak(fabric, jobs, req)
+        try:
+            job = place(fabric, FabricState(dict(jobs)), req, now=float(step))
+        except NoCapacity as exc:
+            assert not fits(fabric, jobs, req), f"refused a job that fits: {exc}"
+            continue
+        assert fits(fabric, jobs, req)
+        jobs[job.job_id] = job
+
+        nics = used_nics(jobs)
+        assert len(nics) == len(set(nics)), "a GPU is in two jobs"
+        k = req.per_server(rails_of(fabric))
+        assert len(job.gpus) == req.gpu_count
+        for gpu in job.gpus:
+            assert gpu.nic.rail == gpu.rank % k, "rank not on its rail"
+        if req.max_pods:
+            assert len(job.pods) <= req.max_pods
+        assert job.predicted_max_utilization == pytest.approx(max_utilization(fabric, jobs_load(fabric, jobs.values())))
+        if naive is not None:
+            assert job.predicted_max_utilization <= naive + 1e-9, "worse than naive first-fit"
+        desired_overlay(fabric, Intent(jobs=jobs))  # every placed flow renders to entries
+
+
+def test_cross_pod_flows_are_spread_evenly_over_spines():
+    fabric = FABRICS["shared"]
+    job = place(fabric, FabricState(), JobRequest("a2a", 16, Pattern.ALL_TO_ALL, 20.0, max_pods=2), now=0)
+    assert len(job.pods) == 2
+    per_uplink = {}
+    for flow in job.flows:
+        if flow.via:
+            leaf = fabric.attachment(flow.src).node
+            per_uplink[(leaf, flow.via)] = per_uplink.get((leaf, flow.via), 0) + 1
+    for leaf in {leaf for leaf, _ in per_uplink}:
+        counts = [per_uplink.get((leaf, spine), 0) for spine in ("rys0", "rys1")]
+        assert max(counts) - min(counts) <= 1, counts  # 16 flows per leaf: 8 and 8, not what a hash gives
+    hashed_peak = first_fit_peak(fabric, {}, JobRequest("a2a", 16, Pattern.ALL_TO_ALL, 20.0, max_pods=2))
+    assert job.predicted_max_utilization <= hashed_peak
+
+
+def test_packing_prefers_one_pod_and_explains_exhaustion():
+    fabric = FABRICS["shared"]
+    one = place(fabric, FabricState(), JobRequest("a", 8, Pattern.ALL_TO_ALL, 50.0), now=0)
+    assert len(one.pods) == 1 and not any(f.via for f in one.flows)
+    jobs = {"a": one}
+    with pytest.raises(NoCapacity) as err:
+        place(fabric, FabricState(jobs), JobRequest("b", 24, Pattern.RING, 1.0, max_pods=2), now=0)
+    assert "free GPUs: 16" in str(err.value) and "pod 0: 0" not in str(err.value)
+
+
+def test_bad_requests_name_the_field():
+    fabric = FABRICS["shared"]
+    cases = {
+        "gpu_count": JobRequest("x", 0, Pattern.RING, 1.0),
+        "gpus_per_server": JobRequest("x", 4, Pattern.RING, 1.0, gpus_per_server=3),
+        "flow_gbps": JobRequest("x", 2, Pattern.RING, -1.0),
+        "max_pods": JobRequest("x", 2, Pattern.RING, 1.0, max_pods=9),
+        "servers[1]": JobRequest("x", 4, Pattern.RING, 1.0, servers=("ryh0s0", "nope")),
+        "job_id": JobRequest("X Y", 2, Pattern.RING, 1.0),
+    }
+    for field, req in cases.items():
+        with pytest.raises(JobError) as err:
+            place(fabric, FabricState(), req, now=0)
+        assert err.value.field == field and err.value.allowed
+    with pytest.raises(JobError) as err:
+        place(fabric, FabricState(), JobRequest("x", 3, Pattern.RING, 1.0), now=0)
+    assert err.value.field == "gpu_count"  # 3 GPUs on 2-rail servers: not whole servers
+
+
+def test_draining_a_spine_moves_flows_and_the_last_spine_is_refused():
+    fabric = FABRICS["shared"]
+    job = place(fabric, FabricState(), JobRequest("r", 16, Pattern.RING, 100.0), now=0)
+    intent = Intent(jobs={"r": job})
+    moved = rerouted_jobs(fabric, intent, Drains(switches=frozenset({"rys0"})))
+    assert {f.via for f in moved["r"].flows if f.via} == {"rys1"}
+    intent = Intent(jobs=moved, drains=Drains(switches=frozenset({"rys0"})))
+    with pytest.raises(Conflict, match="last path"):
+        rerouted_jobs(fabric, intent, Drains(switches=frozenset({"rys0", "rys1"})))
+
+
+def test_ring_flows_follow_server_order():
+    flows = pattern_flows(Pattern.RING, [(1, 0), (0, 1), (0, 0)], 1, 5.0)
+    assert [(f.src.pod, f.src.server, f.dst.pod, f.dst.server) for f in flows] == [
+        (0, 0, 0, 1), (0, 1, 1, 0), (1, 0, 0, 0)]
+    assert all(isinstance(f, JobFlow) and f.demand_bps == 5.0 for f in flows)
