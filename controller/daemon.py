@@ -32,6 +32,7 @@ from controller.metrics import Metrics  # noqa: E402
 from controller.service import IntentService  # noqa: E402
 from controller.southbound.reconciler import Reconciler  # noqa: E402
 from controller.store import SqliteIntentStore  # noqa: E402
+from controller.telemetry import TelemetryIngest  # noqa: E402
 
 log = logging.getLogger("railyard")
 
@@ -78,19 +79,23 @@ class Daemon:
         self.config = config
         self.metrics = Metrics(sorted(fabric.switches))
         self.store = SqliteIntentStore(config.store)
-        self.intent = IntentService(fabric, self.store, self.metrics)
+        self.ingest = TelemetryIngest(self.metrics)
+        self.intent = IntentService(fabric, self.store, self.metrics, live_load=self.ingest.fresh_load)
         self.reconciler = Reconciler(fabric, self.intent, self.metrics, config.reconcile_interval_s,
                                      config.reply_timeout_s)
-        self.api = ApiServer(self.intent, str(config.grpc))
+        self.api = ApiServer(self.intent, self.ingest, self.metrics, self.reconciler.connected, str(config.grpc))
         self._stop = threading.Event()
         self._apps: app_manager.AppManager | None = None
 
     def start(self) -> None:
         self.metrics_server = self.metrics.serve(self.config.metrics.host, self.config.metrics.port)
+        self.ingest.start()
         self.reconciler.start()
         self._start_openflow()
         self.api.start()
-        self.api.set_serving(True)
+        # NOT_SERVING until the southbound holds the whole fabric: a scheduler
+        # must not count on placements no switch enforces yet.
+        threading.Thread(target=self._serve_when_ready, name="health", daemon=True).start()
         log.info("railyard controller: fabric %s (%d switches), intent revision %d, openflow %s, grpc %s, "
                  "metrics http://%s/metrics", self.fabric.spec.name, len(self.fabric.switches),
                  self.intent.snapshot().revision, self.config.openflow, self.config.grpc, self.config.metrics)
@@ -112,6 +117,13 @@ class Daemon:
         manager.instantiate_apps(**manager.create_contexts(), reconciler=self.reconciler)
         self._apps = manager
 
+    def _serve_when_ready(self) -> None:
+        while not self._stop.is_set():
+            if self.reconciler.fabric_ready.wait(timeout=0.5):
+                self.api.set_serving(True)
+                log.info("railyard controller: every switch connected and reconciled; serving")
+                return
+
     def wait(self) -> None:
         self._stop.wait()
 
@@ -124,6 +136,7 @@ class Daemon:
         log.info("railyard controller: shutting down")
         self.api.stop(grace_s=2)
         self.reconciler.stop()
+        self.ingest.stop()
         self.store.close()
 
 

@@ -61,6 +61,21 @@ class Metrics:
             ["switch"], registry=r)
         self.intent_objects = Gauge(
             "railyard_intent_objects", "Objects in the intent store", ["kind"], registry=r)
+        self.api_requests = Counter(
+            "railyard_api_requests", "gRPC requests by method and status code", ["method", "code"], registry=r)
+        self.api_latency = Histogram(
+            "railyard_api_request_duration_seconds", "gRPC request handling time", ["method"], registry=r,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+        )
+        self.telemetry_records = Counter(
+            "railyard_telemetry_records", "Telemetry records by outcome (accepted, dropped: queue full, "
+            "rejected: unknown switch/port/address)", ["result"], registry=r)
+        self.jobs_active = Gauge("railyard_jobs_active", "Placed jobs", registry=r)
+        self.gpus_allocated = Gauge(
+            "railyard_gpus_allocated", "GPUs held by placed jobs", ["pod", "rail"], registry=r)
+        self.predicted_max_utilization = Gauge(
+            "railyard_predicted_max_link_utilization_ratio",
+            "Max link utilization the placed jobs' demands predict", registry=r)
         self.errors = Counter(
             "railyard_errors", "Errors by component and reason", ["component", "reason"], registry=r)
 
@@ -72,6 +87,8 @@ class Metrics:
                 self.flow_mods.labels(switch, kind)
             for result in RESULTS:
                 self.bundles.labels(switch, result)
+        for result in ("accepted", "dropped", "rejected"):
+            self.telemetry_records.labels(result)
         for trigger in RECONCILE_TRIGGERS:
             self.reconcile_duration.labels(trigger)
             for result in RESULTS:

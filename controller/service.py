@@ -11,16 +11,18 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, replace
 from typing import Callable, Mapping
 
-from controller.errors import AlreadyExists, FieldError
+from controller.errors import AlreadyExists, FieldError, NotFound
 from controller.fabric import Endpoint, Fabric
 from controller.intent import FlowPin, Intent, pin_from_doc, pin_to_doc, validate_pin
 from controller.metrics import Metrics
 from controller.store import Change, IntentStore
 from controller.te.drains import rerouted_jobs, resolve_link, resolve_switch
 from controller.te.jobs import Drains, Job, JobRequest, job_from_doc, job_to_doc
+from controller.te.load import jobs_load, max_utilization
 from controller.te.placement import FabricState, place
 
 log = logging.getLogger(__name__)
@@ -136,6 +138,12 @@ class IntentService:
         self._changed(new, [JobEvent("placed", job, new.revision)])
         return job, True
 
+    def get_job(self, job_id: str) -> Job:
+        job = self._intent.jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id!r}")
+        return job
+
     def release_job(self, job_id: str) -> Job:
         with self._lock:
             current = self._intent
@@ -186,5 +194,12 @@ class IntentService:
             listener(intent, events)
 
     def _publish_counts(self) -> None:
-        for kind, count in self._intent.object_counts().items():
+        intent = self._intent
+        for kind, count in intent.object_counts().items():
             self._metrics.intent_objects.labels(kind).set(count)
+        self._metrics.jobs_active.set(len(intent.jobs))
+        held = Counter((g.nic.pod, g.nic.rail) for job in intent.jobs.values() for g in job.gpus)
+        for pod, rail in {(n.pod, n.rail) for n in self.fabric.nics}:
+            self._metrics.gpus_allocated.labels(str(pod), str(rail)).set(held.get((pod, rail), 0))
+        self._metrics.predicted_max_utilization.set(
+            max_utilization(self.fabric, jobs_load(self.fabric, intent.jobs.values())))

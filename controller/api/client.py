@@ -1,22 +1,43 @@
-"""Python client for the Railyard gRPC API (used by the CLI and tests)."""
+"""Python client for the Railyard gRPC API (used by the CLI, tests and the telemetry agent)."""
 
 from __future__ import annotations
+
+from typing import Iterable, Iterator
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from controller.api.gen.railyard.v1 import fabric_pb2 as pb
-from controller.api.gen.railyard.v1 import fabric_pb2_grpc as pb_grpc
+from controller.api.gen.railyard.v1 import common_pb2
+from controller.api.gen.railyard.v1 import fabric_pb2 as fpb
+from controller.api.gen.railyard.v1 import fabric_pb2_grpc as fpb_grpc
+from controller.api.gen.railyard.v1 import placement_pb2 as ppb
+from controller.api.gen.railyard.v1 import placement_pb2_grpc as ppb_grpc
+from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
+from controller.api.gen.railyard.v1 import telemetry_pb2_grpc as tpb_grpc
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_TIMEOUT_S = 10.0
+PATTERNS = {"ring": ppb.COLLECTIVE_PATTERN_RING, "tree": ppb.COLLECTIVE_PATTERN_TREE,
+            "all-to-all": ppb.COLLECTIVE_PATTERN_ALL_TO_ALL}
+
+
+def _pages(call, request, field: str) -> list:
+    items = []
+    while True:
+        reply = call(request)
+        items.extend(getattr(reply, field))
+        if not reply.next_page_token:
+            return items
+        request.page_token = reply.next_page_token
 
 
 class Client:
     def __init__(self, target: str = DEFAULT_TARGET, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         self.channel = grpc.insecure_channel(target)
         self.timeout = timeout_s
-        self.fabric = pb_grpc.FabricServiceStub(self.channel)
+        self.fabric = fpb_grpc.FabricServiceStub(self.channel)
+        self.placement = ppb_grpc.PlacementServiceStub(self.channel)
+        self.telemetry = tpb_grpc.TelemetryServiceStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
 
     def close(self) -> None:
@@ -35,21 +56,59 @@ class Client:
             return False
         return reply.status == health_pb2.HealthCheckResponse.SERVING
 
+    # --- placement ----------------------------------------------------------
+    def place_job(self, job_id: str, gpu_count: int, pattern: str = "ring", flow_gbps: float = 0.0,
+                  gpus_per_server: int = 0, servers: Iterable[str] = (), max_pods: int = 0,
+                  exclusive: bool = False, request_id: str = "") -> ppb.PlaceJobResponse:
+        request = ppb.PlaceJobRequest(
+            job_id=job_id, gpu_count=gpu_count, gpus_per_server=gpus_per_server, servers=list(servers),
+            pattern=PATTERNS[pattern], flow_bandwidth_gbps=flow_gbps, max_pods=max_pods,
+            exclusive_servers=exclusive, request_id=request_id)
+        return self.placement.PlaceJob(request, timeout=self.timeout)
+
+    def release_job(self, job_id: str) -> ppb.Job:
+        return self.placement.ReleaseJob(ppb.ReleaseJobRequest(job_id=job_id), timeout=self.timeout).job
+
+    def get_job(self, job_id: str) -> ppb.Job:
+        return self.placement.GetJob(ppb.GetJobRequest(job_id=job_id), timeout=self.timeout).job
+
+    def list_jobs(self) -> list[ppb.Job]:
+        return _pages(lambda r: self.placement.ListJobs(r, timeout=self.timeout), ppb.ListJobsRequest(), "jobs")
+
+    def watch_jobs(self, timeout_s: float | None = None) -> Iterator[ppb.JobEvent]:
+        return self.placement.WatchJobs(ppb.WatchJobsRequest(), timeout=timeout_s)
+
+    # --- fabric -------------------------------------------------------------
+    def get_fabric(self) -> fpb.GetFabricResponse:
+        return self.fabric.GetFabric(fpb.GetFabricRequest(), timeout=self.timeout)
+
+    def list_links(self, switch: str = "", include_access: bool = False) -> list[fpb.Link]:
+        request = fpb.ListLinksRequest(switch=switch, include_access=include_access)
+        return _pages(lambda r: self.fabric.ListLinks(r, timeout=self.timeout), request, "links")
+
+    def drain(self, kind: str, name: str, drained: bool = True):
+        calls = {
+            ("link", True): (self.fabric.DrainLink, fpb.DrainLinkRequest(link=name)),
+            ("link", False): (self.fabric.UndrainLink, fpb.UndrainLinkRequest(link=name)),
+            ("switch", True): (self.fabric.DrainSwitch, fpb.DrainSwitchRequest(switch=name)),
+            ("switch", False): (self.fabric.UndrainSwitch, fpb.UndrainSwitchRequest(switch=name)),
+        }
+        call, request = calls[(kind, drained)]
+        return call(request, timeout=self.timeout)
+
     def pin_flow(self, name: str, src: str, dst: str, spine: str, protocol: str = "", src_port: int = 0,
-                 dst_port: int = 0, forward_only: bool = False) -> pb.PinFlowResponse:
-        match = pb.FlowMatch(src_address=src, dst_address=dst, src_port=src_port, dst_port=dst_port,
-                             protocol=pb.Protocol.Value(f"PROTOCOL_{(protocol or 'unspecified').upper()}"))
-        pin = pb.FlowPin(name=name, match=match, spine=spine, forward_only=forward_only)
-        return self.fabric.PinFlow(pb.PinFlowRequest(pin=pin), timeout=self.timeout)
+                 dst_port: int = 0, forward_only: bool = False) -> fpb.PinFlowResponse:
+        match = fpb.FlowMatch(src_address=src, dst_address=dst, src_port=src_port, dst_port=dst_port,
+                              protocol=common_pb2.Protocol.Value(f"PROTOCOL_{(protocol or 'unspecified').upper()}"))
+        pin = fpb.FlowPin(name=name, match=match, spine=spine, forward_only=forward_only)
+        return self.fabric.PinFlow(fpb.PinFlowRequest(pin=pin), timeout=self.timeout)
 
-    def unpin_flow(self, name: str) -> pb.UnpinFlowResponse:
-        return self.fabric.UnpinFlow(pb.UnpinFlowRequest(name=name), timeout=self.timeout)
+    def unpin_flow(self, name: str) -> fpb.UnpinFlowResponse:
+        return self.fabric.UnpinFlow(fpb.UnpinFlowRequest(name=name), timeout=self.timeout)
 
-    def list_pins(self) -> list[pb.FlowPin]:
-        pins, token = [], ""
-        while True:
-            reply = self.fabric.ListPins(pb.ListPinsRequest(page_token=token), timeout=self.timeout)
-            pins.extend(reply.pins)
-            token = reply.next_page_token
-            if not token:
-                return pins
+    def list_pins(self) -> list[fpb.FlowPin]:
+        return _pages(lambda r: self.fabric.ListPins(r, timeout=self.timeout), fpb.ListPinsRequest(), "pins")
+
+    # --- telemetry ----------------------------------------------------------
+    def report_telemetry(self, batches: Iterable[tpb.TelemetryBatch]) -> tpb.ReportTelemetryResponse:
+        return self.telemetry.ReportTelemetry(iter(batches), timeout=self.timeout)

@@ -1,45 +1,96 @@
-"""Domain exceptions -> gRPC status codes. Nothing leaves as UNKNOWN."""
+"""Domain exceptions -> gRPC status codes, and per-RPC metrics. Nothing leaves as UNKNOWN."""
 
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
+import time
 
 import grpc
 
-from controller.errors import Conflict, FieldError, NotFound
+from controller.errors import AlreadyExists, Conflict, FieldError, NotFound
+from controller.te.placement import NoCapacity
+from controller.telemetry import Overloaded
 
 log = logging.getLogger(__name__)
 
 FIELD_METADATA_KEY = "railyard-field"
 
+_CODES = (
+    (FieldError, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotFound, grpc.StatusCode.NOT_FOUND),
+    (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
+    (Conflict, grpc.StatusCode.FAILED_PRECONDITION),
+    (NoCapacity, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
+)
+DOMAIN_ERRORS = tuple(cls for cls, _ in _CODES)
+
 
 def status_of(exc: BaseException) -> grpc.StatusCode:
-    if isinstance(exc, FieldError):
-        return grpc.StatusCode.INVALID_ARGUMENT
-    if isinstance(exc, NotFound):
-        return grpc.StatusCode.NOT_FOUND
-    if isinstance(exc, Conflict):
-        return grpc.StatusCode.FAILED_PRECONDITION
+    for cls, code in _CODES:
+        if isinstance(exc, cls):
+            return code
     return grpc.StatusCode.INTERNAL
 
 
+def _abort(context, method: str, exc: BaseException) -> None:
+    if isinstance(exc, DOMAIN_ERRORS):
+        if isinstance(exc, FieldError):
+            context.set_trailing_metadata(((FIELD_METADATA_KEY, exc.field),))
+        context.abort(status_of(exc), str(exc))
+    if context.code() is not None:
+        raise exc  # the servicer aborted with its own status
+    log.error("%s failed", method, exc_info=exc)
+    context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method}: {type(exc).__name__}")
+
+
+def _record(servicer, method: str, context, started: float) -> None:
+    metrics = getattr(servicer, "metrics", None)
+    if metrics is None:
+        return
+    code = context.code() or grpc.StatusCode.OK
+    metrics.api_requests.labels(method, code.name).inc()
+    metrics.api_latency.labels(method).observe(time.perf_counter() - started)
+
+
+def _check_deadline(context) -> None:
+    remaining = context.time_remaining()
+    if remaining is not None and remaining <= 0:
+        context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline passed before the request was handled")
+
+
 def rpc(method):
-    """Wraps a unary servicer method: domain errors become their status code
-    (with the offending field in trailing metadata), anything else INTERNAL."""
+    """Wraps a unary (or client-streaming) servicer method."""
 
     @functools.wraps(method)
     def wrapper(self, request, context):
+        started = time.perf_counter()
         try:
+            _check_deadline(context)
             return method(self, request, context)
-        except (FieldError, NotFound, Conflict) as exc:
-            if isinstance(exc, FieldError):
-                context.set_trailing_metadata(((FIELD_METADATA_KEY, exc.field),))
-            context.abort(status_of(exc), str(exc))
-        except Exception as exc:  # noqa: BLE001 - the one place that maps the unexpected
-            if context.code() is not None:
-                raise  # the servicer aborted with its own status
-            log.exception("%s failed", method.__name__)
-            context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method.__name__}: {type(exc).__name__}")
+        except Exception as exc:  # noqa: BLE001 - the one place that maps errors to codes
+            _abort(context, method.__name__, exc)
+        finally:
+            _record(self, method.__name__, context, started)
+
+    return wrapper
+
+
+def stream_guard(method):
+    """The same for server-streaming methods (generators)."""
+    assert inspect.isgeneratorfunction(method)
+
+    @functools.wraps(method)
+    def wrapper(self, request, context):
+        started = time.perf_counter()
+        try:
+            _check_deadline(context)
+            yield from method(self, request, context)
+        except Exception as exc:  # noqa: BLE001
+            _abort(context, method.__name__, exc)
+        finally:
+            _record(self, method.__name__, context, started)
 
     return wrapper

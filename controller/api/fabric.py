@@ -1,16 +1,24 @@
-"""FabricService: operator intent on the fabric (pins for now)."""
+"""FabricService: topology, live link state, drains and flow pins."""
 
 from __future__ import annotations
 
+from typing import Callable
+
 from controller.api.errors import rpc
+from controller.api.gen.railyard.v1 import common_pb2
 from controller.api.gen.railyard.v1 import fabric_pb2 as pb
 from controller.api.gen.railyard.v1 import fabric_pb2_grpc as pb_grpc
 from controller.api.paging import page
-from controller.intent import FlowMatch, FlowPin, IntentError, parse_nic
+from controller.fabric import Endpoint
 from controller.fabric import addressing as ad
+from controller.intent import FlowMatch, FlowPin, IntentError, parse_nic
 from controller.service import IntentService
+from controller.te.load import jobs_load, link_name
+from controller.te.placement import FabricState, free_gpus_by_pod, rail_count
+from controller.te.view import PortSample
 
-PROTOCOL_NAMES = {pb.PROTOCOL_UNSPECIFIED: "", pb.PROTOCOL_TCP: "tcp", pb.PROTOCOL_UDP: "udp"}
+PROTOCOL_NAMES = {common_pb2.PROTOCOL_UNSPECIFIED: "", common_pb2.PROTOCOL_TCP: "tcp",
+                  common_pb2.PROTOCOL_UDP: "udp"}
 PROTOCOL_ENUMS = {v: k for k, v in PROTOCOL_NAMES.items()}
 
 
@@ -20,7 +28,7 @@ def pin_from_proto(service: IntentService, msg: pb.FlowPin) -> FlowPin:
     m = msg.match
     if m.protocol not in PROTOCOL_NAMES:
         raise IntentError("pin.match.protocol", f"unknown enum value {m.protocol}",
-                          ", ".join(pb.Protocol.Name(v) for v in PROTOCOL_NAMES))
+                          ", ".join(common_pb2.Protocol.Name(v) for v in PROTOCOL_NAMES))
     match = FlowMatch(
         parse_nic(service.fabric, m.src_address, "pin.match.src_address"),
         parse_nic(service.fabric, m.dst_address, "pin.match.dst_address"),
@@ -39,8 +47,81 @@ def pin_to_proto(pin: FlowPin) -> pb.FlowPin:
 
 
 class FabricServicer(pb_grpc.FabricServiceServicer):
-    def __init__(self, service: IntentService) -> None:
+    def __init__(self, service: IntentService, metrics, connected: Callable[[], set[str]],
+                 live_ports: Callable[[], dict[Endpoint, PortSample]]) -> None:
         self.service = service
+        self.metrics = metrics
+        self._connected = connected
+        self._live_ports = live_ports
+
+    @rpc
+    def GetFabric(self, request, context):
+        fabric, intent = self.service.fabric, self.service.snapshot()
+        connected = self._connected()
+        reply = pb.GetFabricResponse(
+            name=fabric.spec.name, kind=fabric.spec.kind.value, gpu_count=fabric.gpu_count,
+            rails=rail_count(fabric), pods=len({s.pod for s in fabric.servers}), nic_gbps=fabric.spec.rates.nic_gbps,
+            free_gpu_count=sum(free_gpus_by_pod(fabric, FabricState(intent.jobs)).values()),
+        )
+        for sw in sorted(fabric.switches.values(), key=lambda s: s.name):
+            rail = sw.rail if sw.rail is not None else (sw.plane if sw.plane is not None else -1)
+            reply.switches.add(name=sw.name, tier=sw.tier.value, pod=-1 if sw.pod is None else sw.pod, rail=rail,
+                               dpid=ad.dpid_hex(sw.dpid), connected=sw.name in connected,
+                               drained=sw.name in intent.drains.switches)
+        return reply
+
+    @rpc
+    def ListLinks(self, request, context):
+        fabric, intent = self.service.fabric, self.service.snapshot()
+        if request.switch and request.switch not in fabric.switches:
+            raise IntentError("switch", f"{request.switch!r} is not a switch of this fabric",
+                              "a name from GetFabric, or empty for all")
+        links = [link for link in fabric.links
+                 if (request.include_access or not link.is_access)
+                 and (not request.switch or request.switch in (link.a.node, link.b.node))]
+        named = sorted((link_name(fabric, link), link) for link in links)
+        items, token = page(named, request.page_size, request.page_token, key=lambda item: item[0])
+        predicted = jobs_load(fabric, intent.jobs.values())
+        live = self._live_ports()
+        reply = pb.ListLinksResponse(next_page_token=token)
+        for name, link in items:
+            out = reply.links.add(name=name, a_node=link.a.node, a_port=link.a.port, b_node=link.b.node,
+                                  b_port=link.b.port, capacity_bps=link.capacity_bps, access=link.is_access,
+                                  drained=name in intent.drains.links)
+            for egress in (link.a, link.b):
+                sample = live.get(egress)
+                measured = sample.tx_bps if sample else 0.0
+                d = out.directions.add(
+                    from_node=egress.node, from_port=egress.port, predicted_bps=predicted.get(egress, 0.0),
+                    measured_bps=measured, queue_bytes=sample.queue_bytes if sample else 0,
+                    utilization_ratio=max(predicted.get(egress, 0.0), measured) / link.capacity_bps)
+                if sample:
+                    d.measure_time.FromNanoseconds(int(sample.observed_at * 1e9))
+        return reply
+
+    def _drain(self, kind: str, name: str, drained: bool):
+        canonical, moved = self.service.set_drain(kind, name, drained)
+        return canonical, [job.job_id for job in moved], self.service.snapshot().revision
+
+    @rpc
+    def DrainLink(self, request, context):
+        link, moved, revision = self._drain("link", request.link, True)
+        return pb.DrainLinkResponse(link=link, rerouted_job_ids=moved, intent_revision=revision)
+
+    @rpc
+    def UndrainLink(self, request, context):
+        link, _, revision = self._drain("link", request.link, False)
+        return pb.UndrainLinkResponse(link=link, intent_revision=revision)
+
+    @rpc
+    def DrainSwitch(self, request, context):
+        switch, moved, revision = self._drain("switch", request.switch, True)
+        return pb.DrainSwitchResponse(switch=switch, rerouted_job_ids=moved, intent_revision=revision)
+
+    @rpc
+    def UndrainSwitch(self, request, context):
+        switch, _, revision = self._drain("switch", request.switch, False)
+        return pb.UndrainSwitchResponse(switch=switch, intent_revision=revision)
 
     @rpc
     def PinFlow(self, request, context):

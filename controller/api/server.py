@@ -3,23 +3,34 @@
 from __future__ import annotations
 
 from concurrent import futures
+from typing import Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from controller.api.fabric import FabricServicer
-from controller.api.gen.railyard.v1 import fabric_pb2, fabric_pb2_grpc
+from controller.api.gen.railyard.v1 import fabric_pb2, fabric_pb2_grpc, placement_pb2, placement_pb2_grpc
+from controller.api.gen.railyard.v1 import telemetry_pb2, telemetry_pb2_grpc
+from controller.api.placement import MAX_WATCHERS, PlacementServicer
+from controller.api.telemetry import TelemetryServicer
+from controller.metrics import Metrics
 from controller.service import IntentService
+from controller.telemetry import TelemetryIngest
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_CONCURRENT_RPCS = 64
-WORKERS = 8
-SERVICE_NAMES = (fabric_pb2.DESCRIPTOR.services_by_name["FabricService"].full_name,)
+WORKERS = 8 + MAX_WATCHERS  # watch streams each hold a worker; unary calls keep 8
+SERVICE_NAMES = tuple(
+    module.DESCRIPTOR.services_by_name[name].full_name
+    for module, name in ((fabric_pb2, "FabricService"), (placement_pb2, "PlacementService"),
+                         (telemetry_pb2, "TelemetryService"))
+)
 
 
 class ApiServer:
-    def __init__(self, service: IntentService, listen: str) -> None:
+    def __init__(self, service: IntentService, ingest: TelemetryIngest, metrics: Metrics,
+                 connected: Callable[[], set[str]], listen: str) -> None:
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="grpc"),
             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
@@ -27,7 +38,11 @@ class ApiServer:
                      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                      ("grpc.so_reuseport", 0)],
         )
-        fabric_pb2_grpc.add_FabricServiceServicer_to_server(FabricServicer(service), self.server)
+        fabric_pb2_grpc.add_FabricServiceServicer_to_server(
+            FabricServicer(service, metrics, connected, ingest.fresh_ports), self.server)
+        placement_pb2_grpc.add_PlacementServiceServicer_to_server(PlacementServicer(service, metrics), self.server)
+        telemetry_pb2_grpc.add_TelemetryServiceServicer_to_server(
+            TelemetryServicer(service.fabric, ingest, metrics), self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME),
@@ -48,3 +63,5 @@ class ApiServer:
     def stop(self, grace_s: float) -> None:
         self.set_serving(False)
         self.server.stop(grace_s).wait(grace_s + 1)
+
+

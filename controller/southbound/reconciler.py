@@ -51,6 +51,10 @@ class Reconciler:
         self._triggers: "queue.Queue[Trigger]" = queue.Queue()
         self._thread: threading.Thread | None = None
         self._by_dpid = {sw.dpid: sw.name for sw in fabric.switches.values()}
+        # Set once every switch of the fabric has connected and been reconciled:
+        # the API reports SERVING from then on.
+        self.fabric_ready = threading.Event()
+        self._synced: set[str] = set()  # switches reconciled since they (re)connected
         intent.subscribe(lambda _intent, _events: self._triggers.put(Trigger("intent")))
 
     # --- called from the os-ken app thread -----------------------------------
@@ -63,6 +67,7 @@ class Reconciler:
         with self._lock:
             stale = self._sessions.get(name)
             self._sessions[name] = SwitchSession(name, datapath, self.calls, self.reply_timeout_s)
+            self._synced.discard(name)
             self._publish_connections()
         if stale is not None:
             # The switch reconnected before os-ken noticed the old connection
@@ -78,9 +83,14 @@ class Reconciler:
             if session is None or session.datapath is not datapath:
                 return  # a newer connection of the same switch already replaced it
             del self._sessions[name]
+            self._synced.discard(name)
             self._publish_connections()
         self.calls.fail_switch(datapath.id)
         log.info("switch %s disconnected", name)
+
+    def connected(self) -> set[str]:
+        with self._lock:
+            return set(self._sessions)
 
     def _publish_connections(self) -> None:
         self.metrics.switches_connected.set(len(self._sessions))
@@ -170,6 +180,10 @@ class Reconciler:
         self.metrics.reconcile_runs.labels(reason, "ok" if ok else "failed").inc()
         if ok:
             self.metrics.last_reconcile_success.set(time.time())
+        with self._lock:
+            self._synced |= in_sync & set(self._sessions)
+            if self._synced >= set(self.fabric.switches):
+                self.fabric_ready.set()
         changed = {n: d for n, d in deltas.items() if not d.empty}
         if changed:
             log.info("reconcile (%s): %s in %.1f ms", reason, ", ".join(

@@ -93,13 +93,19 @@ def _candidates(avail: dict[int, list[ServerKey]], m: int, max_pods: int,
     return [c for c in candidates if len({pod for pod, _ in c}) <= limit]
 
 
-def _free_summary(fabric: Fabric, state: FabricState, avail: dict[int, list[ServerKey]], k: int) -> str:
+def free_gpus_by_pod(fabric: Fabric, state: FabricState) -> dict[int, int]:
+    """GPUs no job holds, per pod (a server held exclusively has none free)."""
     used, exclusive = gpu_usage(state)
     free_by_pod: dict[int, int] = defaultdict(int)
     for server in fabric.servers:
         key = (server.pod, server.index)
         if key not in exclusive:
             free_by_pod[server.pod] += sum(1 for nic in server.nics if nic.rail not in used.get(key, {}))
+    return free_by_pod
+
+
+def _free_summary(fabric: Fabric, state: FabricState, avail: dict[int, list[ServerKey]], k: int) -> str:
+    free_by_pod = free_gpus_by_pod(fabric, state)
     free = sum(free_by_pod.values())
     where = ", ".join(f"pod {p}: {n}" for p, n in sorted(free_by_pod.items()) if n) or "none"
     fits = ", ".join(f"pod {p}: {len(s)}" for p, s in sorted(avail.items()) if s) or "none"

@@ -34,6 +34,36 @@ class FabricServiceStub:
         Args:
             channel: A grpc.Channel.
         """
+        self.GetFabric = channel.unary_unary(
+                '/railyard.v1.FabricService/GetFabric',
+                request_serializer=railyard_dot_v1_dot_fabric__pb2.GetFabricRequest.SerializeToString,
+                response_deserializer=railyard_dot_v1_dot_fabric__pb2.GetFabricResponse.FromString,
+                _registered_method=True)
+        self.ListLinks = channel.unary_unary(
+                '/railyard.v1.FabricService/ListLinks',
+                request_serializer=railyard_dot_v1_dot_fabric__pb2.ListLinksRequest.SerializeToString,
+                response_deserializer=railyard_dot_v1_dot_fabric__pb2.ListLinksResponse.FromString,
+                _registered_method=True)
+        self.DrainLink = channel.unary_unary(
+                '/railyard.v1.FabricService/DrainLink',
+                request_serializer=railyard_dot_v1_dot_fabric__pb2.DrainLinkRequest.SerializeToString,
+                response_deserializer=railyard_dot_v1_dot_fabric__pb2.DrainLinkResponse.FromString,
+                _registered_method=True)
+        self.UndrainLink = channel.unary_unary(
+                '/railyard.v1.FabricService/UndrainLink',
+                request_serializer=railyard_dot_v1_dot_fabric__pb2.UndrainLinkRequest.SerializeToString,
+                response_deserializer=railyard_dot_v1_dot_fabric__pb2.UndrainLinkResponse.FromString,
+                _registered_method=True)
+        self.DrainSwitch = channel.unary_unary(
+                '/railyard.v1.FabricService/DrainSwitch',
+                request_serializer=railyard_dot_v1_dot_fabric__pb2.DrainSwitchRequest.SerializeToString,
+                response_deserializer=railyard_dot_v1_dot_fabric__pb2.DrainSwitchResponse.FromString,
+                _registered_method=True)
+        self.UndrainSwitch = channel.unary_unary(
+                '/railyard.v1.FabricService/UndrainSwitch',
+                request_serializer=railyard_dot_v1_dot_fabric__pb2.UndrainSwitchRequest.SerializeToString,
+                response_deserializer=railyard_dot_v1_dot_fabric__pb2.UndrainSwitchResponse.FromString,
+                _registered_method=True)
         self.PinFlow = channel.unary_unary(
                 '/railyard.v1.FabricService/PinFlow',
                 request_serializer=railyard_dot_v1_dot_fabric__pb2.PinFlowRequest.SerializeToString,
@@ -53,6 +83,42 @@ class FabricServiceStub:
 
 class FabricServiceServicer:
     """Missing associated documentation comment in .proto file."""
+
+    def GetFabric(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListLinks(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DrainLink(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UndrainLink(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DrainSwitch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UndrainSwitch(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
 
     def PinFlow(self, request, context):
         """Missing associated documentation comment in .proto file."""
@@ -75,6 +141,36 @@ class FabricServiceServicer:
 
 def add_FabricServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'GetFabric': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetFabric,
+                    request_deserializer=railyard_dot_v1_dot_fabric__pb2.GetFabricRequest.FromString,
+                    response_serializer=railyard_dot_v1_dot_fabric__pb2.GetFabricResponse.SerializeToString,
+            ),
+            'ListLinks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLinks,
+                    request_deserializer=railyard_dot_v1_dot_fabric__pb2.ListLinksRequest.FromString,
+                    response_serializer=railyard_dot_v1_dot_fabric__pb2.ListLinksResponse.SerializeToString,
+            ),
+            'DrainLink': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainLink,
+                    request_deserializer=railyard_dot_v1_dot_fabric__pb2.DrainLinkRequest.FromString,
+                    response_serializer=railyard_dot_v1_dot_fabric__pb2.DrainLinkResponse.SerializeToString,
+            ),
+            'UndrainLink': grpc.unary_unary_rpc_method_handler(
+                    servicer.UndrainLink,
+                    request_deserializer=railyard_dot_v1_dot_fabric__pb2.UndrainLinkRequest.FromString,
+                    response_serializer=railyard_dot_v1_dot_fabric__pb2.UndrainLinkResponse.SerializeToString,
+            ),
+            'DrainSwitch': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainSwitch,
+                    request_deserializer=railyard_dot_v1_dot_fabric__pb2.DrainSwitchRequest.FromString,
+                    response_serializer=railyard_dot_v1_dot_fabric__pb2.DrainSwitchResponse.SerializeToString,
+            ),
+            'UndrainSwitch': grpc.unary_unary_rpc_method_handler(
+                    servicer.UndrainSwitch,
+                    request_deserializer=railyard_dot_v1_dot_fabric__pb2.UndrainSwitchRequest.FromString,
+                    response_serializer=railyard_dot_v1_dot_fabric__pb2.UndrainSwitchResponse.SerializeToString,
+            ),
             'PinFlow': grpc.unary_unary_rpc_method_handler(
                     servicer.PinFlow,
                     request_deserializer=railyard_dot_v1_dot_fabric__pb2.PinFlowRequest.FromString,
@@ -100,6 +196,168 @@ def add_FabricServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class FabricService:
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def GetFabric(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railyard.v1.FabricService/GetFabric',
+            railyard_dot_v1_dot_fabric__pb2.GetFabricRequest.SerializeToString,
+            railyard_dot_v1_dot_fabric__pb2.GetFabricResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLinks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railyard.v1.FabricService/ListLinks',
+            railyard_dot_v1_dot_fabric__pb2.ListLinksRequest.SerializeToString,
+            railyard_dot_v1_dot_fabric__pb2.ListLinksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainLink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railyard.v1.FabricService/DrainLink',
+            railyard_dot_v1_dot_fabric__pb2.DrainLinkRequest.SerializeToString,
+            railyard_dot_v1_dot_fabric__pb2.DrainLinkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UndrainLink(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railyard.v1.FabricService/UndrainLink',
+            railyard_dot_v1_dot_fabric__pb2.UndrainLinkRequest.SerializeToString,
+            railyard_dot_v1_dot_fabric__pb2.UndrainLinkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainSwitch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railyard.v1.FabricService/DrainSwitch',
+            railyard_dot_v1_dot_fabric__pb2.DrainSwitchRequest.SerializeToString,
+            railyard_dot_v1_dot_fabric__pb2.DrainSwitchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UndrainSwitch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railyard.v1.FabricService/UndrainSwitch',
+            railyard_dot_v1_dot_fabric__pb2.UndrainSwitchRequest.SerializeToString,
+            railyard_dot_v1_dot_fabric__pb2.UndrainSwitchResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def PinFlow(request,

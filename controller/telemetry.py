@@ -1,0 +1,93 @@
+"""Telemetry ingest: a bounded queue between the API and the link view.
+
+The API thread validates and enqueues; one worker applies batches to the
+LinkView under a lock. A full queue refuses the batch (the API answers
+RESOURCE_EXHAUSTED and counts it), so a flood of telemetry costs at most the
+queue's bounded memory and never delays placement.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from controller.fabric import Endpoint
+from controller.metrics import Metrics
+from controller.te.view import FlowKey, FlowSample, LinkView, PathSample, PortSample
+
+log = logging.getLogger(__name__)
+
+QUEUE_BATCHES = 256
+FORGET_AFTER_S = 60.0
+SWEEP_INTERVAL_S = 5.0
+
+
+@dataclass(frozen=True)
+class Batch:
+    ports: tuple[tuple[Endpoint, PortSample], ...] = ()
+    paths: tuple[tuple[tuple[str, str, str], PathSample], ...] = ()
+    flows: tuple[tuple[FlowKey, FlowSample], ...] = ()
+
+    def __len__(self) -> int:
+        return len(self.ports) + len(self.paths) + len(self.flows)
+
+
+class Overloaded(Exception):
+    pass
+
+
+class TelemetryIngest:
+    def __init__(self, metrics: Metrics, clock: Callable[[], float] = time.time, capacity: int = QUEUE_BATCHES) -> None:
+        self.metrics = metrics
+        self.clock = clock
+        self.view = LinkView()
+        self._lock = threading.Lock()
+        self._queue: "queue.Queue[Batch | None]" = queue.Queue(maxsize=capacity)
+        self._thread = threading.Thread(target=self._run, name="telemetry", daemon=True)
+        self._last_sweep = 0.0
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        try:
+            self._queue.put_nowait(None)
+        except queue.Full:
+            pass
+
+    def submit(self, batch: Batch) -> None:
+        try:
+            self._queue.put_nowait(batch)
+        except queue.Full:
+            self.metrics.telemetry_records.labels("dropped").inc(len(batch))
+            raise Overloaded(f"telemetry queue full ({self._queue.maxsize} batches); retry with backoff") from None
+
+    def _run(self) -> None:
+        while True:
+            batch = self._queue.get()
+            if batch is None:
+                return
+            with self._lock:
+                for egress, sample in batch.ports:
+                    self.view.observe_port(egress, sample)
+                for key, sample in batch.paths:
+                    self.view.observe_path(key, sample)
+                for key, sample in batch.flows:
+                    self.view.observe_flow(key, sample)
+                now = self.clock()
+                if now - self._last_sweep > SWEEP_INTERVAL_S:
+                    self.view.forget_before(now - FORGET_AFTER_S)
+                    self._last_sweep = now
+            self.metrics.telemetry_records.labels("accepted").inc(len(batch))
+
+    def fresh_load(self) -> dict[Endpoint, float]:
+        with self._lock:
+            return self.view.fresh_load(self.clock())
+
+    def fresh_ports(self) -> dict[Endpoint, PortSample]:
+        with self._lock:
+            return self.view.fresh_ports(self.clock())
