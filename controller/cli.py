@@ -61,7 +61,6 @@ def main(argv: list[str] | None = None) -> int:
     except FieldError as exc:
         print(f"railyard: {exc}", file=sys.stderr)
         return 2
-    return 2
 
 
 if __name__ == "__main__":

@@ -8,10 +8,11 @@ from pathlib import Path
 
 import grpc
 
-from controller.api.client import DEFAULT_TARGET, Client
+from controller.api.client import DEFAULT_TARGET, PATTERNS, Client
 from controller.fabric import load_fabric
 
 DEFAULT_STORE = "/var/lib/railyard/intent.db"
+PATTERN_NAMES = {value: name for name, value in PATTERNS.items()}
 
 
 def add_parsers(sub) -> None:
@@ -44,7 +45,31 @@ def _api_parsers(sub):
     unpin = sub.add_parser("unpin", help="remove a pin; the flow falls back to ECMP")
     unpin.add_argument("name")
     pins = sub.add_parser("pins", help="list pins")
-    return pin, unpin, pins
+
+    place = sub.add_parser("place", help="place a job: rail-aligned GPUs and a spine for each cross-pod flow")
+    place.add_argument("job_id")
+    place.add_argument("--gpus", type=int, required=True, help="GPU count")
+    place.add_argument("--pattern", choices=["ring", "tree", "all-to-all"], default="ring")
+    place.add_argument("--flow-gbps", type=float, default=0.0, help="bandwidth demand of each flow of the pattern")
+    place.add_argument("--gpus-per-server", type=int, default=0, help="default: min(gpus, rails)")
+    place.add_argument("--servers", default="", help="comma-separated explicit servers")
+    place.add_argument("--max-pods", type=int, default=0)
+    place.add_argument("--exclusive", action="store_true", help="no other job may share the servers")
+    place.add_argument("--request-id", default="", help="retry key: same id returns the original placement")
+    release = sub.add_parser("release", help="release a job's GPUs and paths")
+    release.add_argument("job_id")
+    jobs = sub.add_parser("jobs", help="list jobs, or show one")
+    jobs.add_argument("job_id", nargs="?")
+    links = sub.add_parser("links", help="links with drain state, predicted and measured load")
+    links.add_argument("--switch", default="", help="only this switch's links")
+    links.add_argument("--access", action="store_true", help="include NIC links")
+    drains = []
+    for verb in ("drain", "undrain"):
+        parser = sub.add_parser(verb, help=f"{verb} a link (SWITCH:PORT) or a switch")
+        parser.add_argument("kind", choices=["link", "switch"])
+        parser.add_argument("name")
+        drains.append(parser)
+    return pin, unpin, pins, place, release, jobs, links, *drains
 
 
 def controller_run(args) -> int:
@@ -82,18 +107,81 @@ def _print(rows: list[dict], as_json: bool) -> None:
         print("  ".join(str(row[c]).ljust(widths[c]) for c in cols))
 
 
+def _job_row(job) -> dict:
+    return {"job": job.job_id, "gpus": len(job.gpus), "pattern": PATTERN_NAMES.get(job.request.pattern, "?"), "pods": ",".join(map(str, job.pods)),
+            "cross_pod_flows": sum(1 for f in job.flows if f.spine),
+            "predicted_max_util": f"{job.predicted_max_utilization_ratio:.3f}"}
+
+
+def _job_detail(job) -> list[dict]:
+    return [{"rank": g.rank, "server": g.server, "pod": g.pod, "rail": g.rail, "nic": g.nic_address,
+             "leaf": g.leaf, "sends_via": ",".join(sorted({f.spine for f in job.flows
+                                                           if f.src_address == g.nic_address and f.spine})) or "-"}
+            for g in job.gpus]
+
+
+def _link_row(link) -> dict:
+    worst = max(link.directions, key=lambda d: d.utilization_ratio)
+    return {"link": link.name, "a": f"{link.a_node}:{link.a_port}", "b": f"{link.b_node}:{link.b_port}",
+            "gbps": f"{link.capacity_bps / 1e9:g}", "drained": link.drained,
+            "util": f"{worst.utilization_ratio:.3f}", "hot_dir": f"{worst.from_node}:{worst.from_port}",
+            "queue_bytes": max(d.queue_bytes for d in link.directions)}
+
+
+def _as_json(message) -> dict:
+    from google.protobuf.json_format import MessageToDict
+
+    return MessageToDict(message, preserving_proto_field_name=True)
+
+
 def api_command(args) -> int:
     try:
         with Client(args.target) as client:
-            if args.cmd == "pin":
-                reply = client.pin_flow(args.name, args.src, args.dst, args.spine, args.protocol or "",
-                                        args.src_port, args.dst_port, args.forward_only)
-                _print([_pin_row(reply.pin)], args.json)
-            elif args.cmd == "unpin":
-                _print([_pin_row(client.unpin_flow(args.name).pin)], args.json)
-            else:
-                _print([_pin_row(p) for p in client.list_pins()], args.json)
+            _run_api(client, args)
     except grpc.RpcError as exc:
         print(f"railyard: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1
     return 0
+
+
+def _run_api(client: Client, args) -> None:
+    cmd = args.cmd
+    if cmd == "pin":
+        reply = client.pin_flow(args.name, args.src, args.dst, args.spine, args.protocol or "",
+                                args.src_port, args.dst_port, args.forward_only)
+        _print([_pin_row(reply.pin)], args.json)
+    elif cmd == "unpin":
+        _print([_pin_row(client.unpin_flow(args.name).pin)], args.json)
+    elif cmd == "pins":
+        _print([_pin_row(p) for p in client.list_pins()], args.json)
+    elif cmd == "place":
+        servers = [s for s in args.servers.split(",") if s]
+        reply = client.place_job(args.job_id, args.gpus, args.pattern, args.flow_gbps, args.gpus_per_server,
+                                 servers, args.max_pods, args.exclusive, args.request_id)
+        _show_job(reply.job, args.json)
+    elif cmd == "release":
+        _show_job(client.release_job(args.job_id), args.json, detail=False)
+    elif cmd == "jobs":
+        if args.job_id:
+            _show_job(client.get_job(args.job_id), args.json)
+        elif args.json:
+            _print([_as_json(j) for j in client.list_jobs()], True)
+        else:
+            _print([_job_row(j) for j in client.list_jobs()], False)
+    elif cmd == "links":
+        links = client.list_links(args.switch, args.access)
+        _print([_as_json(link) for link in links] if args.json else [_link_row(link) for link in links], args.json)
+    else:
+        reply = client.drain(args.kind, args.name, drained=cmd == "drain")
+        _print([_as_json(reply)] if args.json else [{"kind": args.kind, "name": args.name, "state": cmd + "ed",
+                "rerouted_jobs": ",".join(getattr(reply, "rerouted_job_ids", [])) or "-"}], args.json)
+
+
+def _show_job(job, as_json: bool, detail: bool = True) -> None:
+    if as_json:
+        _print([_as_json(job)], True)
+        return
+    _print([_job_row(job)], False)
+    if detail:
+        print()
+        _print(_job_detail(job), False)

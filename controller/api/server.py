@@ -14,6 +14,7 @@ from controller.api.gen.railyard.v1 import fabric_pb2, fabric_pb2_grpc, placemen
 from controller.api.gen.railyard.v1 import telemetry_pb2, telemetry_pb2_grpc
 from controller.api.placement import MAX_WATCHERS, PlacementServicer
 from controller.api.telemetry import TelemetryServicer
+from controller.errors import FieldError
 from controller.metrics import Metrics
 from controller.service import IntentService
 from controller.telemetry import TelemetryIngest
@@ -21,11 +22,66 @@ from controller.telemetry import TelemetryIngest
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_CONCURRENT_RPCS = 64
 WORKERS = 8 + MAX_WATCHERS  # watch streams each hold a worker; unary calls keep 8
+class RequestError(FieldError):
+    context = "request"
+
+
 SERVICE_NAMES = tuple(
     module.DESCRIPTOR.services_by_name[name].full_name
     for module, name in ((fabric_pb2, "FabricService"), (placement_pb2, "PlacementService"),
                          (telemetry_pb2, "TelemetryService"))
 )
+
+
+class DecodeErrorsAreInvalidArgument(grpc.ServerInterceptor):
+    """grpcio answers a request it cannot deserialize with INTERNAL; a malformed
+    message is the client's fault, so parse inside the handler and say
+    INVALID_ARGUMENT instead."""
+
+    def intercept_service(self, continuation, handler_call_details):
+        handler = continuation(handler_call_details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        parse = handler.request_deserializer
+        method = handler_call_details.method.rsplit("/", 1)[-1]
+
+        def decode(raw: bytes):
+            try:
+                return parse(raw)
+            except Exception:  # noqa: BLE001 - DecodeError and friends, by protobuf runtime
+                raise RequestError("request", f"is not a valid {method} request message",
+                                   "a serialized protobuf message of the request type") from None
+
+        if handler.unary_unary:
+            behavior = handler.unary_unary
+
+            def unary(raw, context):
+                try:
+                    request = decode(raw)
+                except RequestError as exc:
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                return behavior(request, context)
+
+            return grpc.unary_unary_rpc_method_handler(unary, None, handler.response_serializer)
+        if handler.unary_stream:
+            behavior = handler.unary_stream
+
+            def unary_stream(raw, context):
+                try:
+                    request = decode(raw)
+                except RequestError as exc:
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                return behavior(request, context)
+
+            return grpc.unary_stream_rpc_method_handler(unary_stream, None, handler.response_serializer)
+        if handler.stream_unary:
+            behavior = handler.stream_unary
+            # Decoded lazily inside the servicer's loop: a bad message surfaces
+            # as a RequestError there, which the servicer maps like any other.
+            return grpc.stream_unary_rpc_method_handler(
+                lambda raws, context: behavior((decode(raw) for raw in raws), context), None,
+                handler.response_serializer)
+        return handler
 
 
 class ApiServer:
@@ -34,6 +90,7 @@ class ApiServer:
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="grpc"),
             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
+            interceptors=[DecodeErrorsAreInvalidArgument()],
             options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                      ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                      ("grpc.so_reuseport", 0)],

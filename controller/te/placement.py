@@ -118,6 +118,7 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
     k, m = request.per_server(rails), request.server_count(rails)
     avail = available_servers(fabric, state, request)
     base = merged(jobs_load(fabric, state.jobs.values()), state.measured_bps)
+    pod_load = _pod_uplink_load(fabric, base)
     wanted = f"{request.gpu_count} GPUs as {m} server(s) x {k}"
 
     if request.servers:
@@ -130,7 +131,7 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
                              + _free_summary(fabric, state, avail, k))
         candidates = [keys]
     else:
-        candidates = _candidates(avail, m, request.max_pods, _pod_uplink_load(fabric, base))
+        candidates = _candidates(avail, m, request.max_pods, pod_load)
         if not candidates:
             limit = f" within {request.max_pods} pod(s)" if request.max_pods else ""
             raise NoCapacity(f"{wanted}{limit} does not fit: " + _free_summary(fabric, state, avail, k))
@@ -147,7 +148,9 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
                 continue
             touched = {e for f in placed for e in fabric.egress_path(f.src, f.dst, f.via or None)}
             peak = max([floor, *(load[e] / fabric.link_at(e).capacity_bps for e in touched)])
-            score = (round(peak, 9), len({pod for pod, _ in servers}), order)
+            pods = {pod for pod, _ in servers}
+            # Lowest predicted peak; then fewest pods; then the pods with the most headroom.
+            score = (round(peak, 9), len(pods), sum(pod_load.get(p, 0.0) for p in pods), order)
             if best is None or score < best[0]:
                 best = (score, servers, placed, peak)
     if best is None:

@@ -32,3 +32,28 @@ def emu(demo_fabric):
     ovs.check_running()
     with EmulatedFabric(demo_fabric) as fabric:
         yield fabric
+
+
+@pytest.fixture(scope="module")
+def fabric_and_controller(demo_fabric, tmp_path_factory):
+    """The demo fabric with the real controller daemon (a child process, fresh store) attached."""
+    from emulation import ovs
+    from emulation.controller_process import ControllerProcess, Ports
+    from emulation.net import EmulatedFabric
+
+    ovs.check_running()
+    tmp = tmp_path_factory.mktemp("controller")
+    ports = Ports.pick()
+    ctl = ControllerProcess(None, tmp / "intent.db", ports, tmp / "controller.log", reconcile_interval_s=1.0)
+    with EmulatedFabric(demo_fabric, controller=ports.controller_target) as emu:
+        ctl.start()
+        try:
+            ctl.wait_ready(len(demo_fabric.switches))
+            yield emu, ctl
+        finally:
+            ctl.stop()
+
+
+@pytest.fixture
+def ctl(fabric_and_controller):
+    return fabric_and_controller[1]

@@ -5,7 +5,6 @@ One daemon process and one fabric per module; tests run in file order and
 each leaves the intent empty again.
 """
 
-import re
 import subprocess
 import time
 
@@ -13,70 +12,23 @@ import grpc
 import pytest
 
 from controller.api.errors import FIELD_METADATA_KEY
-from controller.fabric import Endpoint, NicId
+from controller.fabric import NicId
 from emulation import ovs
-from emulation.controller_process import ControllerProcess, Ports, total
-from emulation.observe import counter_delta, ecmp_uplink, port_counters
+from emulation.controller_process import total
+from emulation.observe import ecmp_uplink
 from emulation.traffic import FlowSpec, TrafficRun
 from emulation.underlay import build_underlay
+from tests.integration.helpers import SPINE_OF_UPLINK, railyard_entries, uplink_bytes, window
 
 A, B = NicId(0, 0, 0), NicId(0, 1, 0)  # rail 0, pod 0 -> pod 1: crosses a spine
 FLOW = FlowSpec(A, B, "tcp", 40001, 5301)
 SRC_LEAF, DST_LEAF = "ryl0r0", "ryl1r0"
-SPINE_OF_UPLINK = {3: "rys0", 4: "rys1"}  # leaf port S+1+j faces spine j (S = 2 servers)
 FLOW_MODS = "railyard_flow_mods_total"
-
-
-@pytest.fixture(scope="module")
-def fabric_and_controller(demo_fabric, tmp_path_factory):
-    from emulation.net import EmulatedFabric
-
-    ovs.check_running()
-    tmp = tmp_path_factory.mktemp("controller")
-    ports = Ports.pick()
-    ctl = ControllerProcess(None, tmp / "intent.db", ports, tmp / "controller.log", reconcile_interval_s=1.0)
-    with EmulatedFabric(demo_fabric, controller=ports.controller_target) as emu:
-        ctl.start()
-        try:
-            ctl.wait_ready(len(demo_fabric.switches))
-            yield emu, ctl
-        finally:
-            ctl.stop()
 
 
 @pytest.fixture
 def emu(fabric_and_controller):
     return fabric_and_controller[0]
-
-
-@pytest.fixture
-def ctl(fabric_and_controller):
-    return fabric_and_controller[1]
-
-
-def railyard_entries(switch: str) -> dict[str, dict]:
-    """Railyard-cookie entries on a switch: match text -> {cookie, duration_s, actions}."""
-    found = {}
-    for line in ovs.dump_flows(switch):
-        cookie = int(re.search(r"cookie=(0x[0-9a-f]+)", line).group(1), 16)
-        if cookie >> 48 != 0x5259:
-            continue
-        match = re.search(r"priority=\d+,(\S+) actions=", line).group(1)
-        found[match] = {"cookie": cookie, "duration_s": float(re.search(r"duration=([\d.]+)s", line).group(1)),
-                        "actions": line.split("actions=")[1]}
-    return found
-
-
-def uplink_bytes(before, after, leaf=SRC_LEAF) -> dict[int, int]:
-    delta = counter_delta(before, after)
-    return {port: delta[Endpoint(leaf, port)].tx_bytes for port in SPINE_OF_UPLINK}
-
-
-def window(fabric, seconds=2.0):
-    """Port counters at the start and end of a measurement window."""
-    before = port_counters(fabric)
-    time.sleep(seconds)
-    return before, port_counters(fabric)
 
 
 def pin(ctl, spine, name="elephant-1", flow=FLOW, forward_only=False):
@@ -98,17 +50,17 @@ def test_pin_moves_the_flow_to_the_chosen_uplink_and_unpin_falls_back(emu, ctl):
     run = TrafficRun(emu.popen, [FLOW], duration_s=12).start()
     try:
         time.sleep(1.5)
-        on_ecmp = uplink_bytes(*window(emu.fabric))
+        on_ecmp = uplink_bytes(*window(emu.fabric), SRC_LEAF)
         pin(ctl, SPINE_OF_UPLINK[other_port])
         entries = railyard_entries(SRC_LEAF)
         assert [e["actions"] for e in entries.values()] == [f"dec_ttl,output:{other_port}"]
         assert len(railyard_entries(DST_LEAF)) == 1  # the ACK direction is pinned too
         time.sleep(0.3)
-        on_pin = uplink_bytes(*window(emu.fabric))
+        on_pin = uplink_bytes(*window(emu.fabric), SRC_LEAF)
         unpin(ctl)
         assert railyard_entries(SRC_LEAF) == {} and railyard_entries(DST_LEAF) == {}
         time.sleep(0.3)
-        after = uplink_bytes(*window(emu.fabric))
+        after = uplink_bytes(*window(emu.fabric), SRC_LEAF)
     finally:
         (result,) = run.wait()
     # 2 s at ~50 Mb/s is ~12 MB; "moved" means the other uplink carries < 2 % of it.
@@ -128,11 +80,11 @@ def test_kill_9_keeps_traffic_flowing_and_restart_sends_zero_flow_mods(emu, ctl)
         time.sleep(2)
         ctl.kill()  # SIGKILL: no shutdown path runs
         time.sleep(2)  # switches notice the dead controller and keep forwarding (fail_mode=secure)
-        headless = uplink_bytes(*window(emu.fabric, 1.5))
+        headless = uplink_bytes(*window(emu.fabric, 1.5), SRC_LEAF)
         ctl.start()
         samples = ctl.wait_ready(len(emu.fabric.switches))
         samples = ctl.wait_reconciles(2)  # connect passes and at least one periodic pass
-        on_pin = uplink_bytes(*window(emu.fabric, 1.5))
+        on_pin = uplink_bytes(*window(emu.fabric, 1.5), SRC_LEAF)
     finally:
         (result,) = run.wait()
 

@@ -1,0 +1,35 @@
+"""Helpers shared by the integration tests: reading switches and counters."""
+
+import re
+import time
+
+from controller.fabric import Endpoint
+from emulation import ovs
+from emulation.observe import counter_delta, port_counters
+
+SPINE_OF_UPLINK = {3: "rys0", 4: "rys1"}  # demo fabric: leaf port S+1+j faces spine j (S = 2 servers)
+
+
+def railyard_entries(switch: str) -> dict[str, dict]:
+    """Railyard-cookie entries on a switch: match text -> {cookie, duration_s, actions}."""
+    found = {}
+    for line in ovs.dump_flows(switch):
+        cookie = int(re.search(r"cookie=(0x[0-9a-f]+)", line).group(1), 16)
+        if cookie >> 48 != 0x5259:
+            continue
+        match = re.search(r"priority=\d+,(\S+) actions=", line).group(1)
+        found[match] = {"cookie": cookie, "duration_s": float(re.search(r"duration=([\d.]+)s", line).group(1)),
+                        "actions": line.split("actions=")[1]}
+    return found
+
+
+def uplink_bytes(before, after, leaf: str) -> dict[int, int]:
+    delta = counter_delta(before, after)
+    return {port: delta[Endpoint(leaf, port)].tx_bytes for port in SPINE_OF_UPLINK}
+
+
+def window(fabric, seconds=2.0):
+    """Port counters at the start and end of a measurement window."""
+    before = port_counters(fabric)
+    time.sleep(seconds)
+    return before, port_counters(fabric)

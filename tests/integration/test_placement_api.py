@@ -1,0 +1,168 @@
+"""Placement end to end: a scheduler's gRPC calls against the running daemon
+and the emulated fabric; the switches' tables and real traffic are the proof."""
+
+import threading
+import time
+
+import grpc
+import pytest
+
+from controller.api.gen.railyard.v1 import placement_pb2 as ppb
+from controller.fabric import addressing as ad
+from emulation.controller_process import total
+from emulation.traffic import FlowSpec, TrafficRun
+from tests.integration.helpers import SPINE_OF_UPLINK, railyard_entries, uplink_bytes, window
+
+UPLINK_OF_SPINE = {spine: port for port, spine in SPINE_OF_UPLINK.items()}
+LEAVES = ("ryl0r0", "ryl0r1", "ryl1r0", "ryl1r1")
+
+
+@pytest.fixture
+def emu(fabric_and_controller):
+    return fabric_and_controller[0]
+
+
+def cross_pod(job):
+    return [f for f in job.flows if f.spine]
+
+
+def job_entries():
+    return {leaf: railyard_entries(leaf) for leaf in LEAVES}
+
+
+def collect(stream, events):
+    try:
+        for event in stream:
+            events.append(event)
+    except grpc.RpcError:
+        pass  # cancelled, or the daemon went away
+
+
+def test_ring_job_across_pods_is_steered_released_and_survives_restart(emu, ctl):
+    fabric = emu.fabric
+    events = []
+    with ctl.client() as client:
+        watch = client.watch_jobs(timeout_s=120)
+        watcher = threading.Thread(target=collect, args=(watch, events), daemon=True)
+        watcher.start()
+        time.sleep(0.3)
+        reply = client.place_job("ring-1", 8, "ring", flow_gbps=100.0, request_id="req-1")
+        job = reply.job
+        assert reply.created and list(job.pods) == [0, 1]
+        assert [(g.rank, g.rail) for g in job.gpus] == [(r, r % 2) for r in range(8)]  # rank g on rail g
+        flows = cross_pod(job)
+        assert len(flows) == 4  # the ring crosses the pod boundary twice, on each of 2 rails
+        # A retry with the same request_id is answered with the original; without it, refused.
+        again = client.place_job("ring-1", 8, "ring", flow_gbps=100.0, request_id="req-1")
+        assert not again.created and again.job == job
+        with pytest.raises(grpc.RpcError) as err:
+            client.place_job("ring-1", 8, "ring", flow_gbps=100.0)
+        assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
+        with pytest.raises(grpc.RpcError) as err:
+            client.place_job("ring-2", 2, "ring")
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "free GPUs: 0" in err.value.details()
+    ctl.wait_reconciles(1)
+
+    # Every cross-pod flow has its entry on its source leaf, out of the uplink to its spine.
+    entries = job_entries()
+    for flow in flows:
+        leaf = fabric.attachment(ad.parse_nic_address(flow.src_address)).node
+        steering = [e for m, e in entries[leaf].items() if f"nw_src={flow.src_address}," in m + ","
+                    and f"nw_dst={flow.dst_address}" in m]
+        assert [e["actions"] for e in steering] == [f"dec_ttl,output:{UPLINK_OF_SPINE[flow.spine]}"]
+    assert sum(len(e) for e in entries.values()) == 4
+
+    # Real traffic follows: three UDP flows per cross-pod pair, source ports that ECMP would spread.
+    specs = [FlowSpec(ad.parse_nic_address(f.src_address), ad.parse_nic_address(f.dst_address), "udp",
+                      41000 + 7 * i + k, 4791 + i * 3 + k, rate_bps=12e6)
+             for i, f in enumerate(flows) for k in range(3)]
+    run = TrafficRun(emu.popen, specs, duration_s=5).start()
+    try:
+        time.sleep(1.5)
+        before, after = window(fabric, 2.0)
+    finally:
+        results = run.wait()
+    assert all(not r.error for r in results)
+    for flow in flows:
+        leaf = fabric.attachment(ad.parse_nic_address(flow.src_address)).node
+        sent = uplink_bytes(before, after, leaf)
+        chosen = UPLINK_OF_SPINE[flow.spine]
+        other = next(p for p in sent if p != chosen)
+        assert sent[chosen] > 6e6 and sent[other] < sent[chosen] * 0.05, (leaf, flow.spine, sent)
+
+    # Restart (kill -9): the job is still there and nothing is re-sent.
+    ctl.kill()
+    ctl.start()
+    samples = ctl.wait_ready(len(fabric.switches))
+    samples = ctl.wait_reconciles(1)
+    assert total(samples, "railyard_flow_mods_total") == 0
+    assert total(samples, "railyard_jobs_active") == 1
+    with ctl.client() as client:
+        assert client.get_job("ring-1") == job
+        released = client.release_job("ring-1")
+        assert released.job_id == "ring-1"
+        with pytest.raises(grpc.RpcError) as err:
+            client.get_job("ring-1")
+        assert err.value.code() == grpc.StatusCode.NOT_FOUND
+    ctl.wait_reconciles(1)
+    assert all(not e for e in job_entries().values())
+    samples = ctl.metrics()
+    assert total(samples, "railyard_gpus_allocated") == 0 and total(samples, "railyard_jobs_active") == 0
+
+    watch.cancel()
+    watcher.join(timeout=5)
+    kinds = [e.kind for e in events]
+    assert kinds[:1] == [ppb.JobEvent.KIND_PLACED]  # the stream died with the killed daemon
+    assert events[0].job == job
+
+
+def test_drain_moves_job_flows_and_refuses_the_last_path(emu, ctl):
+    with ctl.client() as client:
+        job = client.place_job("ring-d", 8, "ring", flow_gbps=100.0).job
+        used = sorted({f.spine for f in cross_pod(job)})
+        victim = used[0]
+        other = next(s for s in ("rys0", "rys1") if s != victim)
+        reply = client.drain("switch", victim)
+        assert list(reply.rerouted_job_ids) == ["ring-d"]
+        moved = client.get_job("ring-d")
+        assert {f.spine for f in cross_pod(moved)} == {other}
+        with pytest.raises(grpc.RpcError) as err:
+            client.drain("switch", other)
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "last path" in err.value.details()
+        links = {link.name: link for link in client.list_links()}
+        assert all(link.drained is False for link in links.values())
+        assert {s.name for s in client.get_fabric().switches if s.drained} == {victim}
+        ctl.wait_reconciles(1)
+        for leaf in LEAVES:
+            for entry in railyard_entries(leaf).values():
+                assert entry["actions"] == f"dec_ttl,output:{UPLINK_OF_SPINE[other]}"
+        client.drain("switch", victim, drained=False)
+        # Drain a link by either end: the leaf's uplink to the other spine.
+        link = client.drain("link", f"ryl0r0:{UPLINK_OF_SPINE[other]}")
+        assert link.link == f"ryl0r0:{UPLINK_OF_SPINE[other]}"
+        client.drain("link", link.link, drained=False)
+        client.release_job("ring-d")
+        assert client.get_fabric().free_gpu_count == 8
+
+
+def test_live_link_view_reports_telemetry_and_placement_avoids_hot_pods(emu, ctl):
+    from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
+
+    with ctl.client() as client:
+        now = time.time()
+        batch = tpb.TelemetryBatch()
+        for leaf in ("ryl0r0", "ryl0r1"):  # pod 0's uplinks are busy with someone else's traffic
+            for port in (3, 4):
+                hop = batch.hops.add(switch=leaf, egress_port=port, tx_bps=300e9, queue_bytes=50_000)
+                hop.observe_time.FromNanoseconds(int(now * 1e9))
+        batch.hops.add(switch="nope", egress_port=1, tx_bps=1.0)
+        summary = client.report_telemetry([batch])
+        assert summary.accepted_records == 4 and summary.rejected_records == 1
+        time.sleep(0.3)
+        (uplink,) = [link for link in client.list_links("ryl0r0") if link.name == "ryl0r0:3"]
+        measured = {d.from_node: d for d in uplink.directions}["ryl0r0"]
+        assert measured.measured_bps == pytest.approx(300e9) and measured.queue_bytes == 50_000
+        # A 2-server job fits in either pod; pod 1 has the headroom.
+        job = client.place_job("small", 4, "ring", flow_gbps=10.0).job
+        assert list(job.pods) == [1]
+        client.release_job("small")
