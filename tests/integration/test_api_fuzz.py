@@ -1,0 +1,148 @@
+"""Fuzzing the gRPC API of the running daemon: raw garbage, adversarial values,
+oversize messages. Only the documented codes may come back, and afterwards the
+daemon is healthy with its state exactly as before."""
+
+import math
+from collections import Counter
+
+import grpc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from controller.api.gen.railyard.v1 import fabric_pb2 as fpb
+from controller.api.gen.railyard.v1 import placement_pb2 as ppb
+from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
+from emulation.controller_process import total
+
+ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
+           grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED}
+UNARY = [f"/railyard.v1.PlacementService/{m}" for m in ("PlaceJob", "ReleaseJob", "GetJob", "ListJobs")] + [
+    f"/railyard.v1.FabricService/{m}" for m in ("GetFabric", "ListLinks", "DrainLink", "UndrainLink", "DrainSwitch",
+                                                 "UndrainSwitch", "PinFlow", "UnpinFlow", "ListPins")]
+
+
+def state_of(client):
+    fabric = client.get_fabric()
+    return (tuple(client.list_jobs()), tuple(client.list_pins()), fabric.free_gpu_count,
+            tuple((s.name, s.drained) for s in fabric.switches),
+            tuple((link.name, link.drained) for link in client.list_links(include_access=True)))
+
+
+def undo(client):
+    """A random message that happened to be a valid mutation: take it back."""
+    for job in client.list_jobs():
+        client.release_job(job.job_id)
+    for pin in client.list_pins():
+        client.unpin_flow(pin.name)
+    for switch in client.get_fabric().switches:
+        if switch.drained:
+            client.drain("switch", switch.name, drained=False)
+    for link in client.list_links(include_access=True):
+        if link.drained:
+            client.drain("link", link.name, drained=False)
+
+
+def call_raw(channel, method, payload: bytes):
+    stub = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+    try:
+        stub(payload, timeout=10)
+        return grpc.StatusCode.OK
+    except grpc.RpcError as exc:
+        return exc.code()
+
+
+@pytest.fixture(scope="module")
+def baseline(fabric_and_controller):
+    _, ctl = fabric_and_controller
+    with ctl.client() as client:
+        return state_of(client)
+
+
+def test_raw_bytes_get_documented_codes(ctl, baseline):
+    seen = Counter()
+    with ctl.client() as client:
+        channel = client.channel
+
+        @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+        @given(method=st.sampled_from(UNARY), payload=st.binary(max_size=512))
+        def fuzz(method, payload):
+            code = call_raw(channel, method, payload)
+            seen[code] += 1
+            assert code in ALLOWED, (method, payload, code)
+            if code == grpc.StatusCode.OK:
+                undo(client)
+
+        fuzz()
+        assert sum(seen.values()) >= 200 and seen[grpc.StatusCode.INVALID_ARGUMENT] > 0
+        assert call_raw(channel, UNARY[0], b"\xff\xff\xff\xff") == grpc.StatusCode.INVALID_ARGUMENT
+        assert state_of(client) == baseline
+
+
+ADVERSARIAL_JOBS = [
+    dict(job_id="j", gpu_count=2**32 - 1, pattern=1),
+    dict(job_id="j", gpu_count=2, pattern=1, flow_bandwidth_gbps=-1.0),
+    dict(job_id="j", gpu_count=2, pattern=1, flow_bandwidth_gbps=math.nan),
+    dict(job_id="j", gpu_count=2, pattern=1, flow_bandwidth_gbps=math.inf),
+    dict(job_id="j", gpu_count=2, pattern=99),
+    dict(job_id="j", gpu_count=2, pattern=0),
+    dict(job_id="j", gpu_count=4, pattern=1, servers=["ryh0s0", "ghost"]),
+    dict(job_id="j", gpu_count=4, pattern=1, servers=["ryh0s0", "ryh0s0"]),
+    dict(job_id="j" * 100_000, gpu_count=2, pattern=1),
+    dict(job_id="", gpu_count=2, pattern=1),
+    dict(job_id="j", gpu_count=2, pattern=1, gpus_per_server=2**31),
+    dict(job_id="j", gpu_count=2, pattern=1, max_pods=2**32 - 1),
+    dict(job_id="j", gpu_count=2, pattern=1, request_id="r" * 10_000),
+    dict(job_id="j", gpu_count=9, pattern=3),
+]
+
+
+def test_adversarial_values_get_specific_errors(ctl, baseline):
+    with ctl.client() as client:
+        for fields in ADVERSARIAL_JOBS:
+            with pytest.raises(grpc.RpcError) as err:
+                client.placement.PlaceJob(ppb.PlaceJobRequest(**fields), timeout=10)
+            assert err.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED), fields
+            if err.value.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                assert "allowed" in err.value.details(), (fields, err.value.details())
+        calls = [
+            (client.placement.ListJobs, ppb.ListJobsRequest(page_size=-5), grpc.StatusCode.INVALID_ARGUMENT),
+            (client.placement.ListJobs, ppb.ListJobsRequest(page_token="!!not-a-token"), grpc.StatusCode.INVALID_ARGUMENT),
+            (client.placement.GetJob, ppb.GetJobRequest(job_id="ghost"), grpc.StatusCode.NOT_FOUND),
+            (client.placement.ReleaseJob, ppb.ReleaseJobRequest(job_id="ghost"), grpc.StatusCode.NOT_FOUND),
+            (client.fabric.ListLinks, fpb.ListLinksRequest(switch="ghost"), grpc.StatusCode.INVALID_ARGUMENT),
+            (client.fabric.DrainLink, fpb.DrainLinkRequest(link="ryl0r0"), grpc.StatusCode.INVALID_ARGUMENT),
+            (client.fabric.DrainLink, fpb.DrainLinkRequest(link="ryl0r0:999"), grpc.StatusCode.NOT_FOUND),
+            (client.fabric.DrainSwitch, fpb.DrainSwitchRequest(switch="ghost"), grpc.StatusCode.NOT_FOUND),
+            (client.fabric.PinFlow, fpb.PinFlowRequest(), grpc.StatusCode.INVALID_ARGUMENT),
+            (client.fabric.PinFlow, fpb.PinFlowRequest(pin=fpb.FlowPin(
+                name="p", spine="rys0", match=fpb.FlowMatch(src_address="10.0.0.1", dst_address="10.0.1.1",
+                                                            protocol=42))), grpc.StatusCode.INVALID_ARGUMENT),
+            (client.fabric.UnpinFlow, fpb.UnpinFlowRequest(name="ghost"), grpc.StatusCode.NOT_FOUND),
+        ]
+        for call, request, code in calls:
+            with pytest.raises(grpc.RpcError) as err:
+                call(request, timeout=10)
+            assert err.value.code() == code, (request, err.value.details())
+
+        # Oversize: refused by the transport limit before any handler runs.
+        with pytest.raises(grpc.RpcError) as err:
+            client.placement.PlaceJob(ppb.PlaceJobRequest(job_id="x" * (5 * 1024 * 1024)), timeout=10)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+        # Telemetry: bad records are rejected and counted, a huge batch likewise; never applied.
+        bad = tpb.TelemetryBatch()
+        bad.hops.add(switch="ryl0r0", egress_port=3, tx_bps=math.nan)
+        bad.hops.add(switch="ryl0r0", egress_port=999, tx_bps=1.0)
+        bad.flows.add(src_address="banana", dst_address="10.0.1.1")
+        bad.paths.add(src_leaf="ghost", spine="rys0", dst_leaf="ryl1r0", bottleneck_switch="rys0")
+        huge = tpb.TelemetryBatch(hops=[tpb.HopRecord(switch="ryl0r0", egress_port=3)] * 10_001)
+        summary = client.report_telemetry([bad, huge])
+        assert summary.accepted_records == 0 and summary.rejected_records == 4 + 10_001
+
+        assert client.serving()
+        assert state_of(client) == baseline
+    samples = ctl.metrics()
+    assert total(samples, "railyard_api_requests_total", code="INTERNAL") == 0
+    assert total(samples, "railyard_api_requests_total", code="UNKNOWN") == 0
+    assert ctl.proc.poll() is None
