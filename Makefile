@@ -8,7 +8,7 @@ PYTHON_SYSTEM := /usr/bin/python3.11
 SEED ?= 1
 PYTEST_ARGS ?=
 
-.PHONY: setup host venv demo test unit integration proto controller bench bench-calibrate bench-southbound fabric-down clean
+.PHONY: setup host venv demo test unit integration proto controller bench bench-calibrate bench-southbound bench-placement fabric-down clean
 
 setup: host venv
 
@@ -46,13 +46,16 @@ proto: venv
 controller: setup
 	$(VENV)/bin/railyard controller run --store $(CURDIR)/.state/intent.db
 
-bench: bench-calibrate bench-southbound
+bench: bench-calibrate bench-southbound bench-placement
 
 bench-calibrate: setup
 	$(PY) -m bench.calibrate --out bench/results/calibration.json
 
 bench-southbound: setup
 	$(PY) -m bench.southbound --out bench/results/southbound.json
+
+bench-placement: setup
+	$(PY) -m bench.placement --out bench/results/placement.json
 
 fabric-down: venv
 	$(VENV)/bin/railyard fabric down

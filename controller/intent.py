@@ -133,11 +133,7 @@ def validate_match(fabric: Fabric, match: FlowMatch, where: str = "match") -> No
 
 def spines_between(fabric: Fabric, src: NicId, dst: NicId) -> tuple[str, ...]:
     """The top-tier switches that equal-cost paths from src to dst cross."""
-    tops = set()
-    for path in fabric.equal_cost_paths(src, dst):
-        if len(path) > 1:
-            tops.add(path[len(path) // 2])
-    return tuple(sorted(tops))
+    return fabric.vias(src, dst)
 
 
 def validate_pin(fabric: Fabric, intent: Intent, pin: FlowPin) -> None:
@@ -167,7 +163,7 @@ def directions(pin: FlowPin) -> tuple[FlowMatch, ...]:
 def pin_to_doc(pin: FlowPin) -> dict:
     m = pin.match
     return {
-        "src": str(ad.nic_address(m.src)), "dst": str(ad.nic_address(m.dst)), "protocol": m.protocol,
+        "src": ad.nic_ip(m.src), "dst": ad.nic_ip(m.dst), "protocol": m.protocol,
         "src_port": m.src_port, "dst_port": m.dst_port, "spine": pin.spine, "symmetric": pin.symmetric,
     }
 

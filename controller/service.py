@@ -22,8 +22,8 @@ from controller.metrics import Metrics
 from controller.store import Change, IntentStore
 from controller.te.drains import rerouted_jobs, resolve_link, resolve_switch
 from controller.te.jobs import Drains, Job, JobRequest, job_from_doc, job_to_doc
-from controller.te.load import jobs_load, max_utilization
-from controller.te.placement import FabricState, place
+from controller.te.load import add_job, jobs_load, max_utilization
+from controller.te.placement import FabricState, Usage, place
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +81,10 @@ class IntentService:
         self._clock = clock
         self._lock = threading.Lock()
         self._intent = intent_from_store(fabric, store, metrics)
+        # Kept in step with the jobs so placement does not re-add every job's
+        # demand on each request (that dominates on a 16k-GPU fabric).
+        self._jobs_bps = jobs_load(fabric, self._intent.jobs.values())
+        self._usage = Usage.of(self._intent.jobs.values())
         self._listeners: list[Listener] = []
         self._publish_counts()
 
@@ -128,10 +132,12 @@ class IntentService:
                     return existing, False
                 raise AlreadyExists(f"job {request.job_id!r} already exists (placed at {existing.placed_at:.3f}); "
                                     "release it first, or retry with its original request_id")
-            state = FabricState(current.jobs, current.drains, self._live_load())
+            state = FabricState(current.jobs, current.drains, self._live_load(), self._jobs_bps, self._usage)
             job = place(self.fabric, state, request, self._clock())
             new = current.with_jobs({job.job_id: job})
             self._commit(new, Change(puts={("job", job.job_id): job_to_doc(job)}))
+            add_job(self.fabric, self._jobs_bps, job)
+            self._usage.add(job)
         log.info("job %s placed: %d GPUs in pods %s, %d cross-leaf flows, predicted max utilization %.3f",
                  job.job_id, len(job.gpus), list(job.pods), sum(1 for f in job.flows if f.via),
                  job.predicted_max_utilization)
@@ -149,6 +155,8 @@ class IntentService:
             current = self._intent
             new = current.without_job(job_id)  # raises NotFound
             self._commit(new, Change(puts={}, deletes=frozenset({("job", job_id)})))
+            add_job(self.fabric, self._jobs_bps, current.jobs[job_id], sign=-1.0)
+            self._usage.remove(current.jobs[job_id])
         job = current.jobs[job_id]
         log.info("job %s released (revision %d)", job_id, new.revision)
         self._changed(new, [JobEvent("released", job, new.revision)])
@@ -177,6 +185,7 @@ class IntentService:
             change = Change(puts={**puts, record: {}} if drained else puts,
                             deletes=frozenset() if drained else frozenset({record}))
             self._commit(new, change)
+            self._jobs_bps = jobs_load(self.fabric, new.jobs.values())
         log.info("%s %s %s; %d job(s) rerouted (revision %d)", "drained" if drained else "undrained", kind,
                  canonical, len(moved), new.revision)
         self._changed(new, [JobEvent("moved", job, new.revision) for job in moved.values()])
@@ -198,8 +207,7 @@ class IntentService:
         for kind, count in intent.object_counts().items():
             self._metrics.intent_objects.labels(kind).set(count)
         self._metrics.jobs_active.set(len(intent.jobs))
-        held = Counter((g.nic.pod, g.nic.rail) for job in intent.jobs.values() for g in job.gpus)
-        for pod, rail in {(n.pod, n.rail) for n in self.fabric.nics}:
+        held = Counter((pod, rail) for (pod, _), rails in self._usage.used.items() for rail in rails)
+        for pod, rail in self.fabric.pod_rails:
             self._metrics.gpus_allocated.labels(str(pod), str(rail)).set(held.get((pod, rail), 0))
-        self._metrics.predicted_max_utilization.set(
-            max_utilization(self.fabric, jobs_load(self.fabric, intent.jobs.values())))
+        self._metrics.predicted_max_utilization.set(max_utilization(self.fabric, self._jobs_bps))

@@ -29,7 +29,7 @@ def fabric_show(args) -> int:
         print(f"  {'NIC':14s} {'address':12s} {'MAC':18s} leaf:port")
         for nic in fabric.nics:
             end = fabric.attachment(nic)
-            print(f"  {ad.nic_name(nic):14s} {str(ad.nic_address(nic)):12s} {ad.nic_mac(nic):18s} {end.node}:{end.port}")
+            print(f"  {ad.nic_name(nic):14s} {ad.nic_ip(nic):12s} {ad.nic_mac(nic):18s} {end.node}:{end.port}")
     return 0
 
 

@@ -26,7 +26,7 @@ def unreachable_pairs(emu: EmulatedFabric, pairs: list[tuple[NicId, NicId]] | No
     pairs = pairs if pairs is not None else rail_pairs(emu.fabric)
     procs = [
         (pair, emu.popen(pair[0], [
-            "ping", "-c", "2", "-i", "0.2", "-W", "2", "-I", str(ad.nic_address(pair[0])), str(ad.nic_address(pair[1]))
+            "ping", "-c", "2", "-i", "0.2", "-W", "2", "-I", ad.nic_ip(pair[0]), ad.nic_ip(pair[1])
         ], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         for pair in pairs
     ]

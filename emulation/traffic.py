@@ -106,13 +106,13 @@ class TrafficRun:
     def start(self) -> "TrafficRun":
         for i, flow in enumerate(self.flows):
             self.servers.append(self.popen_in(flow.dst, [
-                "iperf3", "-s", "-1", "-J", "-B", str(ad.nic_address(flow.dst)), "-p", str(flow.dst_port),
+                "iperf3", "-s", "-1", "-J", "-B", ad.nic_ip(flow.dst), "-p", str(flow.dst_port),
                 "--logfile", str(self.tmp / f"server-{i}.json"),
             ], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         self._wait_listening()
         for i, flow in enumerate(self.flows):
             args = [
-                "iperf3", "-c", str(ad.nic_address(flow.dst)), "-B", str(ad.nic_address(flow.src)),
+                "iperf3", "-c", ad.nic_ip(flow.dst), "-B", ad.nic_ip(flow.src),
                 "-p", str(flow.dst_port), "--cport", str(flow.src_port), "-t", str(self.duration_s),
                 "-i", "1", "-J", "--logfile", str(self.tmp / f"client-{i}.json"),
             ]

@@ -14,7 +14,7 @@ from controller.fabric import addressing as ad
 from controller.intent import FlowMatch, FlowPin, IntentError, parse_nic
 from controller.service import IntentService
 from controller.te.load import jobs_load, link_name
-from controller.te.placement import FabricState, free_gpus_by_pod, rail_count
+from controller.te.placement import FabricState, free_gpus_by_pod
 from controller.te.view import PortSample
 
 PROTOCOL_NAMES = {common_pb2.PROTOCOL_UNSPECIFIED: "", common_pb2.PROTOCOL_TCP: "tcp",
@@ -41,7 +41,7 @@ def pin_to_proto(pin: FlowPin) -> pb.FlowPin:
     m = pin.match
     return pb.FlowPin(
         name=pin.name, spine=pin.spine, forward_only=not pin.symmetric,
-        match=pb.FlowMatch(src_address=str(ad.nic_address(m.src)), dst_address=str(ad.nic_address(m.dst)),
+        match=pb.FlowMatch(src_address=ad.nic_ip(m.src), dst_address=ad.nic_ip(m.dst),
                            protocol=PROTOCOL_ENUMS[m.protocol], src_port=m.src_port, dst_port=m.dst_port),
     )
 
@@ -60,7 +60,7 @@ class FabricServicer(pb_grpc.FabricServiceServicer):
         connected = self._connected()
         reply = pb.GetFabricResponse(
             name=fabric.spec.name, kind=fabric.spec.kind.value, gpu_count=fabric.gpu_count,
-            rails=rail_count(fabric), pods=len({s.pod for s in fabric.servers}), nic_gbps=fabric.spec.rates.nic_gbps,
+            rails=fabric.rails, pods=len({s.pod for s in fabric.servers}), nic_gbps=fabric.spec.rates.nic_gbps,
             free_gpu_count=sum(free_gpus_by_pod(fabric, FabricState(intent.jobs)).values()),
         )
         for sw in sorted(fabric.switches.values(), key=lambda s: s.name):

@@ -49,9 +49,9 @@ def job_to_proto(fabric: Fabric, job: Job) -> pb.Job:
     for gpu in job.gpus:
         nic = gpu.nic
         out.gpus.add(rank=gpu.rank, server=ad.server_name(nic.pod, nic.server), pod=nic.pod, rail=nic.rail,
-                     nic_address=str(ad.nic_address(nic)), leaf=fabric.attachment(nic).node)
+                     nic_address=ad.nic_ip(nic), leaf=fabric.attachment(nic).node)
     for flow in job.flows:
-        out.flows.add(src_address=str(ad.nic_address(flow.src)), dst_address=str(ad.nic_address(flow.dst)),
+        out.flows.add(src_address=ad.nic_ip(flow.src), dst_address=ad.nic_ip(flow.dst),
                       bandwidth_gbps=flow.demand_bps / 1e9, spine=flow.via)
     return out
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
 import networkx as nx
 
@@ -43,8 +44,10 @@ class Server:
     nics: tuple[NicId, ...]
 
 
-@dataclass(frozen=True)
-class Endpoint:
+class Endpoint(NamedTuple):
+    """One end of a link; as a dict key, the egress port it names. A NamedTuple
+    rather than a dataclass: it keys every load map, and tuple hashing is C."""
+
     node: str  # switch name, or NIC name for the server side of an access link
     port: int  # OpenFlow port number on a switch; 0 on a NIC
 
@@ -115,16 +118,53 @@ class Fabric:
     def ports(self, switch: str) -> dict[int, Link]:
         return self._ports[self.switch(switch).name]
 
-    def access_link(self, nic: NicId) -> Link:
-        """The link between a NIC and its leaf."""
+    @cached_property
+    def _nic_ends(self) -> dict[NicId, tuple[Link, Endpoint, Endpoint]]:
+        """NIC -> (access link, the NIC's own transmit end, the leaf port it is cabled to).
+        Looked up on every path computation, so built once."""
+        ends = {}
+        for nic in self.nics:
+            name = addressing.nic_name(nic)
+            link = self._nic_links[name]
+            ends[nic] = (link, Endpoint(name, 0), link.peer(name))
+        return ends
+
+    def _nic_end(self, nic: NicId) -> tuple[Link, Endpoint, Endpoint]:
         try:
-            return self._nic_links[addressing.nic_name(nic)]
+            return self._nic_ends[nic]
         except KeyError:
             raise FabricError(f"no NIC {nic} in fabric {self.spec.name}") from None
 
+    def nic_egress(self, nic: NicId) -> Endpoint:
+        """The NIC's own transmit side (port 0), where its traffic enters the fabric."""
+        return self._nic_end(nic)[1]
+
+    @cached_property
+    def pod_uplinks(self) -> dict[int, tuple[Endpoint, ...]]:
+        """Per pod, the egress ports of its switches that face a higher tier."""
+        out: dict[int, list[Endpoint]] = {}
+        for sw in self.switches.values():
+            if sw.pod is None:
+                continue
+            ups = [Endpoint(sw.name, p) for p, link in sorted(self._ports[sw.name].items())
+                   if not link.is_access and self.switches[link.peer(sw.name).node].pod != sw.pod]
+            out.setdefault(sw.pod, []).extend(ups)
+        return {pod: tuple(ups) for pod, ups in out.items()}
+
+    @cached_property
+    def capacity_bps(self) -> dict[Endpoint, float]:
+        """Capacity of every egress: each switch port, and each NIC's transmit side."""
+        caps = {Endpoint(sw, p): link.capacity_bps for sw, ports in self._ports.items() for p, link in ports.items()}
+        caps.update({ends[1]: ends[0].capacity_bps for ends in self._nic_ends.values()})
+        return caps
+
+    def access_link(self, nic: NicId) -> Link:
+        """The link between a NIC and its leaf."""
+        return self._nic_end(nic)[0]
+
     def attachment(self, nic: NicId) -> Endpoint:
         """The leaf port a NIC is cabled to."""
-        return self.access_link(nic).peer(addressing.nic_name(nic))
+        return self._nic_end(nic)[2]
 
     def uplinks(self, leaf: str) -> tuple[Endpoint, ...]:
         """The leaf's own ports that face a higher tier, in port order."""
@@ -179,18 +219,38 @@ class Fabric:
     def _distances_to(self, leaf: str) -> dict[str, int]:
         cache = self.__dict__.setdefault("_dist_cache", {})
         if leaf not in cache:
-            switches_only = self.graph.subgraph(self.switches)
-            cache[leaf] = nx.single_source_shortest_path_length(switches_only, leaf)
+            cache[leaf] = nx.single_source_shortest_path_length(self._switch_graph, leaf)
         return cache[leaf]
 
+    @cached_property
+    def _switch_graph(self) -> nx.Graph:
+        # A materialised copy: filtered subgraph views cost a predicate call per edge visit.
+        return self.graph.subgraph(self.switches).copy()
+
     def equal_cost_paths(self, src: NicId, dst: NicId) -> list[tuple[str, ...]]:
-        """Every shortest switch path from src's leaf to dst's leaf."""
+        """Every shortest switch path from src's leaf to dst's leaf (computed once per leaf pair)."""
         a, b = self.attachment(src).node, self.attachment(dst).node
-        switches_only = self.graph.subgraph(self.switches)
-        try:
-            return [tuple(p) for p in nx.all_shortest_paths(switches_only, a, b)]
-        except nx.NetworkXNoPath:
-            return []
+        cache = self.__dict__.setdefault("_paths_cache", {})
+        if (a, b) not in cache:
+            dist = self._distances_to(b)
+            cache[(a, b)] = sorted(self._descend(a, dist)) if a in dist else []
+        return list(cache[(a, b)])
+
+    def _descend(self, here: str, dist: dict[str, int]) -> list[tuple[str, ...]]:
+        """Every path from `here` that gets one hop closer to the target each step."""
+        if dist[here] == 0:
+            return [(here,)]
+        closer = sorted({link.peer(here).node for link in self._ports[here].values()
+                         if dist.get(link.peer(here).node, -1) == dist[here] - 1})
+        return [(here, *rest) for node in closer for rest in self._descend(node, dist)]
+
+    def vias(self, src: NicId, dst: NicId) -> tuple[str, ...]:
+        """The top-tier switches (spines, fat-tree cores) that src->dst equal-cost paths cross."""
+        a, b = self.attachment(src).node, self.attachment(dst).node
+        cache = self.__dict__.setdefault("_vias_cache", {})
+        if (a, b) not in cache:
+            cache[(a, b)] = tuple(sorted({p[len(p) // 2] for p in self.equal_cost_paths(src, dst) if len(p) > 1}))
+        return cache[(a, b)]
 
     def _switch_hops(self, src: NicId, dst: NicId, via: str | None) -> tuple[Endpoint, ...]:
         """Egress ports from src's leaf up to (not including) dst's leaf, on the
@@ -206,18 +266,40 @@ class Fabric:
             if via is None and len(paths) > 1:
                 raise FabricError(f"{a} to {b} has {len(paths)} equal-cost paths: name the one to use")
             path = paths[0]
-            cache[key] = tuple(
-                Endpoint(here, next(p for p, link in sorted(self.ports(here).items()) if link.peer(here).node == there))
-                for here, there in zip(path, path[1:])
-            )
+            cache[key] = tuple(Endpoint(here, self._port_towards[(here, there)]) for here, there in zip(path, path[1:]))
         return cache[key]
+
+    @cached_property
+    def _port_towards(self) -> dict[tuple[str, str], int]:
+        """(switch, neighbour switch) -> the (lowest) port that faces it."""
+        out: dict[tuple[str, str], int] = {}
+        for here, ports in self._ports.items():
+            for port, link in sorted(ports.items(), reverse=True):
+                if not link.is_access:
+                    out[(here, link.peer(here).node)] = port
+        return out
+
+    def warm(self) -> None:
+        """Computes the path caches for every pair of leaves serving the same
+        rail (where collective traffic flows), so the first placements on a
+        large fabric do not pay for them. The daemon calls this at start."""
+        by_rail: dict[int | None, list[NicId]] = {}
+        for leaf in self.switches_in(Tier.LEAF):
+            nics = self.local_nics(leaf.name)
+            if nics:
+                by_rail.setdefault(leaf.rail, []).append(next(iter(nics.values())))
+        for representatives in by_rail.values():
+            for src in representatives:
+                for dst in representatives:
+                    if src != dst:
+                        for via in self.vias(src, dst) or (None,):
+                            self._switch_hops(src, dst, via)
 
     def egress_path(self, src: NicId, dst: NicId, via: str | None = None) -> tuple[Endpoint, ...]:
         """Every egress a src->dst packet leaves through: the source NIC (port 0),
         each switch on the way, and the last leaf's port to dst. `via` (a
         spine, or a fat tree's core) picks among equal-cost paths."""
-        nic = Endpoint(addressing.nic_name(src), 0)
-        return (nic, *self._switch_hops(src, dst, via), self.attachment(dst))
+        return (self._nic_end(src)[1], *self._switch_hops(src, dst, via), self._nic_end(dst)[2])
 
     def steering_hops(self, src: NicId, dst: NicId, via: str) -> tuple[Endpoint, ...]:
         """The hops of egress_path where the underlay's ECMP has a choice: where
@@ -231,8 +313,18 @@ class Fabric:
     def link_at(self, egress: Endpoint) -> Link:
         """The link an egress port (or a NIC, port 0) transmits on."""
         if egress.port:
-            return self.ports(egress.node)[egress.port]
+            return self._ports[egress.node][egress.port]
         return self._nic_links[egress.node]
+
+    @cached_property
+    def rails(self) -> int:
+        """NICs (GPUs) per server: rails 0..rails-1."""
+        return max(n.rail for n in self.nics) + 1
+
+    @cached_property
+    def pod_rails(self) -> frozenset[tuple[int, int]]:
+        """Every (pod, rail) that has NICs."""
+        return frozenset((n.pod, n.rail) for n in self.nics)
 
     @property
     def gpu_count(self) -> int:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from controller.fabric import Fabric
 from controller.fabric import addressing as ad
 from controller.intent import FlowMatch, FlowPin, Intent, directions
+from controller.te.jobs import Job
 
 # Cookie layout (64 bits): | 'RY' prefix (16) | owner kind (8) | owner id (40) |
 # Deletes and dumps are always scoped by COOKIE_PREFIX_MASK, so entries of the
@@ -72,8 +73,8 @@ def is_railyard_cookie(cookie: int) -> bool:
 def canonical_match(match: FlowMatch) -> Match:
     fields: dict[str, int | str] = {
         "eth_type": IPV4,
-        "ipv4_src": str(ad.nic_address(match.src)),
-        "ipv4_dst": str(ad.nic_address(match.dst)),
+        "ipv4_src": ad.nic_ip(match.src),
+        "ipv4_dst": ad.nic_ip(match.dst),
     }
     if match.protocol:
         fields["ip_proto"] = IP_PROTO[match.protocol]
@@ -100,16 +101,38 @@ def pin_entries(fabric: Fabric, pin: FlowPin) -> list[OverlayEntry]:
     return [e for m in directions(pin) for e in steering_entries(fabric, m, pin.spine, cookie)]
 
 
-def desired_overlay(fabric: Fabric, intent: Intent) -> dict[str, dict[EntryKey, OverlayEntry]]:
+def job_entries(fabric: Fabric, job: Job) -> list[OverlayEntry]:
+    cookie = owner_cookie("job", job.job_id)
+    return [entry for flow in job.flows if flow.via
+            for entry in steering_entries(fabric, FlowMatch(flow.src, flow.dst), flow.via, cookie)]
+
+
+JobEntryMemo = dict[str, tuple[Job, list[OverlayEntry]]]
+
+
+def desired_overlay(fabric: Fabric, intent: Intent,
+                    memo: JobEntryMemo | None = None) -> dict[str, dict[EntryKey, OverlayEntry]]:
     """Every switch of the fabric appears, with an empty table if it needs nothing,
-    so reconciliation also clears switches that no longer carry any pin."""
+    so reconciliation also clears switches that no longer carry any pin.
+
+    `memo` (job id -> (job, its entries)), when given, is reused for jobs that
+    are the very same object as last time and updated in place: jobs are
+    immutable, and re-deriving thousands of flows per pass would hold the GIL
+    the API needs."""
     overlay: dict[str, dict[EntryKey, OverlayEntry]] = {name: {} for name in fabric.switches}
     for job_id, job in sorted(intent.jobs.items()):
-        cookie = owner_cookie("job", job_id)
-        for flow in job.flows:
-            if flow.via:
-                for entry in steering_entries(fabric, FlowMatch(flow.src, flow.dst), flow.via, cookie):
-                    overlay[entry.switch][entry.key] = entry
+        cached = memo.get(job_id) if memo is not None else None
+        if cached is not None and cached[0] is job:
+            entries = cached[1]
+        else:
+            entries = job_entries(fabric, job)
+            if memo is not None:
+                memo[job_id] = (job, entries)
+        for entry in entries:
+            overlay[entry.switch][entry.key] = entry
+    if memo is not None:
+        for stale in memo.keys() - intent.jobs.keys():
+            del memo[stale]
     # Operator pins last: on the same NIC pair, the operator's choice wins.
     for pin in sorted(intent.pins.values()):
         for entry in pin_entries(fabric, pin):

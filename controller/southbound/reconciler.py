@@ -21,7 +21,7 @@ from controller.fabric import Fabric
 from controller.metrics import Metrics
 from controller.service import IntentService
 from controller.southbound import ofcodec
-from controller.southbound.overlay import desired_overlay
+from controller.southbound.overlay import JobEntryMemo, desired_overlay
 from controller.southbound.reconcile import SwitchDelta, diff_table, order_for_adds, order_for_deletes
 from controller.southbound.switches import CallTable, SwitchError, SwitchSession
 
@@ -55,6 +55,7 @@ class Reconciler:
         # the API reports SERVING from then on.
         self.fabric_ready = threading.Event()
         self._synced: set[str] = set()  # switches reconciled since they (re)connected
+        self._job_entries: JobEntryMemo = {}  # only the reconciler thread touches it
         intent.subscribe(lambda _intent, _events: self._triggers.put(Trigger("intent")))
 
     # --- called from the os-ken app thread -----------------------------------
@@ -147,7 +148,7 @@ class Reconciler:
         """One pass over `scope` (None = all connected switches). True if every
         switch in scope ended in sync."""
         started = time.perf_counter()
-        desired = desired_overlay(self.fabric, self.intent.snapshot())
+        desired = desired_overlay(self.fabric, self.intent.snapshot(), self._job_entries)
         with self._lock:
             sessions = {n: s for n, s in self._sessions.items() if scope is None or n in scope}
         ok = True

@@ -84,7 +84,7 @@ class Job:
 
 def validate_request(fabric: Fabric, req: JobRequest) -> None:
     spec = fabric.spec
-    rails = max(n.rail for n in fabric.nics) + 1
+    rails = fabric.rails
     if not NAME_PATTERN.match(req.job_id):
         raise JobError("job_id", f"{req.job_id!r} is not a valid job id", NAME_RULE)
     if req.servers and not req.gpu_count:
@@ -127,8 +127,8 @@ def job_to_doc(job: Job) -> dict:
         "request": {"gpu_count": r.gpu_count, "pattern": r.pattern.value, "flow_gbps": r.flow_gbps,
                     "gpus_per_server": r.gpus_per_server, "servers": list(r.servers), "max_pods": r.max_pods,
                     "exclusive": r.exclusive, "request_id": r.request_id},
-        "gpus": [[g.rank, str(ad.nic_address(g.nic))] for g in job.gpus],
-        "flows": [[str(ad.nic_address(f.src)), str(ad.nic_address(f.dst)), f.demand_bps, f.via] for f in job.flows],
+        "gpus": [[g.rank, ad.nic_ip(g.nic)] for g in job.gpus],
+        "flows": [[ad.nic_ip(f.src), ad.nic_ip(f.dst), f.demand_bps, f.via] for f in job.flows],
         "predicted_max_utilization": job.predicted_max_utilization,
         "placed_at": job.placed_at,
     }

@@ -7,18 +7,22 @@ link while that lowers the maximum of the paths involved. Min-max routing is
 NP-hard in general; for the equal-demand collectives of one job on a
 two-tier fabric, greedy already reaches the bound, and the improvement pass
 handles what earlier jobs left uneven.
+
+Loads are layered: a `Layer` reads through to the base load (everything
+already placed, possibly tens of thousands of egresses on a large fabric)
+and records only what the flows being placed add, so evaluating a candidate
+costs in proportion to its own flows.
 """
 
 from __future__ import annotations
 
 import zlib
 from dataclasses import replace
-from typing import Callable, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from controller.fabric import Endpoint, Fabric, NicId
-from controller.intent import spines_between
 from controller.te.jobs import Drains, JobFlow
-from controller.te.load import Load, drained, flow_path
+from controller.te.load import drained, flow_path
 
 MAX_IMPROVEMENT_MOVES = 64
 
@@ -29,95 +33,117 @@ class NoPath(Exception):
         super().__init__(reason)
 
 
+class Layer:
+    """Base load plus the load of the flows placed on top of it."""
+
+    def __init__(self, fabric: Fabric, base: Mapping[Endpoint, float]) -> None:
+        self.fabric = fabric
+        self.base = base
+        self.added: dict[Endpoint, float] = {}
+
+    def bps(self, egress: Endpoint) -> float:
+        return self.base.get(egress, 0.0) + self.added.get(egress, 0.0)
+
+    def get(self, egress: Endpoint, default: float = 0.0) -> float:
+        """A Layer reads like a load mapping, so layers stack."""
+        return self.bps(egress) + default
+
+    def add(self, path: Sequence[Endpoint], bps: float) -> None:
+        for egress in path:
+            self.added[egress] = self.added.get(egress, 0.0) + bps
+
+    def peak(self, path: Sequence[Endpoint], extra: float = 0.0) -> float:
+        """Highest utilization on `path` if `extra` more bps crossed it."""
+        capacity = self.fabric.capacity_bps
+        return max((self.bps(e) + extra) / capacity[e] for e in path)
+
+    def touched_peak(self) -> float:
+        """Highest utilization among the egresses the placed flows use."""
+        return self.peak(list(self.added)) if self.added else 0.0
+
+
 def candidate_vias(fabric: Fabric, drains: Drains, src: NicId, dst: NicId) -> list[str]:
     """Spines (fat-tree cores) on an equal-cost path whose path is not drained."""
-    return [via for via in spines_between(fabric, src, dst)
-            if not drained(fabric, drains, fabric.egress_path(src, dst, via))]
+    vias = fabric.vias(src, dst)
+    if not drains.switches and not drains.links:
+        return list(vias)
+    return [via for via in vias if not drained(fabric, drains, fabric.egress_path(src, dst, via))]
 
 
-def _peak(fabric: Fabric, load: Mapping[Endpoint, float], path: Sequence[Endpoint], extra: float) -> float:
-    return max((load.get(e, 0.0) + extra) / fabric.link_at(e).capacity_bps for e in path)
+def _same_leaf(fabric: Fabric, flow: JobFlow) -> bool:
+    return fabric.attachment(flow.src).node == fabric.attachment(flow.dst).node
 
 
-def _add(load: Load, path: Sequence[Endpoint], bps: float) -> None:
-    for e in path:
-        load[e] = load.get(e, 0.0) + bps
+def _vias_or_fail(fabric: Fabric, drains: Drains, flow: JobFlow) -> list[str]:
+    vias = candidate_vias(fabric, drains, flow.src, flow.dst)
+    if not vias:
+        raise NoPath(flow, "every spine path between the two leaves is drained")
+    return vias
 
 
 def assign_greedy(fabric: Fabric, drains: Drains, base: Mapping[Endpoint, float],
-                  flows: Sequence[JobFlow]) -> tuple[list[JobFlow], Load]:
-    """Gives every flow that crosses spines a `via`; returns the flows and the
-    load including them. Flows that share a leaf keep via ''."""
-    load: Load = dict(base)
-    placed: list[JobFlow | None] = [None] * len(flows)
-    order = sorted(range(len(flows)), key=lambda i: (-flows[i].demand_bps, flows[i].src, flows[i].dst))
-    for i in order:
+                  flows: Sequence[JobFlow]) -> tuple[list[JobFlow], Layer]:
+    """Gives every flow that crosses spines a `via` (flows sharing a leaf keep
+    via ''); returns the flows, in input order, and their load layer."""
+    layer = Layer(fabric, base)
+    placed: list[JobFlow] = list(flows)
+    for i in sorted(range(len(flows)), key=lambda i: (-flows[i].demand_bps, flows[i].src, flows[i].dst)):
         flow = flows[i]
-        if fabric.attachment(flow.src).node == fabric.attachment(flow.dst).node:
+        if _same_leaf(fabric, flow):
             chosen = replace(flow, via="")
         else:
-            vias = candidate_vias(fabric, drains, flow.src, flow.dst)
-            if not vias:
-                raise NoPath(flow, "every spine path between the two leaves is drained")
-            chosen = replace(flow, via=min(vias, key=lambda v: (
-                _peak(fabric, load, fabric.egress_path(flow.src, flow.dst, v), flow.demand_bps), v)))
-        _add(load, flow_path(fabric, chosen), chosen.demand_bps)
+            chosen = replace(flow, via=min(_vias_or_fail(fabric, drains, flow), key=lambda v: (
+                layer.peak(fabric.egress_path(flow.src, flow.dst, v), flow.demand_bps), v)))
+        layer.add(flow_path(fabric, chosen), chosen.demand_bps)
         placed[i] = chosen
-    flows_out = [f for f in placed if f is not None]
-    return improve(fabric, drains, load, flows_out)
+    return improve(fabric, drains, layer, placed), layer
 
 
-def improve(fabric: Fabric, drains: Drains, load: Load, flows: list[JobFlow]) -> tuple[list[JobFlow], Load]:
-    """Moves single flows off the hottest link while that lowers its utilization
-    without making the flow's new path hotter than the old peak."""
+def improve(fabric: Fabric, drains: Drains, layer: Layer, flows: list[JobFlow]) -> list[JobFlow]:
+    """Moves single flows off the hottest link they use while that strictly
+    lowers the peak. Only egresses these flows touch are considered: the rest
+    of the fabric cannot change."""
     for _ in range(MAX_IMPROVEMENT_MOVES):
-        movable = [i for i, f in enumerate(flows) if f.via and f.demand_bps > 0]
-        if not movable:
+        if not layer.added:
             break
-        util = {e: load[e] / fabric.link_at(e).capacity_bps for e in load}
-        hot = max(util, key=util.get)
-        peak = util[hot]
+        capacity = fabric.capacity_bps
+        hot = max(layer.added, key=lambda e: layer.bps(e) / capacity[e])
+        peak = layer.bps(hot) / capacity[hot]
         best = None
-        for i in movable:
-            flow = flows[i]
+        for i, flow in enumerate(flows):
+            if not flow.via or flow.demand_bps <= 0:
+                continue
             path = flow_path(fabric, flow)
             if hot not in path:
                 continue
-            _add(load, path, -flow.demand_bps)
+            layer.add(path, -flow.demand_bps)
             for via in candidate_vias(fabric, drains, flow.src, flow.dst):
-                if via == flow.via:
-                    continue
-                new_peak = _peak(fabric, load, fabric.egress_path(flow.src, flow.dst, via), flow.demand_bps)
-                if new_peak < peak - 1e-9 and (best is None or new_peak < best[0]):
-                    best = (new_peak, i, via)
-            _add(load, path, flow.demand_bps)
+                if via != flow.via:
+                    new_peak = layer.peak(fabric.egress_path(flow.src, flow.dst, via), flow.demand_bps)
+                    if new_peak < peak - 1e-9 and (best is None or new_peak < best[0]):
+                        best = (new_peak, i, via)
+            layer.add(path, flow.demand_bps)
         if best is None:
             break
         _, i, via = best
-        _add(load, flow_path(fabric, flows[i]), -flows[i].demand_bps)
+        layer.add(flow_path(fabric, flows[i]), -flows[i].demand_bps)
         flows[i] = replace(flows[i], via=via)
-        _add(load, flow_path(fabric, flows[i]), flows[i].demand_bps)
-    return flows, load
+        layer.add(flow_path(fabric, flows[i]), flows[i].demand_bps)
+    return flows
 
 
 def assign_hashed(fabric: Fabric, drains: Drains, base: Mapping[Endpoint, float],
-                  flows: Sequence[JobFlow]) -> tuple[list[JobFlow], Load]:
+                  flows: Sequence[JobFlow]) -> tuple[list[JobFlow], Layer]:
     """What ECMP would do: a fixed hash of the NIC pair picks the spine. The
     naive baseline, and a candidate the placer also evaluates."""
-    load: Load = dict(base)
+    layer = Layer(fabric, base)
     out = []
     for flow in flows:
-        if fabric.attachment(flow.src).node == fabric.attachment(flow.dst).node:
+        if _same_leaf(fabric, flow):
             chosen = replace(flow, via="")
         else:
-            vias = candidate_vias(fabric, drains, flow.src, flow.dst)
-            if not vias:
-                raise NoPath(flow, "every spine path between the two leaves is drained")
-            key = f"{flow.src}{flow.dst}".encode()
-            chosen = replace(flow, via=vias[zlib.crc32(key) % len(vias)])
-        _add(load, flow_path(fabric, chosen), chosen.demand_bps)
+            vias = _vias_or_fail(fabric, drains, flow)
+            chosen = replace(flow, via=vias[zlib.crc32(f"{flow.src}{flow.dst}".encode()) % len(vias)])
+        layer.add(flow_path(fabric, chosen), chosen.demand_bps)
         out.append(chosen)
-    return out, load
-
-
-Assigner = Callable[[Fabric, Drains, Mapping[Endpoint, float], Sequence[JobFlow]], tuple[list[JobFlow], Load]]
+    return out, layer

@@ -1,8 +1,9 @@
 """Collective patterns -> the flows they put on the fabric. Pure.
 
 Servers are taken in (pod, index) order so a ring crosses each pod boundary
-once per direction; flows run between same-rail NICs (rail-aligned ranks),
-which is what a rail-optimized fabric carries.
+once, and trees are built per pod and then across pod roots; flows run
+between same-rail NICs (rail-aligned ranks), which is what a rail-optimized
+fabric carries.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def pattern_flows(pattern: Pattern, servers: Sequence[ServerKey], rails: int, de
     if pattern is Pattern.RING:
         pairs = [(i, (i + 1) % m) for i in range(m)] if m > 2 else [(0, 1), (1, 0)]
     elif pattern is Pattern.TREE:
-        pairs = [pair for child in range(1, m) for pair in ((child, (child - 1) // 2), ((child - 1) // 2, child))]
+        pairs = [pair for child, parent in _tree_edges(ordered) for pair in ((child, parent), (parent, child))]
     else:
         pairs = [(i, j) for i in range(m) for j in range(m) if i != j]
     return [
@@ -31,3 +32,19 @@ def pattern_flows(pattern: Pattern, servers: Sequence[ServerKey], rails: int, de
         for rail in range(rails)
         for i, j in pairs
     ]
+
+
+def _binary_tree(nodes: Sequence[int]) -> list[tuple[int, int]]:
+    """(child, parent) edges of a heap-ordered binary tree over `nodes`."""
+    return [(nodes[c], nodes[(c - 1) // 2]) for c in range(1, len(nodes))]
+
+
+def _tree_edges(ordered: Sequence[ServerKey]) -> list[tuple[int, int]]:
+    """A topology-aware tree (as NCCL builds them): a binary tree inside each
+    pod, and one over the pods' roots, so only pods-1 tree edges cross the
+    spines instead of nearly all of them."""
+    by_pod: dict[int, list[int]] = {}
+    for index, (pod, _) in enumerate(ordered):
+        by_pod.setdefault(pod, []).append(index)
+    edges = [edge for members in by_pod.values() for edge in _binary_tree(members)]
+    return edges + _binary_tree([members[0] for _, members in sorted(by_pod.items())])

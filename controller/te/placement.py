@@ -18,9 +18,9 @@ from typing import Mapping
 
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.fabric import addressing as ad
-from controller.te.jobs import Drains, Gpu, Job, JobRequest, validate_request
-from controller.te.load import Load, drained, jobs_load, max_utilization, merged
-from controller.te.paths import NoPath, assign_greedy, assign_hashed
+from controller.te.jobs import Drains, Gpu, Job, JobFlow, JobRequest, validate_request
+from controller.te.load import drained, jobs_load, max_utilization, merged
+from controller.te.paths import Layer, NoPath, assign_greedy, assign_hashed
 from controller.te.patterns import ServerKey, pattern_flows
 
 
@@ -35,23 +35,54 @@ class FabricState:
     jobs: Mapping[str, Job] = field(default_factory=dict)
     drains: Drains = field(default_factory=Drains)
     measured_bps: Mapping[Endpoint, float] = field(default_factory=dict)
+    # jobs_load(jobs), when the caller keeps it up to date (the service does):
+    # recomputing it per request would cost more than the placement itself.
+    jobs_bps: Mapping[Endpoint, float] | None = None
+    usage: "Usage | None" = None  # Usage.of(jobs), likewise
+
+    def base_load(self, fabric: Fabric) -> Mapping[Endpoint, float]:
+        predicted = self.jobs_bps if self.jobs_bps is not None else jobs_load(fabric, self.jobs.values())
+        return merged(predicted, self.measured_bps) if self.measured_bps else predicted
 
 
-def rail_count(fabric: Fabric) -> int:
-    return max(n.rail for n in fabric.nics) + 1
+@dataclass
+class Usage:
+    """Which job holds each GPU, and which servers are held exclusively. A
+    ledger the service updates per job instead of rebuilding per request."""
+
+    used: dict[ServerKey, dict[int, str]] = field(default_factory=lambda: defaultdict(dict))
+    exclusive: dict[ServerKey, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, jobs) -> "Usage":
+        usage = cls()
+        for job in jobs:
+            usage.add(job)
+        return usage
+
+    def add(self, job: Job) -> None:
+        job_id, used = job.job_id, self.used
+        for gpu in job.gpus:
+            used[(gpu.nic.pod, gpu.nic.server)][gpu.nic.rail] = job_id
+        if job.request.exclusive:
+            for key in job.server_keys():
+                self.exclusive[key] = job_id
+
+    def remove(self, job: Job) -> None:
+        for gpu in job.gpus:
+            key = (gpu.nic.pod, gpu.nic.server)
+            rails = self.used.get(key, {})
+            rails.pop(gpu.nic.rail, None)
+            if not rails:
+                self.used.pop(key, None)
+            if self.exclusive.get(key) == job.job_id:
+                del self.exclusive[key]
 
 
 def gpu_usage(state: FabricState) -> tuple[dict[ServerKey, dict[int, str]], dict[ServerKey, str]]:
     """(server -> rail -> job using it, server -> job holding it exclusively)."""
-    used: dict[ServerKey, dict[int, str]] = defaultdict(dict)
-    exclusive: dict[ServerKey, str] = {}
-    for job in state.jobs.values():
-        for gpu in job.gpus:
-            used[(gpu.nic.pod, gpu.nic.server)][gpu.nic.rail] = job.job_id
-        if job.request.exclusive:
-            for key in job.server_keys():
-                exclusive[key] = job.job_id
-    return used, exclusive
+    usage = state.usage if state.usage is not None else Usage.of(state.jobs.values())
+    return usage.used, usage.exclusive
 
 
 def _servers_by_key(fabric: Fabric) -> dict[ServerKey, str]:
@@ -60,26 +91,37 @@ def _servers_by_key(fabric: Fabric) -> dict[ServerKey, str]:
 
 def available_servers(fabric: Fabric, state: FabricState, request: JobRequest) -> dict[int, list[ServerKey]]:
     """Per pod, servers (in index order) where rails 0..k-1 are free and reachable."""
-    k = request.per_server(rail_count(fabric))
+    k = request.per_server(fabric.rails)
     used, exclusive = gpu_usage(state)
+    any_drains = bool(state.drains.switches or state.drains.links)
+    wanted = set(range(k))
     out: dict[int, list[ServerKey]] = defaultdict(list)
     for server in fabric.servers:
         key = (server.pod, server.index)
-        if key in exclusive or (request.exclusive and used.get(key)):
+        taken = used.get(key)
+        if key in exclusive or (taken and (request.exclusive or wanted & taken.keys())):
             continue
-        rails = {nic.rail for nic in server.nics}
-        if not all(r in rails and r not in used.get(key, {}) for r in range(k)):
+        nics = [nic for nic in server.nics if nic.rail < k]
+        if len(nics) < k:
             continue
-        nics = [NicId(r, server.pod, server.index) for r in range(k)]
-        if any(drained(fabric, state.drains, [Endpoint(ad.nic_name(n), 0)]) for n in nics):
+        if any_drains and any(drained(fabric, state.drains, [fabric.nic_egress(n)]) for n in nics):
             continue
         out[server.pod].append(key)
     return out
 
 
-def _candidates(avail: dict[int, list[ServerKey]], m: int, max_pods: int,
-                pod_load: Mapping[int, float]) -> list[list[ServerKey]]:
-    candidates = [servers[:m] for _, servers in sorted(avail.items()) if len(servers) >= m]
+SINGLE_POD_CANDIDATES = 2
+
+
+def _candidates(avail: dict[int, list[ServerKey]], m: int, max_pods: int, pod_load: Mapping[int, float],
+                measured: bool) -> tuple[list[list[ServerKey]], list[ServerKey] | None]:
+    """(candidate server sets, the first-fit set if it is allowed)."""
+    # Single pods that fit, the ones with the most headroom first. A job inside
+    # one pod loads only its servers' access links, which carry no placed
+    # demand while free: single pods differ only in measured traffic, and
+    # without any, one candidate stands for them all.
+    fitting = sorted((p for p, servers in avail.items() if len(servers) >= m), key=lambda p: (pod_load.get(p, 0.0), p))
+    candidates = [avail[p][:m] for p in fitting[:SINGLE_POD_CANDIDATES if measured else 1]]
     packed: list[ServerKey] = []
     for pod in sorted(avail, key=lambda p: (-len(avail[p]), pod_load.get(p, 0.0), p)):
         packed += avail[pod][: m - len(packed)]
@@ -90,7 +132,29 @@ def _candidates(avail: dict[int, list[ServerKey]], m: int, max_pods: int,
         if len(extra) == m and extra not in candidates:
             candidates.append(extra)
     limit = max_pods or len(avail) or 1
-    return [c for c in candidates if len({pod for pod, _ in c}) <= limit]
+    allowed = [c for c in candidates if len({pod for pod, _ in c}) <= limit]
+    return allowed, first_fit if first_fit in allowed else None
+
+
+def _routings(fabric: Fabric, drains: Drains, base: Mapping[Endpoint, float], flows: list[JobFlow],
+              hashed_too: bool):
+    """Yields (flows with their spines, predicted peak on the links they touch)
+    for min-max routing, and also for ECMP-hash routing if asked. Flows inside
+    one leaf have no choice, so their load is laid down once and shared."""
+    local = Layer(fabric, base)
+    cross_at = []
+    for i, flow in enumerate(flows):
+        if fabric.attachment(flow.src).node == fabric.attachment(flow.dst).node:
+            local.add(fabric.egress_path(flow.src, flow.dst), flow.demand_bps)
+        else:
+            cross_at.append(i)
+    cross = [flows[i] for i in cross_at]
+    for assign in (assign_greedy, assign_hashed) if hashed_too else (assign_greedy,):
+        placed, layer = assign(fabric, drains, local, cross)
+        routed = list(flows)
+        for i, flow in zip(cross_at, placed):
+            routed[i] = flow
+        yield routed, max(local.touched_peak(), layer.touched_peak())
 
 
 def free_gpus_by_pod(fabric: Fabric, state: FabricState) -> dict[int, int]:
@@ -114,10 +178,10 @@ def _free_summary(fabric: Fabric, state: FabricState, avail: dict[int, list[Serv
 
 def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -> Job:
     validate_request(fabric, request)
-    rails = rail_count(fabric)
+    rails = fabric.rails
     k, m = request.per_server(rails), request.server_count(rails)
     avail = available_servers(fabric, state, request)
-    base = merged(jobs_load(fabric, state.jobs.values()), state.measured_bps)
+    base = state.base_load(fabric)
     pod_load = _pod_uplink_load(fabric, base)
     wanted = f"{request.gpu_count} GPUs as {m} server(s) x {k}"
 
@@ -129,9 +193,9 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
         if busy:
             raise NoCapacity(f"{wanted}: server(s) {', '.join(busy)} lack free, undrained rails 0-{k - 1}; "
                              + _free_summary(fabric, state, avail, k))
-        candidates = [keys]
+        candidates, first_fit = [keys], None
     else:
-        candidates = _candidates(avail, m, request.max_pods, pod_load)
+        candidates, first_fit = _candidates(avail, m, request.max_pods, pod_load, bool(state.measured_bps))
         if not candidates:
             limit = f" within {request.max_pods} pod(s)" if request.max_pods else ""
             raise NoCapacity(f"{wanted}{limit} does not fit: " + _free_summary(fabric, state, avail, k))
@@ -140,14 +204,18 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
     best, last_error = None, ""
     for order, servers in enumerate(candidates):
         flows = pattern_flows(request.pattern, servers, k, request.flow_gbps * 1e9)
-        for assign in (assign_greedy, assign_hashed):
+        # First-fit with ECMP hashing is the naive placement; evaluating it
+        # guarantees the answer is never predicted worse than that.
+        routings = _routings(fabric, state.drains, base, flows, hashed_too=servers == first_fit)
+        while True:
             try:
-                placed, load = assign(fabric, state.drains, base, flows)
+                placed, touched_peak = next(routings)
+            except StopIteration:
+                break
             except NoPath as exc:
                 last_error = str(exc)
-                continue
-            touched = {e for f in placed for e in fabric.egress_path(f.src, f.dst, f.via or None)}
-            peak = max([floor, *(load[e] / fabric.link_at(e).capacity_bps for e in touched)])
+                break
+            peak = max(floor, touched_peak)
             pods = {pod for pod, _ in servers}
             # Lowest predicted peak; then fewest pods; then the pods with the most headroom.
             score = (round(peak, 9), len(pods), sum(pod_load.get(p, 0.0) for p in pods), order)
@@ -160,12 +228,6 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
     return Job(request, gpus, tuple(flows), peak, now)
 
 
-def _pod_uplink_load(fabric: Fabric, load: Load) -> dict[int, float]:
+def _pod_uplink_load(fabric: Fabric, load: Mapping[Endpoint, float]) -> dict[int, float]:
     """Per pod, the load already leaving its switches' uplinks: the headroom tiebreak."""
-    per_pod: dict[int, float] = defaultdict(float)
-    for egress, bps in load.items():
-        if egress.port and egress.node in fabric.switches:
-            sw = fabric.switch(egress.node)
-            if sw.pod is not None and not fabric.link_at(egress).is_access:
-                per_pod[sw.pod] += bps
-    return per_pod
+    return {pod: sum(load.get(e, 0.0) for e in egresses) for pod, egresses in fabric.pod_uplinks.items()}

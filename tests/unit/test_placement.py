@@ -23,7 +23,7 @@ FABRICS = {
 
 
 def rails_of(fabric):
-    return max(n.rail for n in fabric.nics) + 1
+    return max(n.rail for n in fabric.nics) + 1  # independent of Fabric.rails
 
 
 def used_nics(jobs):
@@ -62,8 +62,8 @@ def first_fit_peak(fabric, jobs, req):
         return None
     flows = pattern_flows(req.pattern, servers, k, req.flow_gbps * 1e9)
     base = jobs_load(fabric, jobs.values())
-    _, load = assign_hashed(fabric, Drains(), base, flows)
-    return max_utilization(fabric, load)
+    _, layer = assign_hashed(fabric, Drains(), base, flows)
+    return max(max_utilization(fabric, base), layer.touched_peak())
 
 
 def request_strategy(fabric):

@@ -1,0 +1,176 @@
+"""Placement benchmark on the 16,384-GPU spec (16 pods x 128 servers x 8 rails,
+8 planes of 16 spines).
+
+A seeded stream of scheduler requests (8 to 1024 GPUs; ring, tree and
+all-to-all; 50 Gb/s per flow) runs until the fabric is full, after which a
+random job is released whenever one does not fit, so most requests see a
+busy, fragmented fabric. Measured:
+
+- core:     `place()` latency, the pure placement the API calls;
+- baseline: naive first-fit + ECMP-hash placement from the same state,
+            timed the same way; its predicted peak is the quality baseline;
+- api:      the same stream as PlaceJob/ReleaseJob calls over gRPC to the real
+            daemon (SQLite store included), on loopback.
+
+    make bench-placement  ->  bench/results/placement.json   (target: p99 < 100 ms)
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+
+from controller.fabric import NicId, load_fabric
+from controller.fabric.spec import SPECS_DIR
+from controller.te.jobs import Drains, JobRequest, Pattern
+from controller.te.load import add_job, max_utilization
+from controller.te.paths import assign_hashed
+from controller.te.patterns import pattern_flows
+from controller.te.placement import FabricState, NoCapacity, available_servers, place
+from emulation.controller_process import ControllerProcess, Ports
+
+SPEC = SPECS_DIR / "large.yaml"
+SIZES = (8, 16, 64, 128, 256, 512, 1024)
+
+
+def requests(count: int, seed: int) -> list[JobRequest]:
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        size = rng.choice(SIZES)
+        # All-to-all grows with servers squared; schedulers run it on expert-parallel groups, not whole pods.
+        pattern = rng.choice(list(Pattern)) if size <= 64 else rng.choice([Pattern.RING, Pattern.TREE])
+        out.append(JobRequest(f"job-{i:04d}", size, pattern, 50.0))
+    return out
+
+
+def naive(fabric, state: FabricState, request: JobRequest) -> float | None:
+    """First-fit servers in fabric order, ECMP-hashed spines; returns its predicted peak."""
+    k = request.per_server(fabric.rails)
+    servers = [key for _, keys in sorted(available_servers(fabric, state, request).items()) for key in keys]
+    servers = servers[: request.gpu_count // k]
+    if len(servers) < request.gpu_count // k:
+        return None
+    base = state.base_load(fabric)
+    _, layer = assign_hashed(fabric, Drains(), base, pattern_flows(request.pattern, servers, k,
+                                                                   request.flow_gbps * 1e9))
+    return max(max_utilization(fabric, base), layer.touched_peak())
+
+
+def percentiles(samples: list[float]) -> dict:
+    ordered = sorted(samples)
+    at = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {"n": len(ordered), "p50_ms": at(0.50) * 1e3, "p90_ms": at(0.90) * 1e3, "p99_ms": at(0.99) * 1e3,
+            "max_ms": ordered[-1] * 1e3, "mean_ms": statistics.fmean(ordered) * 1e3}
+
+
+def run_core(fabric, stream: list[JobRequest], seed: int) -> dict:
+    rng = random.Random(seed + 1)
+    jobs, load = {}, {}
+    ours, baseline, quality = [], [], []
+    releases = refusals = 0
+    for request in stream:
+        state = FabricState(dict(jobs), jobs_bps=load)
+        started = time.perf_counter()
+        naive_peak = naive(fabric, state, request)
+        baseline.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        try:
+            job = place(fabric, state, request, now=0.0)
+        except NoCapacity:
+            ours.append(time.perf_counter() - started)
+            refusals += 1
+            if jobs:
+                victim = jobs.pop(rng.choice(sorted(jobs)))
+                add_job(fabric, load, victim, sign=-1.0)
+                releases += 1
+            continue
+        ours.append(time.perf_counter() - started)
+        jobs[job.job_id] = job
+        add_job(fabric, load, job)
+        if naive_peak:
+            quality.append(job.predicted_max_utilization / naive_peak)
+    return {
+        "place": percentiles(ours),
+        "naive_first_fit": percentiles(baseline),
+        "p99_vs_naive_ratio": percentiles(ours)["p99_ms"] / percentiles(baseline)["p99_ms"],
+        "predicted_peak_vs_naive": {"mean": statistics.fmean(quality), "max": max(quality), "min": min(quality),
+                                    "n": len(quality)},
+        "refused": refusals, "released": releases, "jobs_at_end": len(jobs),
+        "gpus_at_end": sum(len(j.gpus) for j in jobs.values()),
+    }
+
+
+def run_api(stream: list[JobRequest], seed: int, workdir: Path) -> dict:
+    rng = random.Random(seed + 1)
+    ctl = ControllerProcess(SPEC, workdir / "intent.db", Ports.pick(), workdir / "controller.log", 3600).start()
+    latencies, placed = [], []
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with ctl.client() as client:
+                    client.get_fabric()
+                break
+            except grpc.RpcError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        with ctl.client() as client:
+            for request in stream:
+                started = time.perf_counter()
+                try:
+                    client.place_job(request.job_id, request.gpu_count, request.pattern.value, request.flow_gbps)
+                    latencies.append(time.perf_counter() - started)
+                    placed.append(request.job_id)
+                except grpc.RpcError as exc:
+                    latencies.append(time.perf_counter() - started)
+                    if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+                        raise
+                    if placed:
+                        client.release_job(placed.pop(rng.randrange(len(placed))))
+    finally:
+        ctl.stop()
+    return {"place_job_rpc": percentiles(latencies)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--skip-api", action="store_true")
+    parser.add_argument("--out", default="bench/results/placement.json")
+    args = parser.parse_args()
+
+    fabric = load_fabric(SPEC)
+    started = time.perf_counter()
+    fabric.warm()
+    gc.freeze()  # as the daemon does: the fabric's caches are permanent, keep them out of GC passes
+    warm_s = time.perf_counter() - started
+    assert fabric.gpu_count == 16384 and NicId(7, 15, 127) in fabric.nics
+    stream = requests(args.requests, args.seed)
+    result = {"benchmark": "placement", "host": platform.node(), "spec": SPEC.name, "gpus": fabric.gpu_count,
+              "requests": args.requests, "seed": args.seed, "warm_seconds": warm_s,
+              "core": run_core(fabric, stream, args.seed)}
+    print(json.dumps(result["core"], indent=2), flush=True)
+    if not args.skip_api:
+        with tempfile.TemporaryDirectory(prefix="railyard-bench-") as tmp:
+            result["api"] = run_api(stream, args.seed, Path(tmp))
+        print(json.dumps(result["api"], indent=2))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
