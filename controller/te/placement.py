@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from controller.fabric import Endpoint, Fabric, NicId
-from controller.fabric import addressing as ad
 from controller.te.jobs import Drains, Gpu, Job, JobFlow, JobRequest, validate_request
 from controller.te.load import drained, jobs_load, max_utilization, merged
 from controller.te.paths import Layer, NoPath, assign_greedy, assign_hashed
