@@ -137,12 +137,15 @@ class Reconciler:
 
     @staticmethod
     def _coalesce(batch: list[Trigger]) -> tuple[str, set[str] | None]:
-        """Many triggers, one pass: the whole fabric if any trigger wants it,
-        reported as an intent pass if intent changed."""
-        whole = {t.reason for t in batch if t.switch is None}
-        if whole:
-            return ("intent" if "intent" in whole else whole.pop()), None
-        return "connect", {t.switch for t in batch}
+        """Many triggers, one pass: the whole fabric if any trigger wants it.
+        The pass is reported under the most specific reason it served (a
+        connect, then an intent change, then the timer), so a switch's
+        connect reconcile is counted even when a periodic pass carried it."""
+        reasons = {t.reason for t in batch}
+        reason = next(r for r in ("connect", "intent", "periodic") if r in reasons)
+        if any(t.switch is None for t in batch):
+            return reason, None
+        return reason, {t.switch for t in batch}
 
     def reconcile(self, reason: str, scope: set[str] | None = None) -> bool:
         """One pass over `scope` (None = all connected switches). True if every

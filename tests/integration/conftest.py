@@ -56,4 +56,14 @@ def fabric_and_controller(demo_fabric, tmp_path_factory):
 
 @pytest.fixture
 def ctl(fabric_and_controller):
-    return fabric_and_controller[1]
+    """The controller; after the test its intent is emptied again, even if the test failed half-way."""
+    ctl = fabric_and_controller[1]
+    yield ctl
+    if ctl.proc is None or ctl.proc.poll() is not None:
+        ctl.start()
+        ctl.wait_ready(len(fabric_and_controller[0].fabric.switches))
+    from tests.integration.helpers import clear_intent
+
+    with ctl.client() as client:
+        clear_intent(client)
+    ctl.wait_reconciles(1)

@@ -33,3 +33,17 @@ def window(fabric, seconds=2.0):
     before = port_counters(fabric)
     time.sleep(seconds)
     return before, port_counters(fabric)
+
+
+def clear_intent(client) -> None:
+    """Releases every job, removes every pin, undrains everything."""
+    for job in client.list_jobs():
+        client.release_job(job.job_id)
+    for pin in client.list_pins():
+        client.unpin_flow(pin.name)
+    for switch in client.get_fabric().switches:
+        if switch.drained:
+            client.drain("switch", switch.name, drained=False)
+    for link in client.list_links(include_access=True):
+        if link.drained:
+            client.drain("link", link.name, drained=False)

@@ -14,6 +14,7 @@ from controller.api.gen.railyard.v1 import fabric_pb2 as fpb
 from controller.api.gen.railyard.v1 import placement_pb2 as ppb
 from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
 from emulation.controller_process import total
+from tests.integration.helpers import clear_intent
 
 ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
            grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED}
@@ -27,20 +28,6 @@ def state_of(client):
     return (tuple(client.list_jobs()), tuple(client.list_pins()), fabric.free_gpu_count,
             tuple((s.name, s.drained) for s in fabric.switches),
             tuple((link.name, link.drained) for link in client.list_links(include_access=True)))
-
-
-def undo(client):
-    """A random message that happened to be a valid mutation: take it back."""
-    for job in client.list_jobs():
-        client.release_job(job.job_id)
-    for pin in client.list_pins():
-        client.unpin_flow(pin.name)
-    for switch in client.get_fabric().switches:
-        if switch.drained:
-            client.drain("switch", switch.name, drained=False)
-    for link in client.list_links(include_access=True):
-        if link.drained:
-            client.drain("link", link.name, drained=False)
 
 
 def call_raw(channel, method, payload: bytes):
@@ -71,7 +58,7 @@ def test_raw_bytes_get_documented_codes(ctl, baseline):
             seen[code] += 1
             assert code in ALLOWED, (method, payload, code)
             if code == grpc.StatusCode.OK:
-                undo(client)
+                clear_intent(client)  # a random message that happened to be a valid mutation
 
         fuzz()
         assert sum(seen.values()) >= 200 and seen[grpc.StatusCode.INVALID_ARGUMENT] > 0
