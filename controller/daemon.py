@@ -12,6 +12,7 @@ import os
 
 os.environ.setdefault("OSKEN_HUB_TYPE", "native")  # eventlet would deadlock grpcio
 
+import faulthandler  # noqa: E402
 import gc  # noqa: E402
 import logging  # noqa: E402
 import signal  # noqa: E402
@@ -150,6 +151,9 @@ def run(fabric: Fabric, config: DaemonConfig) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     daemon = Daemon(fabric, config)
+    # `kill -USR1 <pid>` writes every thread's stack to the log: the first
+    # thing to look at when a switch or the API seems stuck.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)
     daemon.start()

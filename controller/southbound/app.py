@@ -3,10 +3,16 @@
 It hands connections to the reconciler and routes replies to waiting calls.
 Handlers never block: os-ken runs them one at a time on the app thread, and a
 handler waiting for a reply would wait for itself.
+
+Handlers also never raise. Under os-ken's native hub `hub.TaskExit` is
+`Exception` itself, so the event loop treats any exception from a handler as
+a request to exit: the app thread ends, silently, and no reply is delivered
+again. Every handler is wrapped to log, count and carry on.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from os_ken.base import app_manager
@@ -19,6 +25,18 @@ from controller.southbound.reconciler import Reconciler
 log = logging.getLogger(__name__)
 
 
+def guarded(handler):
+    @functools.wraps(handler)
+    def wrapper(self, ev):
+        try:
+            handler(self, ev)
+        except Exception:  # noqa: BLE001 - see the module docstring
+            log.exception("OpenFlow handler %s failed on %s", handler.__name__, type(ev).__name__)
+            self.reconciler.metrics.errors.labels("southbound", "handler_exception").inc()
+
+    return wrapper
+
+
 class RailyardApp(app_manager.OSKenApp):
     OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
 
@@ -27,6 +45,7 @@ class RailyardApp(app_manager.OSKenApp):
         self.reconciler = reconciler
 
     @set_ev_cls(ofp_event.EventOFPStateChange, [MAIN_DISPATCHER, DEAD_DISPATCHER])
+    @guarded
     def _state_change(self, ev) -> None:
         if ev.datapath.id is None:
             return  # died before the handshake told us who it was
@@ -36,14 +55,17 @@ class RailyardApp(app_manager.OSKenApp):
             self.reconciler.switch_disconnected(ev.datapath)
 
     @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)  # pylint: disable=no-member
+    @guarded
     def _flow_stats(self, ev) -> None:
         self.reconciler.calls.deliver(ev.msg.datapath.id, ev.msg)
 
     @set_ev_cls(ofp_event.EventONFBundleCtrlMsg, MAIN_DISPATCHER)  # pylint: disable=no-member
+    @guarded
     def _bundle_ctrl(self, ev) -> None:
         self.reconciler.calls.deliver(ev.msg.datapath.id, ev.msg)
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)  # pylint: disable=no-member
+    @guarded
     def _error(self, ev) -> None:
         msg = ev.msg
         if not self.reconciler.calls.deliver(msg.datapath.id, msg):

@@ -25,7 +25,7 @@ class SwitchError(Exception):
     """A switch did not answer, refused a message, or went away."""
 
 
-@dataclass
+@dataclass(eq=False)  # identity semantics: calls are collected in sets
 class Call:
     """Replies for a set of xids, fed by the app thread."""
 

@@ -1,0 +1,263 @@
+"""Telemetry agent: what an INT/CSIG-capable fabric would report, read off the
+emulation, streamed to the controller's TelemetryService.
+
+Every ~100 ms it samples each switch egress port: transmitted bytes (the
+veth's kernel counter: the userspace switch transmits through it), and the
+port's egress queue, which in this emulation is the HTB class's pfifo (its
+backlog and drops are the real queue). From those it sends:
+
+- INT-MD-like hop records per egress port (rate, queue, drops);
+- CSIG-like path signals per leaf -> spine -> leaf path: compare-and-replace
+  along the path of available bandwidth and queue, with the bottleneck's
+  location;
+- flow records measured in the fabric, not taken from any scenario: the
+  datapath flows (`ovs-appctl dpctl/dump-flows`) that enter at a leaf's
+  server port, with their byte counters.
+
+Rates are reported in the model's real units (a 50 Mb/s emulated link of a
+400 Gb/s fabric reports 400 Gb/s when full), as the controller plans in them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import grpc
+
+from controller.api.client import Client
+from controller.api.gen.railyard.v1 import common_pb2
+from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
+from controller.fabric import Endpoint, Fabric, Tier
+from controller.fabric import addressing as ad
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 0.1
+SYS_NET = Path("/sys/class/net")
+PROTOCOLS = {"tcp": common_pb2.PROTOCOL_TCP, "udp": common_pb2.PROTOCOL_UDP}
+
+
+@dataclass(frozen=True)
+class PortCounters:
+    tx_bytes: int
+    queue_bytes: int
+    drops: int
+
+
+@dataclass(frozen=True)
+class FlowCounters:
+    src: str
+    dst: str
+    protocol: str
+    src_port: int
+    dst_port: int
+    bytes: int
+
+
+def read_queues() -> dict[str, tuple[int, int]]:
+    """Interface -> (backlog bytes, drops) of its leaf queue (the pfifo under HTB)."""
+    out = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True, check=True).stdout
+    queues: dict[str, tuple[int, int]] = {}
+    for qdisc in json.loads(out or "[]"):
+        if qdisc.get("kind") == "pfifo" and not qdisc.get("root"):
+            queues[qdisc["dev"]] = (int(qdisc.get("backlog", 0)), int(qdisc.get("drops", 0)))
+    return queues
+
+
+_DP_PORT = re.compile(r"port (\d+): (\S+)")
+_FIELD = re.compile(r"(ipv4|tcp|udp)\(([^)]*)\)")
+
+
+def datapath_ports() -> dict[int, str]:
+    out = subprocess.run(["ovs-appctl", "dpctl/show"], capture_output=True, text=True, check=True).stdout
+    return {int(n): name for n, name in _DP_PORT.findall(out)}
+
+
+def parse_dp_flow(line: str, ports: dict[int, str]) -> tuple[str, FlowCounters] | None:
+    """(ingress interface, counters) of one datapath flow line; None if not IPv4 TCP/UDP."""
+    in_port = re.search(r"in_port\((\d+)\)", line)
+    nbytes = re.search(r"bytes:(\d+)", line)
+    if not in_port or not nbytes:
+        return None
+    fields = {kind: dict(kv.split("=", 1) for kv in body.split(",") if "=" in kv) for kind, body in _FIELD.findall(line)}
+    ip = fields.get("ipv4")
+    if not ip or "src" not in ip or "dst" not in ip:
+        return None
+    proto = "tcp" if "tcp" in fields else "udp" if "udp" in fields else ""
+    l4 = fields.get(proto, {})
+
+    def port(value: str) -> int:
+        return int(value) if value.isdigit() else 0  # absent or masked: unknown
+
+    return ports.get(int(in_port.group(1)), ""), FlowCounters(
+        ip["src"].split("/")[0], ip["dst"].split("/")[0], proto, port(l4.get("src", "")), port(l4.get("dst", "")),
+        int(nbytes.group(1)))
+
+
+class FabricSampler:
+    """Reads the raw counters of the emulated fabric (I/O only)."""
+
+    def __init__(self, fabric: Fabric) -> None:
+        self.fabric = fabric
+        self.ports = {
+            Endpoint(name, port): ad.switch_port_name(name, port)
+            for name in fabric.switches for port in fabric.ports(name)
+        }
+        # A flow is counted where it enters the fabric: a leaf's server-facing port.
+        self.ingress = {ad.switch_port_name(e.node, e.port) for e in (fabric.attachment(n) for n in fabric.nics)}
+        self._dp_ports: dict[int, str] = {}
+
+    def ports_now(self) -> dict[Endpoint, PortCounters]:
+        queues = read_queues()
+        out = {}
+        for egress, intf in self.ports.items():
+            try:
+                tx = int((SYS_NET / intf / "statistics" / "tx_bytes").read_text())
+            except OSError:
+                continue  # the fabric is going down
+            backlog, drops = queues.get(intf, (0, 0))
+            out[egress] = PortCounters(tx, backlog, drops)
+        return out
+
+    def flows_now(self) -> list[FlowCounters]:
+        out = subprocess.run(["ovs-appctl", "dpctl/dump-flows"], capture_output=True, text=True).stdout
+        flows, refreshed = [], False
+        for line in out.splitlines():
+            parsed = parse_dp_flow(line, self._dp_ports)
+            if parsed is not None and not parsed[0] and not refreshed:
+                self._dp_ports, refreshed = datapath_ports(), True  # ports we have not seen yet
+                parsed = parse_dp_flow(line, self._dp_ports)
+            if parsed is not None and parsed[0] in self.ingress:
+                flows.append(parsed[1])
+        return flows
+
+
+class TelemetryCollector:
+    """Turns successive raw samples into telemetry messages. Pure apart from the sampler."""
+
+    def __init__(self, fabric: Fabric, sampler: FabricSampler) -> None:
+        self.fabric = fabric
+        self.sampler = sampler
+        self._last_ports: tuple[float, dict[Endpoint, PortCounters]] | None = None
+        self._last_flows: dict[tuple, tuple[float, int]] = {}
+        self._paths = self._leaf_paths()
+
+    def _leaf_paths(self) -> list[tuple[str, str, str, tuple[Endpoint, ...]]]:
+        """(src leaf, via, dst leaf, the switch egresses between them) for every leaf pair of a plane."""
+        reps = {}
+        for leaf in self.fabric.switches_in(Tier.LEAF):
+            nics = self.fabric.local_nics(leaf.name)
+            if nics:
+                reps[leaf.name] = next(iter(nics.values()))
+        out = []
+        for a, src in reps.items():
+            for b, dst in reps.items():
+                if a == b:
+                    continue
+                for via in self.fabric.vias(src, dst):
+                    out.append((a, via, b, self.fabric.egress_path(src, dst, via)[1:-1]))
+        return out
+
+    def _scale(self, egress: Endpoint) -> float:
+        link = self.fabric.link_at(egress)
+        return link.capacity_bps / link.emulated_bps
+
+    def batch(self, now: float) -> tpb.TelemetryBatch:
+        ports = self.sampler.ports_now()
+        batch = tpb.TelemetryBatch()
+        previous = self._last_ports
+        self._last_ports = (now, ports)
+        if previous is None:
+            return batch
+        then, before = previous
+        dt = max(now - then, 1e-3)
+        rates: dict[Endpoint, float] = {}
+        for egress, counters in ports.items():
+            prior = before.get(egress)
+            if prior is None:
+                continue
+            delta = counters.tx_bytes - prior.tx_bytes
+            rates[egress] = max(delta, 0) * 8 / dt * self._scale(egress)
+            hop = batch.hops.add(switch=egress.node, egress_port=egress.port, tx_bps=rates[egress],
+                                 queue_bytes=counters.queue_bytes, tx_bytes_total=counters.tx_bytes,
+                                 drops_total=counters.drops)
+            hop.observe_time.FromNanoseconds(int(now * 1e9))
+        for src_leaf, via, dst_leaf, hops in self._paths:
+            if not all(h in rates for h in hops):
+                continue
+            available = {h: self.fabric.link_at(h).capacity_bps - rates[h] for h in hops}
+            bottleneck = min(hops, key=lambda h: available[h])
+            sig = batch.paths.add(src_leaf=src_leaf, spine=via, dst_leaf=dst_leaf,
+                                  min_available_bps=max(available[bottleneck], 0.0),
+                                  max_queue_bytes=max(ports[h].queue_bytes for h in hops),
+                                  bottleneck_switch=bottleneck.node, bottleneck_port=bottleneck.port)
+            sig.observe_time.FromNanoseconds(int(now * 1e9))
+        self._add_flows(batch, now)
+        return batch
+
+    def _add_flows(self, batch: tpb.TelemetryBatch, now: float) -> None:
+        seen: dict[tuple, tuple[float, int]] = {}
+        scale = self.fabric.spec.rates.nic_gbps * 1e9 / (self.fabric.spec.rates.emulated_nic_mbps * 1e6)
+        for flow in self.sampler.flows_now():
+            key = (flow.src, flow.dst, flow.protocol, flow.src_port, flow.dst_port)
+            total = seen.get(key, (now, 0))[1] + flow.bytes  # megaflows of one 5-tuple add up
+            seen[key] = (now, total)
+        for key, (_, total) in seen.items():
+            then, before = self._last_flows.get(key, (None, None))
+            if then is None or total < before:
+                continue  # first sight, or the datapath flow was replaced: no rate yet
+            rate = (total - before) * 8 / max(now - then, 1e-3) * scale
+            rec = batch.flows.add(src_address=key[0], dst_address=key[1], protocol=PROTOCOLS.get(key[2], 0),
+                                  src_port=key[3], dst_port=key[4], bytes_total=total, rate_bps=rate)
+            rec.observe_time.FromNanoseconds(int(now * 1e9))
+        self._last_flows = seen
+
+
+class TelemetryAgent:
+    """Streams telemetry to the controller until stopped; reconnects with backoff."""
+
+    def __init__(self, fabric: Fabric, target: str, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+        self.collector = TelemetryCollector(fabric, FabricSampler(fabric))
+        self.target = target
+        self.interval_s = interval_s
+        self.stop_event = threading.Event()
+        self.sent_batches = 0
+
+    def _batches(self) -> Iterator[tpb.TelemetryBatch]:
+        next_tick = time.monotonic()
+        while not self.stop_event.is_set():
+            batch = self.collector.batch(time.time())
+            if batch.hops or batch.flows:
+                self.sent_batches += 1
+                yield batch
+            next_tick += self.interval_s
+            self.stop_event.wait(max(0.0, next_tick - time.monotonic()))
+
+    def run(self) -> None:
+        backoff = 0.5
+        while not self.stop_event.is_set():
+            try:
+                with Client(self.target, timeout_s=None) as client:
+                    client.telemetry.ReportTelemetry(self._batches())
+                backoff = 0.5
+            except grpc.RpcError as exc:
+                log.warning("telemetry stream ended: %s %s; retrying in %.1f s", exc.code().name, exc.details(), backoff)
+                self.stop_event.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+
+    def start(self) -> "TelemetryAgent":
+        self._thread = threading.Thread(target=self.run, name="telemetry-agent", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self._thread.join(timeout=5)
