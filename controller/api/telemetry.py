@@ -57,7 +57,13 @@ def convert(fabric: Fabric, msg: pb.TelemetryBatch, now: float) -> tuple[Batch, 
             continue
         observed = _seconds(rec.observe_time) if rec.HasField("observe_time") else now
         key = (rec.src_address, rec.dst_address, PROTOCOL_NAMES[rec.protocol], rec.src_port, rec.dst_port)
-        flows.append((key, FlowSample(rec.rate_bps, rec.bytes_total, observed)))
+        ingress = None
+        if rec.ingress_leaf:
+            if rec.ingress_leaf not in fabric.switches or rec.ingress_egress_port not in fabric.ports(rec.ingress_leaf):
+                rejected += 1
+                continue
+            ingress = Endpoint(rec.ingress_leaf, rec.ingress_egress_port)
+        flows.append((key, FlowSample(rec.rate_bps, rec.bytes_total, observed, ingress)))
     return Batch(tuple(ports), tuple(paths), tuple(flows)), rejected
 
 

@@ -40,6 +40,7 @@ class FlowSample:
     rate_bps: float
     bytes_total: int
     observed_at: float
+    ingress: Endpoint | None = None  # the ingress leaf's egress port for this flow, when known
 
 
 FlowKey = tuple[str, str, str, int, int]  # src address, dst address, protocol, src port, dst port

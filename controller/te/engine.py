@@ -1,0 +1,265 @@
+"""The adaptive TE engine: telemetry in, elephant moves and decisions out. Pure.
+
+One `step` per cycle (~200 ms):
+
+1. Elephants: fresh flow records (younger than `max_age_s`; stale data is
+   never acted on) at >= `elephant_fraction` of the NIC rate, crossing spines.
+2. Demand: what each elephant would send if the network were not in its way
+   (Hedera's estimator: senders share their NIC, receivers cap what they can
+   take, iterated to a fixed point). A collided TCP flow's *measured* rate is
+   half its demand; moving on measurements alone would under-correct.
+3. Collisions: two or more elephants on one uplink whose demands exceed it
+   while a parallel uplink has room.
+4. Placement: all elephants min-max over the spines (the same greedy +
+   improvement as job placement) on top of the measured non-elephant load.
+   Moves are capped per cycle, a moved flow is left alone for
+   `hysteresis_s`, and a move must lower the flow's predicted bottleneck by
+   `min_gain` of capacity: noisy telemetry cannot make flows flap.
+5. Incast: many senders converging on one NIC beyond its capacity. Their
+   demands are the NIC's fair share each, which spreads them over the spines
+   instead of piling them onto one (protecting bystanders there), and the
+   decision names the fair share so the sending leaves can be metered.
+
+Moves are soft state, not intent: they are rebuilt from the switches'
+tables (their cookie says "te") after a restart, and expire when the flow
+goes quiet.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+from typing import Mapping
+
+from controller.fabric import Endpoint, Fabric, NicId
+from controller.fabric import addressing as ad
+from controller.te.jobs import Drains, JobFlow
+from controller.te.paths import Layer, assign_greedy
+from controller.te.view import FlowKey, FlowSample, PortSample
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    elephant_fraction: float = 0.1  # of the NIC rate (Hedera)
+    max_age_s: float = 1.0
+    hysteresis_s: float = 3.0
+    max_moves_per_cycle: int = 4
+    min_gain: float = 0.05  # utilization points a move must save on the flow's bottleneck
+    expire_after_s: float = 3.0  # a moved flow not seen for this long gives its entry back
+    incast_fan_in: int = 3
+    incast_utilization: float = 0.9
+
+
+@dataclass(frozen=True)
+class Elephant:
+    key: FlowKey
+    src: NicId
+    dst: NicId
+    rate_bps: float
+    via: str  # the spine it crosses now ("" if unknown)
+    demand_bps: float = 0.0
+
+
+@dataclass(frozen=True)
+class Move:
+    key: FlowKey
+    src: NicId
+    dst: NicId
+    via: str
+    moved_at: float
+    last_seen: float
+
+
+@dataclass(frozen=True)
+class Decision:
+    kind: str  # collision | reroute | incast | expire
+    subject: str
+    reason: str
+    at: float
+
+
+@dataclass(frozen=True)
+class TeState:
+    moves: Mapping[FlowKey, Move] = field(default_factory=dict)
+    incasts: frozenset[str] = frozenset()  # destination NICs currently in incast
+
+
+def _nic(address: str) -> NicId | None:
+    try:
+        return ad.parse_nic_address(address)
+    except ad.AddressError:
+        return None
+
+
+def find_elephants(fabric: Fabric, flows: Mapping[FlowKey, FlowSample], moves: Mapping[FlowKey, Move],
+                   now: float, cfg: EngineConfig) -> list[Elephant]:
+    threshold = cfg.elephant_fraction * fabric.spec.rates.nic_gbps * 1e9
+    out = []
+    for key, sample in sorted(flows.items()):
+        if now - sample.observed_at > cfg.max_age_s or sample.rate_bps < threshold:
+            continue
+        src, dst = _nic(key[0]), _nic(key[1])
+        if src is None or dst is None:
+            continue
+        try:
+            if not fabric.vias(src, dst):
+                continue  # same leaf: nothing to steer
+        except KeyError:
+            continue  # not a NIC of this fabric
+        via = moves[key].via if key in moves else ""
+        if not via and sample.ingress is not None:
+            via = fabric.link_at(sample.ingress).peer(sample.ingress.node).node
+        out.append(Elephant(key, src, dst, sample.rate_bps, via))
+    return out
+
+
+def estimate_demands(elephants: list[Elephant], nic_bps: float, rounds: int = 10) -> dict[FlowKey, float]:
+    """Hedera's demand estimation: senders split their NIC among flows not yet
+    limited elsewhere; a receiver asked for more than its NIC gives every flow
+    at least the max-min fair share and marks the cut ones receiver-limited.
+    Repeated to a fixed point."""
+    demand = {e.key: 0.0 for e in elephants}
+    limited: set[FlowKey] = set()
+    by_src: dict[NicId, list[FlowKey]] = defaultdict(list)
+    by_dst: dict[NicId, list[FlowKey]] = defaultdict(list)
+    for e in elephants:
+        by_src[e.src].append(e.key)
+        by_dst[e.dst].append(e.key)
+    for _ in range(rounds):
+        before = dict(demand)
+        for keys in by_src.values():
+            free = [k for k in keys if k not in limited]
+            left = max(nic_bps - sum(demand[k] for k in keys if k in limited), 0.0)
+            for k in free:
+                demand[k] = left / len(free)
+        for keys in by_dst.values():
+            if sum(demand[k] for k in keys) <= nic_bps * (1 + 1e-9):
+                continue
+            total, pending = nic_bps, sorted(keys, key=lambda k: demand[k])
+            while pending and demand[pending[0]] < total / len(pending):
+                total -= demand[pending.pop(0)]  # small flows keep what they ask for
+            for k in pending:
+                demand[k] = total / len(pending)
+                limited.add(k)
+        if demand == before:
+            break
+    return demand
+
+
+def _uplink(fabric: Fabric, e: Elephant, via: str) -> Endpoint:
+    return fabric.egress_path(e.src, e.dst, via)[1]
+
+
+def step(fabric: Fabric, state: TeState, flows: Mapping[FlowKey, FlowSample],
+         ports: Mapping[Endpoint, PortSample], now: float, cfg: EngineConfig = EngineConfig(),
+         drains: Drains = Drains()) -> tuple[TeState, list[Decision]]:
+    decisions: list[Decision] = []
+    moves = dict(state.moves)
+    nic_bps = fabric.spec.rates.nic_gbps * 1e9
+
+    elephants = find_elephants(fabric, flows, moves, now, cfg)
+    seen = {e.key for e in elephants}
+    for key, move in list(moves.items()):
+        if key in seen:
+            moves[key] = replace(move, last_seen=now)
+        elif now - move.last_seen > cfg.expire_after_s:
+            del moves[key]
+            decisions.append(Decision("expire", _describe(key), "flow quiet; back to ECMP", now))
+    demands = estimate_demands(elephants, nic_bps)
+    elephants = [replace(e, demand_bps=demands[e.key]) for e in elephants]
+
+    # Background: measured load minus what the elephants themselves send.
+    fresh = {e: s for e, s in ports.items() if now - s.observed_at <= cfg.max_age_s}
+    background = {e: s.tx_bps for e, s in fresh.items()}
+    for e in elephants:
+        if e.via:
+            for egress in fabric.egress_path(e.src, e.dst, e.via):
+                if egress in background:
+                    background[egress] = max(background[egress] - e.rate_bps, 0.0)
+
+    decisions += _collisions(fabric, elephants, now)
+    incasts = _incasts(fabric, flows, fresh, now, cfg)
+    decisions += [Decision("incast", ad.nic_ip(dst), f"{n} senders into one NIC; fair share "
+                           f"{nic_bps / n / 1e9:.1f} Gb/s each", now)
+                  for dst, n in sorted(incasts.items()) if ad.nic_ip(dst) not in state.incasts]
+
+    if elephants:
+        wanted, layer = assign_greedy(fabric, drains, background,
+                                      [JobFlow(e.src, e.dst, e.demand_bps) for e in elephants])
+        moves, moved = _apply(fabric, elephants, wanted, layer, moves, now, cfg)
+        decisions += moved
+    return TeState(moves, frozenset(ad.nic_ip(d) for d in incasts)), decisions
+
+
+def _apply(fabric: Fabric, elephants: list[Elephant], wanted: list[JobFlow], layer: Layer,
+           moves: dict[FlowKey, Move], now: float, cfg: EngineConfig) -> tuple[dict[FlowKey, Move], list[Decision]]:
+    """Turns the desired assignment into at most max_moves_per_cycle moves that pay off."""
+    candidates = []
+    for e, w in zip(elephants, wanted):
+        if not w.via or w.via == e.via:
+            continue
+        if e.key in moves and now - moves[e.key].moved_at < cfg.hysteresis_s:
+            continue
+        new_path = fabric.egress_path(e.src, e.dst, w.via)
+        if not e.via:
+            gain = 1.0  # the switch did not say where it is: place it
+        else:
+            old_path = fabric.egress_path(e.src, e.dst, e.via)
+            # Predicted bottleneck of each path with this flow on it (layer has it on the new one).
+            on_new = layer.peak(new_path)
+            on_old = layer.peak(old_path, e.demand_bps)
+            gain = on_old - on_new
+        if gain >= cfg.min_gain:
+            candidates.append((gain, e, w.via))
+    decisions = []
+    for gain, e, via in sorted(candidates, key=lambda c: -c[0])[: cfg.max_moves_per_cycle]:
+        moves[e.key] = Move(e.key, e.src, e.dst, via, now, now)
+        decisions.append(Decision("reroute", _describe(e.key),
+                                  f"{e.via or '?'} -> {via}: bottleneck -{gain:.2f} of capacity "
+                                  f"(demand {e.demand_bps / 1e9:.0f} Gb/s, measured {e.rate_bps / 1e9:.0f})", now))
+    return moves, decisions
+
+
+def _collisions(fabric: Fabric, elephants: list[Elephant], now: float) -> list[Decision]:
+    by_uplink: dict[Endpoint, list[Elephant]] = defaultdict(list)
+    for e in elephants:
+        if e.via:
+            by_uplink[_uplink(fabric, e, e.via)].append(e)
+    out = []
+    for uplink, members in sorted(by_uplink.items()):
+        capacity = fabric.link_at(uplink).capacity_bps
+        if len(members) >= 2 and sum(e.demand_bps for e in members) > capacity * 1.05:
+            parallel = len(fabric.vias(members[0].src, members[0].dst)) > 1
+            if parallel:
+                out.append(Decision("collision", f"{uplink.node}:{uplink.port}",
+                                    f"{len(members)} elephants, demand "
+                                    f"{sum(e.demand_bps for e in members) / capacity:.2f} of the uplink", now))
+    return out
+
+
+def _incasts(fabric: Fabric, flows: Mapping[FlowKey, FlowSample], ports: Mapping[Endpoint, PortSample],
+             now: float, cfg: EngineConfig) -> dict[NicId, int]:
+    senders: dict[NicId, set[NicId]] = defaultdict(set)
+    for key, sample in flows.items():
+        if now - sample.observed_at > cfg.max_age_s or sample.rate_bps <= 0:
+            continue
+        src, dst = _nic(key[0]), _nic(key[1])
+        if src is not None and dst is not None:
+            senders[dst].add(src)
+    out = {}
+    for dst, srcs in senders.items():
+        if len(srcs) < cfg.incast_fan_in:
+            continue
+        try:
+            egress = fabric.attachment(dst)
+        except KeyError:
+            continue
+        sample = ports.get(egress)
+        if sample and sample.tx_bps >= cfg.incast_utilization * fabric.link_at(egress).capacity_bps:
+            out[dst] = len(srcs)
+    return out
+
+
+def _describe(key: FlowKey) -> str:
+    src, dst, proto, sport, dport = key
+    return f"{src}:{sport}->{dst}:{dport}/{proto or 'ip'}"
