@@ -26,6 +26,8 @@ def add_parsers(sub) -> None:
     run.add_argument("--metrics-listen", default="127.0.0.1:9302", help="Prometheus /metrics HOST:PORT")
     run.add_argument("--reconcile-interval", type=float, default=10.0,
                      help="seconds between full reconcile passes (default 10)")
+    run.add_argument("--no-te", action="store_true",
+                     help="no adaptive TE: placement and pins only, elephants stay on ECMP")
 
     for parser in _api_parsers(sub):
         parser.add_argument("--target", default=DEFAULT_TARGET, help=f"controller gRPC address (default {DEFAULT_TARGET})")
@@ -81,6 +83,7 @@ def controller_run(args) -> int:
         grpc=Listen.parse(args.grpc_listen, "grpc-listen"),
         metrics=Listen.parse(args.metrics_listen, "metrics-listen"),
         reconcile_interval_s=args.reconcile_interval,
+        te_enabled=not args.no_te,
     )
     return run(load_fabric(args.spec), config)
 

@@ -35,6 +35,7 @@ from controller.service import IntentService  # noqa: E402
 from controller.southbound.reconciler import Reconciler  # noqa: E402
 from controller.store import SqliteIntentStore  # noqa: E402
 from controller.telemetry import TelemetryIngest  # noqa: E402
+from controller.te_runner import TeRunner  # noqa: E402
 
 log = logging.getLogger("railyard")
 
@@ -69,6 +70,7 @@ class DaemonConfig:
     metrics: Listen
     reconcile_interval_s: float = 10.0
     reply_timeout_s: float = 5.0
+    te_enabled: bool = True  # off: placement and pins only, elephants stay on ECMP
 
     def __post_init__(self) -> None:
         if not 0.1 <= self.reconcile_interval_s <= 3600:
@@ -90,6 +92,9 @@ class Daemon:
         self.intent = IntentService(fabric, self.store, self.metrics, live_load=self.ingest.fresh_load)
         self.reconciler = Reconciler(fabric, self.intent, self.metrics, config.reconcile_interval_s,
                                      config.reply_timeout_s)
+        self.te = TeRunner(fabric, self.ingest, self.intent, self.metrics, enabled=config.te_enabled)
+        self.reconciler.te = self.te
+        self.te.on_change(lambda: self.reconciler.request("te"))
         self.api = ApiServer(self.intent, self.ingest, self.metrics, self.reconciler.connected, str(config.grpc))
         self._stop = threading.Event()
         self._apps: app_manager.AppManager | None = None
@@ -98,6 +103,7 @@ class Daemon:
         self.metrics_server = self.metrics.serve(self.config.metrics.host, self.config.metrics.port)
         self.ingest.start()
         self.reconciler.start()
+        self.te.start()
         self._start_openflow()
         self.api.start()
         # NOT_SERVING until the southbound holds the whole fabric: a scheduler
@@ -142,6 +148,7 @@ class Daemon:
         keeps them forwarding, and the next controller finds them correct."""
         log.info("railyard controller: shutting down")
         self.api.stop(grace_s=2)
+        self.te.stop()
         self.reconciler.stop()
         self.ingest.stop()
         self.store.close()

@@ -19,7 +19,8 @@ from prometheus_client import (
 disable_created_metrics()
 
 FLOW_MOD_KINDS = ("add", "delete")
-RECONCILE_TRIGGERS = ("connect", "intent", "periodic")
+RECONCILE_TRIGGERS = ("connect", "intent", "te", "periodic")
+TE_DECISIONS = ("collision", "reroute", "incast", "expire")
 RESULTS = ("ok", "failed")
 
 
@@ -76,6 +77,16 @@ class Metrics:
         self.predicted_max_utilization = Gauge(
             "railyard_predicted_max_link_utilization_ratio",
             "Max link utilization the placed jobs' demands predict", registry=r)
+        self.te_decisions = Counter(
+            "railyard_te_decisions", "Adaptive TE decisions by kind (collision found, elephant rerouted, "
+            "incast found, move expired)", ["kind"], registry=r)
+        self.te_moves_active = Gauge("railyard_te_moves_active", "Elephants currently steered by adaptive TE",
+                                     registry=r)
+        self.te_reaction = Histogram(
+            "railyard_te_reaction_seconds", "From a reroute decision to its entries committed on the switches",
+            registry=r, buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5))
+        for kind in TE_DECISIONS:
+            self.te_decisions.labels(kind)
         self.errors = Counter(
             "railyard_errors", "Errors by component and reason", ["component", "reason"], registry=r)
 

@@ -84,6 +84,11 @@ class TelemetryIngest:
                     self._last_sweep = now
             self.metrics.telemetry_records.labels("accepted").inc(len(batch))
 
+    def snapshot(self) -> tuple[dict[FlowKey, FlowSample], dict[Endpoint, PortSample]]:
+        """Every flow and port sample, with its time: the TE engine judges staleness itself."""
+        with self._lock:
+            return dict(self.view.flows), dict(self.view.ports)
+
     def fresh_load(self) -> dict[Endpoint, float]:
         with self._lock:
             return self.view.fresh_load(self.clock())

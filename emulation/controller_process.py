@@ -62,12 +62,13 @@ def total(samples: Samples, name: str, **labels: str) -> float:
 
 class ControllerProcess:
     def __init__(self, spec_path: str | Path | None, store: Path, ports: Ports, log_path: Path,
-                 reconcile_interval_s: float = 1.0) -> None:
+                 reconcile_interval_s: float = 1.0, te: bool = True) -> None:
         self.spec_path = spec_path
         self.store = store
         self.ports = ports
         self.log_path = log_path
         self.reconcile_interval_s = reconcile_interval_s
+        self.te = te
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "ControllerProcess":
@@ -78,6 +79,8 @@ class ControllerProcess:
                 "--reconcile-interval", str(self.reconcile_interval_s)]
         if self.spec_path:
             args += ["--spec", str(self.spec_path)]
+        if not self.te:
+            args.append("--no-te")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)

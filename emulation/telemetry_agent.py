@@ -60,6 +60,7 @@ class FlowCounters:
     src_port: int
     dst_port: int
     bytes: int
+    out_intf: str = ""  # where the ingress leaf sent it: its uplink choice
 
 
 def read_queues() -> dict[str, tuple[int, int]]:
@@ -83,11 +84,12 @@ def datapath_ports() -> dict[int, str]:
 
 def parse_dp_flow(line: str, ports: dict[int, str]) -> tuple[str, FlowCounters] | None:
     """(ingress interface, counters) of one datapath flow line; None if not IPv4 TCP/UDP."""
-    in_port = re.search(r"in_port\((\d+)\)", line)
-    nbytes = re.search(r"bytes:(\d+)", line)
+    match, _, stats = line.partition(", packets:")  # the actions (e.g. set(ipv4(ttl=..))) come after
+    in_port = re.search(r"in_port\((\d+)\)", match)
+    nbytes = re.search(r"bytes:(\d+)", stats)
     if not in_port or not nbytes:
         return None
-    fields = {kind: dict(kv.split("=", 1) for kv in body.split(",") if "=" in kv) for kind, body in _FIELD.findall(line)}
+    fields = {kind: dict(kv.split("=", 1) for kv in body.split(",") if "=" in kv) for kind, body in _FIELD.findall(match)}
     ip = fields.get("ipv4")
     if not ip or "src" not in ip or "dst" not in ip:
         return None
@@ -97,9 +99,10 @@ def parse_dp_flow(line: str, ports: dict[int, str]) -> tuple[str, FlowCounters] 
     def port(value: str) -> int:
         return int(value) if value.isdigit() else 0  # absent or masked: unknown
 
+    out = stats.rsplit("actions:", 1)[-1].rsplit(",", 1)[-1].strip()
     return ports.get(int(in_port.group(1)), ""), FlowCounters(
         ip["src"].split("/")[0], ip["dst"].split("/")[0], proto, port(l4.get("src", "")), port(l4.get("dst", "")),
-        int(nbytes.group(1)))
+        int(nbytes.group(1)), ports.get(int(out), "") if out.isdigit() else "")
 
 
 class FabricSampler:
@@ -113,6 +116,7 @@ class FabricSampler:
         }
         # A flow is counted where it enters the fabric: a leaf's server-facing port.
         self.ingress = {ad.switch_port_name(e.node, e.port) for e in (fabric.attachment(n) for n in fabric.nics)}
+        self.port_of = {intf: egress for egress, intf in self.ports.items()}
         self._dp_ports: dict[int, str] = {}
 
     def ports_now(self) -> dict[Endpoint, PortCounters]:
@@ -205,11 +209,14 @@ class TelemetryCollector:
 
     def _add_flows(self, batch: tpb.TelemetryBatch, now: float) -> None:
         seen: dict[tuple, tuple[float, int]] = {}
+        egress: dict[tuple, Endpoint] = {}
         scale = self.fabric.spec.rates.nic_gbps * 1e9 / (self.fabric.spec.rates.emulated_nic_mbps * 1e6)
         for flow in self.sampler.flows_now():
             key = (flow.src, flow.dst, flow.protocol, flow.src_port, flow.dst_port)
             total = seen.get(key, (now, 0))[1] + flow.bytes  # megaflows of one 5-tuple add up
             seen[key] = (now, total)
+            if flow.out_intf in self.sampler.port_of:
+                egress[key] = self.sampler.port_of[flow.out_intf]
         for key, (_, total) in seen.items():
             then, before = self._last_flows.get(key, (None, None))
             if then is None or total < before:
@@ -217,6 +224,8 @@ class TelemetryCollector:
             rate = (total - before) * 8 / max(now - then, 1e-3) * scale
             rec = batch.flows.add(src_address=key[0], dst_address=key[1], protocol=PROTOCOLS.get(key[2], 0),
                                   src_port=key[3], dst_port=key[4], bytes_total=total, rate_bps=rate)
+            if key in egress:
+                rec.ingress_leaf, rec.ingress_egress_port = egress[key]
             rec.observe_time.FromNanoseconds(int(now * 1e9))
         self._last_flows = seen
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from typing import Iterable
 
-from controller.fabric import Fabric
+from controller.fabric import Fabric, Tier
 from controller.fabric import addressing as ad
 from controller.intent import FlowMatch, FlowPin, Intent, directions
+from controller.te.engine import Move as TeMove
 from controller.te.jobs import Job
 
 # Cookie layout (64 bits): | 'RY' prefix (16) | owner kind (8) | owner id (40) |
@@ -26,11 +28,13 @@ from controller.te.jobs import Job
 COOKIE_PREFIX = 0x5259 << 48
 COOKIE_PREFIX_MASK = 0xFFFF << 48
 COOKIE_ALL = (1 << 64) - 1
-OWNER_KINDS = {"pin": 1, "job": 2}
+OWNER_KINDS = {"pin": 1, "job": 2, "te": 3}
 
 # Above every underlay priority (max 3000). A 5-tuple pin beats a NIC-pair pin.
 PRIORITY_PIN_PAIR = 20000
 PRIORITY_PIN_FLOW = 20100
+# Adaptive TE moves sit below every pin: an operator's or a job's choice wins.
+PRIORITY_TE_MOVE = 19900
 
 IPV4 = 0x0800
 IP_PROTO = {"tcp": 6, "udp": 17}
@@ -85,13 +89,15 @@ def canonical_match(match: FlowMatch) -> Match:
     return tuple(sorted(fields.items()))
 
 
-def steering_entries(fabric: Fabric, match: FlowMatch, spine: str, cookie: int) -> list[OverlayEntry]:
+def steering_entries(fabric: Fabric, match: FlowMatch, spine: str, cookie: int,
+                     priority: int | None = None) -> list[OverlayEntry]:
     """Entries that make `match` cross `spine`: one at each switch where the
     underlay would have hashed (a spine's or last hop's single route needs none)."""
     hops = fabric.steering_hops(match.src, match.dst, spine)
     if not hops:
         raise ValueError(f"{spine} is on no equal-cost path of {match.describe()}")
-    priority = PRIORITY_PIN_FLOW if match.src_port or match.dst_port else PRIORITY_PIN_PAIR
+    if priority is None:
+        priority = PRIORITY_PIN_FLOW if match.src_port or match.dst_port else PRIORITY_PIN_PAIR
     canonical = canonical_match(match)
     return [OverlayEntry(hop.node, priority, canonical, ("dec_ttl", f"output:{hop.port}"), cookie) for hop in hops]
 
@@ -110,8 +116,40 @@ def job_entries(fabric: Fabric, job: Job) -> list[OverlayEntry]:
 JobEntryMemo = dict[str, tuple[Job, list[OverlayEntry]]]
 
 
-def desired_overlay(fabric: Fabric, intent: Intent,
-                    memo: JobEntryMemo | None = None) -> dict[str, dict[EntryKey, OverlayEntry]]:
+def te_entries(fabric: Fabric, moves: Iterable[TeMove]) -> list[OverlayEntry]:
+    """A moved elephant: its exact 5-tuple steered across the chosen spine."""
+    out = []
+    for move in moves:
+        src, dst, protocol, sport, dport = move.key
+        match = FlowMatch(move.src, move.dst, protocol, sport, dport)
+        out += steering_entries(fabric, match, move.via, owner_cookie("te", "|".join(map(str, move.key))),
+                                PRIORITY_TE_MOVE)
+    return out
+
+
+def move_from_entry(fabric: Fabric, entry: OverlayEntry, now: float) -> TeMove | None:
+    """The TE move an installed entry encodes (to adopt after a restart), if it is one."""
+    if entry.cookie >> 40 & 0xFF != OWNER_KINDS["te"] or entry.priority != PRIORITY_TE_MOVE:
+        return None
+    fields = dict(entry.match)
+    outputs = [a for a in entry.actions if a.startswith("output:")]
+    protocol = {6: "tcp", 17: "udp"}.get(fields.get("ip_proto"), "")
+    if not outputs or not protocol:
+        return None
+    via = fabric.peer(entry.switch, int(outputs[0].split(":")[1])).node
+    if fabric.switch(via).tier is not Tier.SPINE:
+        return None  # a fat tree's edge entry points at an aggregation switch; its core is not known here
+    key = (fields["ipv4_src"], fields["ipv4_dst"], protocol, int(fields.get(f"{protocol}_src", 0)),
+           int(fields.get(f"{protocol}_dst", 0)))
+    try:
+        src, dst = ad.parse_nic_address(key[0]), ad.parse_nic_address(key[1])
+    except ad.AddressError:
+        return None
+    return TeMove(key, src, dst, via, now, now)
+
+
+def desired_overlay(fabric: Fabric, intent: Intent, memo: JobEntryMemo | None = None,
+                    te_moves: Iterable[TeMove] = ()) -> dict[str, dict[EntryKey, OverlayEntry]]:
     """Every switch of the fabric appears, with an empty table if it needs nothing,
     so reconciliation also clears switches that no longer carry any pin.
 
@@ -133,6 +171,8 @@ def desired_overlay(fabric: Fabric, intent: Intent,
     if memo is not None:
         for stale in memo.keys() - intent.jobs.keys():
             del memo[stale]
+    for entry in te_entries(fabric, te_moves):
+        overlay[entry.switch].setdefault(entry.key, entry)
     # Operator pins last: on the same NIC pair, the operator's choice wins.
     for pin in sorted(intent.pins.values()):
         for entry in pin_entries(fabric, pin):

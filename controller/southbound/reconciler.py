@@ -56,6 +56,7 @@ class Reconciler:
         self.fabric_ready = threading.Event()
         self._synced: set[str] = set()  # switches reconciled since they (re)connected
         self._job_entries: JobEntryMemo = {}  # only the reconciler thread touches it
+        self.te = None  # the TE runner, when adaptive TE is on (set by the daemon)
         intent.subscribe(lambda _intent, _events: self._triggers.put(Trigger("intent")))
 
     # --- called from the os-ken app thread -----------------------------------
@@ -103,6 +104,10 @@ class Reconciler:
         self._thread = threading.Thread(target=self._run, name="reconciler", daemon=True)
         self._thread.start()
 
+    def request(self, reason: str) -> None:
+        """Asks for a whole-fabric pass (e.g. TE moved elephants)."""
+        self._triggers.put(Trigger(reason))
+
     def stop(self) -> None:
         self._triggers.put(_STOP)
         if self._thread:
@@ -142,7 +147,7 @@ class Reconciler:
         connect, then an intent change, then the timer), so a switch's
         connect reconcile is counted even when a periodic pass carried it."""
         reasons = {t.reason for t in batch}
-        reason = next(r for r in ("connect", "intent", "periodic") if r in reasons)
+        reason = next(r for r in ("connect", "intent", "te", "periodic") if r in reasons)
         if any(t.switch is None for t in batch):
             return reason, None
         return reason, {t.switch for t in batch}
@@ -151,22 +156,30 @@ class Reconciler:
         """One pass over `scope` (None = all connected switches). True if every
         switch in scope ended in sync."""
         started = time.perf_counter()
-        desired = desired_overlay(self.fabric, self.intent.snapshot(), self._job_entries)
         with self._lock:
             sessions = {n: s for n, s in self._sessions.items() if scope is None or n in scope}
+            fresh = set(sessions) - self._synced
         ok = True
-        deltas: dict[str, SwitchDelta] = {}
+        installed: dict[str, dict] = {}
         for name, session in sessions.items():
-            self.metrics.entries_desired.labels(name).set(len(desired[name]))
             try:
-                installed = session.dump_overlay()
+                installed[name] = session.dump_overlay()
             except SwitchError as exc:
                 ok = False
                 log.warning("reconcile: %s", exc)
                 self.metrics.errors.labels("southbound", "dump_failed").inc()
                 continue
-            self.metrics.entries_installed.labels(name).set(len(installed))
-            deltas[name] = diff_table(name, desired[name], installed)
+            self.metrics.entries_installed.labels(name).set(len(installed[name]))
+            if name in fresh and self.te is not None:
+                # First look at this switch since it (or we) (re)started: keep the
+                # elephant moves it already carries instead of undoing them.
+                self.te.adopt(list(installed[name].values()))
+        te_generation, te_moves = self.te.moves() if self.te is not None else (0, [])
+        desired = desired_overlay(self.fabric, self.intent.snapshot(), self._job_entries, te_moves)
+        deltas: dict[str, SwitchDelta] = {}
+        for name, table in installed.items():
+            self.metrics.entries_desired.labels(name).set(len(desired[name]))
+            deltas[name] = diff_table(name, desired[name], table)
 
         in_sync = set(deltas)
         for name in order_for_adds(self.fabric, deltas):
@@ -184,6 +197,8 @@ class Reconciler:
         self.metrics.reconcile_runs.labels(reason, "ok" if ok else "failed").inc()
         if ok:
             self.metrics.last_reconcile_success.set(time.time())
+            if self.te is not None:
+                self.te.applied(te_generation)
         with self._lock:
             self._synced |= in_sync & set(self._sessions)
             if self._synced >= set(self.fabric.switches):

@@ -34,7 +34,7 @@ from typing import Mapping
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.fabric import addressing as ad
 from controller.te.jobs import Drains, JobFlow
-from controller.te.paths import Layer, assign_greedy
+from controller.te.paths import Layer, assign_greedy, candidate_vias
 from controller.te.view import FlowKey, FlowSample, PortSample
 
 
@@ -82,6 +82,7 @@ class Decision:
 class TeState:
     moves: Mapping[FlowKey, Move] = field(default_factory=dict)
     incasts: frozenset[str] = frozenset()  # destination NICs currently in incast
+    collisions: frozenset[str] = frozenset()  # uplinks currently collided
 
 
 def _nic(address: str) -> NicId | None:
@@ -177,63 +178,87 @@ def step(fabric: Fabric, state: TeState, flows: Mapping[FlowKey, FlowSample],
                 if egress in background:
                     background[egress] = max(background[egress] - e.rate_bps, 0.0)
 
-    decisions += _collisions(fabric, elephants, now)
+    collided = _collisions(fabric, elephants)
+    decisions += [Decision("collision", name, reason, now) for name, reason in sorted(collided.items())
+                  if name not in state.collisions]
     incasts = _incasts(fabric, flows, fresh, now, cfg)
     decisions += [Decision("incast", ad.nic_ip(dst), f"{n} senders into one NIC; fair share "
                            f"{nic_bps / n / 1e9:.1f} Gb/s each", now)
                   for dst, n in sorted(incasts.items()) if ad.nic_ip(dst) not in state.incasts]
-
-    if elephants:
-        wanted, layer = assign_greedy(fabric, drains, background,
-                                      [JobFlow(e.src, e.dst, e.demand_bps) for e in elephants])
-        moves, moved = _apply(fabric, elephants, wanted, layer, moves, now, cfg)
-        decisions += moved
-    return TeState(moves, frozenset(ad.nic_ip(d) for d in incasts)), decisions
+    decisions += _rebalance(fabric, drains, elephants, background, moves, now, cfg)
+    return TeState(moves, frozenset(ad.nic_ip(d) for d in incasts), frozenset(collided)), decisions
 
 
-def _apply(fabric: Fabric, elephants: list[Elephant], wanted: list[JobFlow], layer: Layer,
-           moves: dict[FlowKey, Move], now: float, cfg: EngineConfig) -> tuple[dict[FlowKey, Move], list[Decision]]:
-    """Turns the desired assignment into at most max_moves_per_cycle moves that pay off."""
-    candidates = []
-    for e, w in zip(elephants, wanted):
-        if not w.via or w.via == e.via:
-            continue
-        if e.key in moves and now - moves[e.key].moved_at < cfg.hysteresis_s:
-            continue
-        new_path = fabric.egress_path(e.src, e.dst, w.via)
-        if not e.via:
-            gain = 1.0  # the switch did not say where it is: place it
+def _rebalance(fabric: Fabric, drains: Drains, elephants: list[Elephant], background: Mapping[Endpoint, float],
+               moves: dict[FlowKey, Move], now: float, cfg: EngineConfig) -> list[Decision]:
+    """Starts from where the elephants are and moves as few as it takes: while
+    a spine-tier link is over capacity by the elephants' demands, move the
+    flow whose move lowers its own bottleneck most (by at least min_gain),
+    off the hottest link that can be fixed. Updates `moves`; returns the reroutes."""
+    layer = Layer(fabric, background)
+    via: dict[FlowKey, str] = {}
+    unknown = []
+    for e in elephants:
+        if e.via:
+            via[e.key] = e.via
+            layer.add(fabric.egress_path(e.src, e.dst, e.via), e.demand_bps)
         else:
-            old_path = fabric.egress_path(e.src, e.dst, e.via)
-            # Predicted bottleneck of each path with this flow on it (layer has it on the new one).
-            on_new = layer.peak(new_path)
-            on_old = layer.peak(old_path, e.demand_bps)
-            gain = on_old - on_new
-        if gain >= cfg.min_gain:
-            candidates.append((gain, e, w.via))
+            unknown.append(e)
+    if unknown:  # the switches did not say where these are: place them min-max
+        placed, _ = assign_greedy(fabric, drains, layer, [JobFlow(e.src, e.dst, e.demand_bps) for e in unknown])
+        for e, flow in zip(unknown, placed):
+            via[e.key] = flow.via
+            layer.add(fabric.egress_path(e.src, e.dst, flow.via), e.demand_bps)
+    capacity = fabric.capacity_bps
     decisions = []
-    for gain, e, via in sorted(candidates, key=lambda c: -c[0])[: cfg.max_moves_per_cycle]:
-        moves[e.key] = Move(e.key, e.src, e.dst, via, now, now)
+    for _ in range(cfg.max_moves_per_cycle):
+        hot = sorted((x for x in layer.added if x.port and not fabric.link_at(x).is_access
+                      and layer.bps(x) > capacity[x] * (1 + 1e-9)), key=lambda x: -layer.bps(x) / capacity[x])
+        best = None
+        for link in hot:
+            for e in elephants:
+                if e.key in moves and now - moves[e.key].moved_at < cfg.hysteresis_s:
+                    continue
+                old = fabric.egress_path(e.src, e.dst, via[e.key])
+                if link not in old:
+                    continue
+                for other in candidate_vias(fabric, drains, e.src, e.dst):
+                    if other == via[e.key]:
+                        continue
+                    new = fabric.egress_path(e.src, e.dst, other)
+                    only_old = [x for x in old if x not in new]
+                    only_new = [x for x in new if x not in old]
+                    gain = layer.peak(only_old) - layer.peak(only_new, e.demand_bps)
+                    if gain >= cfg.min_gain and (best is None or gain > best[0]):
+                        best = (gain, e, other, old, new)
+            if best is not None:
+                break
+        if best is None:
+            break
+        gain, e, other, old, new = best
+        layer.add(old, -e.demand_bps)
+        layer.add(new, e.demand_bps)
         decisions.append(Decision("reroute", _describe(e.key),
-                                  f"{e.via or '?'} -> {via}: bottleneck -{gain:.2f} of capacity "
+                                  f"{via[e.key]} -> {other}: its bottleneck -{gain:.2f} of capacity "
                                   f"(demand {e.demand_bps / 1e9:.0f} Gb/s, measured {e.rate_bps / 1e9:.0f})", now))
-    return moves, decisions
+        via[e.key] = other
+        moves[e.key] = Move(e.key, e.src, e.dst, other, now, now)
+    return decisions
 
 
-def _collisions(fabric: Fabric, elephants: list[Elephant], now: float) -> list[Decision]:
+def _collisions(fabric: Fabric, elephants: list[Elephant]) -> dict[str, str]:
+    """Uplinks carrying two or more elephants whose demands exceed them, where
+    a parallel uplink exists: 'switch:port' -> why."""
     by_uplink: dict[Endpoint, list[Elephant]] = defaultdict(list)
     for e in elephants:
         if e.via:
             by_uplink[_uplink(fabric, e, e.via)].append(e)
-    out = []
+    out = {}
     for uplink, members in sorted(by_uplink.items()):
         capacity = fabric.link_at(uplink).capacity_bps
-        if len(members) >= 2 and sum(e.demand_bps for e in members) > capacity * 1.05:
-            parallel = len(fabric.vias(members[0].src, members[0].dst)) > 1
-            if parallel:
-                out.append(Decision("collision", f"{uplink.node}:{uplink.port}",
-                                    f"{len(members)} elephants, demand "
-                                    f"{sum(e.demand_bps for e in members) / capacity:.2f} of the uplink", now))
+        demand = sum(e.demand_bps for e in members)
+        if len(members) >= 2 and demand > capacity * 1.05 and len(fabric.vias(members[0].src, members[0].dst)) > 1:
+            out[f"{uplink.node}:{uplink.port}"] = f"{len(members)} elephants, demand {demand / capacity:.2f} of the uplink"
     return out
 
 

@@ -1,0 +1,117 @@
+"""Runs the TE engine against the live link view and hands its moves to the
+reconciler. The engine is pure; this is the loop, the clock, the lock, the
+metrics and the log around it.
+
+Moves are soft state. After a restart they are adopted from the switches'
+own tables (entries with a "te" cookie) on the first dump, so a restarted
+controller neither forgets where it put elephants nor sends flow-mods to
+put them back.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Callable
+
+from controller.fabric import Fabric
+from controller.metrics import Metrics
+from controller.service import IntentService
+from controller.southbound.overlay import OverlayEntry, move_from_entry
+from controller.te.engine import EngineConfig, Move, TeState, step
+from controller.telemetry import TelemetryIngest
+
+log = logging.getLogger(__name__)
+
+DEFAULT_INTERVAL_S = 0.2
+
+
+class TeRunner:
+    def __init__(self, fabric: Fabric, ingest: TelemetryIngest, intent: IntentService, metrics: Metrics,
+                 interval_s: float = DEFAULT_INTERVAL_S, config: EngineConfig = EngineConfig(),
+                 enabled: bool = True, clock: Callable[[], float] = time.time) -> None:
+        self.fabric = fabric
+        self.ingest = ingest
+        self.intent = intent
+        self.metrics = metrics
+        self.interval_s = interval_s
+        self.config = config
+        self.enabled = enabled
+        self.clock = clock
+        self._state = TeState()
+        self._generation = 0  # bumps whenever the set of moves changes
+        self._pending: list[tuple[int, float]] = []  # (generation, when its reroute was decided)
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._on_change: Callable[[], None] = lambda: None
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        self._on_change = callback
+
+    def moves(self) -> tuple[int, list[Move]]:
+        with self._lock:
+            return self._generation, list(self._state.moves.values())
+
+    def adopt(self, entries: list[OverlayEntry]) -> None:
+        """Takes over TE entries found on a switch (after a restart)."""
+        now = self.clock()
+        found = [m for m in (move_from_entry(self.fabric, e, now) for e in entries) if m is not None]
+        if not found:
+            return
+        with self._lock:
+            moves = dict(self._state.moves)
+            new = {m.key: m for m in found if m.key not in moves}
+            if not new:
+                return
+            moves.update(new)
+            self._state = TeState(moves, self._state.incasts, self._state.collisions)
+            self._generation += 1
+        log.info("te: adopted %d move(s) found on the switches", len(new))
+
+    def applied(self, generation: int) -> None:
+        """The reconciler committed the overlay for `generation`: reroutes decided
+        up to it are now in the switches. That interval is the reaction time."""
+        now = self.clock()
+        with self._lock:
+            done = [(g, t) for g, t in self._pending if g <= generation]
+            self._pending = [(g, t) for g, t in self._pending if g > generation]
+        for _, decided in done:
+            self.metrics.te_reaction.observe(max(now - decided, 0.0))
+
+    def start(self) -> None:
+        if self.enabled:
+            threading.Thread(target=self._run, name="te", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.cycle()
+            except Exception:  # noqa: BLE001 - one bad cycle must not stop TE
+                log.exception("te cycle failed")
+                self.metrics.errors.labels("te", "cycle_failed").inc()
+
+    def cycle(self) -> None:
+        now = self.clock()
+        view_flows, view_ports = self.ingest.snapshot()
+        with self._lock:
+            before = self._state
+        state, decisions = step(self.fabric, before, view_flows, view_ports, now, self.config,
+                                self.intent.snapshot().drains)
+        changed = state.moves.keys() != before.moves.keys() or any(
+            state.moves[k].via != before.moves[k].via for k in state.moves)
+        with self._lock:
+            self._state = state
+            if changed:
+                self._generation += 1
+                if any(d.kind == "reroute" for d in decisions):
+                    self._pending.append((self._generation, now))
+        for decision in decisions:
+            self.metrics.te_decisions.labels(decision.kind).inc()
+            log.info("te %s %s: %s", decision.kind, decision.subject, decision.reason)
+        self.metrics.te_moves_active.set(len(state.moves))
+        if changed:
+            self._on_change()
