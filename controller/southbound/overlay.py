@@ -116,14 +116,26 @@ def job_entries(fabric: Fabric, job: Job) -> list[OverlayEntry]:
 JobEntryMemo = dict[str, tuple[Job, list[OverlayEntry]]]
 
 
+def _te_cookie(key, reverse: bool = False) -> int:
+    return owner_cookie("te", ("rev|" if reverse else "") + "|".join(map(str, key)))
+
+
 def te_entries(fabric: Fabric, moves: Iterable[TeMove]) -> list[OverlayEntry]:
-    """A moved elephant: its exact 5-tuple steered across the chosen spine."""
+    """A moved elephant: its exact 5-tuple steered across the chosen spine. A
+    TCP elephant's ACKs are steered back the same way (unless the reverse is
+    an elephant with a move of its own): ACKs left on the uplink the data was
+    moved away from queue behind the other elephant and slow the moved flow."""
+    moves = list(moves)
+    moved = {m.key for m in moves}
     out = []
     for move in moves:
-        src, dst, protocol, sport, dport = move.key
+        _, _, protocol, sport, dport = move.key
         match = FlowMatch(move.src, move.dst, protocol, sport, dport)
-        out += steering_entries(fabric, match, move.via, owner_cookie("te", "|".join(map(str, move.key))),
-                                PRIORITY_TE_MOVE)
+        out += steering_entries(fabric, match, move.via, _te_cookie(move.key), PRIORITY_TE_MOVE)
+        reverse = match.reversed()
+        reverse_key = (move.key[1], move.key[0], protocol, dport, sport)
+        if protocol == "tcp" and reverse_key not in moved:
+            out += steering_entries(fabric, reverse, move.via, _te_cookie(move.key, reverse=True), PRIORITY_TE_MOVE)
     return out
 
 
@@ -141,6 +153,8 @@ def move_from_entry(fabric: Fabric, entry: OverlayEntry, now: float) -> TeMove |
         return None  # a fat tree's edge entry points at an aggregation switch; its core is not known here
     key = (fields["ipv4_src"], fields["ipv4_dst"], protocol, int(fields.get(f"{protocol}_src", 0)),
            int(fields.get(f"{protocol}_dst", 0)))
+    if entry.cookie != _te_cookie(key):
+        return None  # the ACK entry of a move: it comes back with the move itself
     try:
         src, dst = ad.parse_nic_address(key[0]), ad.parse_nic_address(key[1])
     except ad.AddressError:

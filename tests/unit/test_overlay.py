@@ -147,3 +147,20 @@ def test_overlapping_pins_conflict_and_unknown_pin_is_not_found():
     validate_pin(FABRIC, intent, pin("p1", spine="rys1"))  # re-pinning the same name is a move
     with pytest.raises(NotFound):
         intent.without_pin("nope")
+
+
+def test_te_moves_render_below_pins_with_acks_and_round_trip_through_the_switch_table():
+    from controller.southbound.overlay import PRIORITY_TE_MOVE, move_from_entry, te_entries
+    from controller.te.engine import Move
+
+    key = ("10.0.0.1", "10.0.1.1", "tcp", 40001, 5201)
+    move = Move(key, A, B, "rys1", moved_at=5.0, last_seen=5.0)
+    entries = te_entries(FABRIC, [move])
+    assert {e.switch for e in entries} == {"ryl0r0", "ryl1r0"}  # data at the source leaf, ACKs at the far leaf
+    assert all(e.priority == PRIORITY_TE_MOVE < PRIORITY_PIN_PAIR for e in entries)
+    assert all(e.actions == ("dec_ttl", "output:4") for e in entries)
+    adopted = [m for m in (move_from_entry(FABRIC, e, now=9.0) for e in entries) if m]
+    assert adopted == [Move(key, A, B, "rys1", 9.0, 9.0)]  # the ACK entry is not a move of its own
+    # A UDP (RoCE) move has no ACK entry.
+    udp = Move(("10.0.0.1", "10.0.1.1", "udp", 49152, 4791), A, B, "rys0", 1.0, 1.0)
+    assert [e.switch for e in te_entries(FABRIC, [udp])] == ["ryl0r0"]
