@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMPS := .stamps
 PYTHON_SYSTEM := /usr/bin/python3.11
-SEED ?= 1
+SEED ?= 3
 PYTEST_ARGS ?=
 
 .PHONY: setup host venv demo test unit integration proto controller bench bench-calibrate bench-southbound bench-placement fabric-down clean
@@ -26,7 +26,7 @@ $(STAMPS)/venv: pyproject.toml | host
 	@touch $@
 
 demo: setup
-	$(VENV)/bin/railyard demo --seed $(SEED)
+	$(VENV)/bin/railyard scenario run elephant --seed $(SEED) --out reports
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

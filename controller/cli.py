@@ -31,6 +31,15 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--duration", type=float, default=8.0, help="seconds of traffic")
     demo.add_argument("--out", default="reports", help="directory for the JSON report")
 
+    scenario = sub.add_parser("scenario", help="run a traffic scenario twice (ECMP, then Railyard TE) and report")
+    ssub = scenario.add_subparsers(dest="scenario_cmd", required=True)
+    srun = ssub.add_parser("run", help="bring up the fabric, run the scenario on ECMP then with TE, tear down")
+    srun.add_argument("name", help="a shipped scenario (see `railyard scenario list`) or a YAML path")
+    srun.add_argument("--spec", help="fabric spec YAML (default: the shipped demo spec)")
+    srun.add_argument("--seed", type=int, default=1)
+    srun.add_argument("--out", default="reports", help="directory for the JSON report and PNG plots")
+    ssub.add_parser("list", help="the shipped scenarios")
+
     from controller.commands import add_parsers
 
     add_parsers(sub)
@@ -51,6 +60,10 @@ def main(argv: list[str] | None = None) -> int:
             from emulation.commands import demo
 
             return demo(args)
+        if args.cmd == "scenario":
+            from emulation.commands import scenario
+
+            return scenario(args)
         if args.cmd == "controller":
             from controller.commands import controller_run
 

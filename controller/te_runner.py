@@ -111,7 +111,7 @@ class TeRunner:
                     self._pending.append((self._generation, now))
         for decision in decisions:
             self.metrics.te_decisions.labels(decision.kind).inc()
-            log.info("te %s %s: %s", decision.kind, decision.subject, decision.reason)
+            log.info("te %s %s at %.3f: %s", decision.kind, decision.subject, decision.at, decision.reason)
         self.metrics.te_moves_active.set(len(state.moves))
         if changed:
             self._on_change()

@@ -119,3 +119,30 @@ def _print_elephants(run) -> None:
 
 def main_fabric(args) -> int:
     return {"show": fabric_show, "up": fabric_up, "down": fabric_down, "status": fabric_status}[args.fabric_cmd](args)
+
+
+def scenario(args) -> int:
+    from emulation.report import build_report, table, write
+    from emulation.runner import run_scenario, scenario_optimum
+    from emulation.scenario import available, load_scenario
+
+    if args.scenario_cmd == "list":
+        for name in available():
+            print(f"{name:14} {load_scenario(name).description}")
+        return 0
+    spec = load_scenario(args.name)
+    fabric = load_fabric(args.spec)
+    ovs.check_running()
+    started = time.monotonic()
+
+    def progress(text: str) -> None:
+        print(f"\r{text}   ", end="", flush=True)
+
+    runs = run_scenario(fabric, args.spec, spec, args.seed, progress)
+    print()
+    best = scenario_optimum(fabric, runs["te"].flows)
+    report = build_report(fabric, spec, args.seed, runs, best)
+    path = write(report, runs, fabric, Path(args.out))
+    print(table(report))
+    print(f"\nreport: {path} (plots: {path.with_suffix('.png')}); {time.monotonic() - started:.0f} s")
+    return 0

@@ -34,7 +34,9 @@ class SelectGroup:
     ports: tuple[int, ...]
 
     def ofctl(self) -> str:
-        buckets = ",".join(f"bucket=bucket_id:{i},actions=output:{p}" for i, p in enumerate(self.ports))
+        # watch_port: a bucket whose port is down is skipped, as a BGP fabric
+        # withdraws the routes of a failed uplink; the hash re-spreads over the rest.
+        buckets = ",".join(f"bucket=bucket_id:{i},watch_port:{p},actions=output:{p}" for i, p in enumerate(self.ports))
         return (
             f"group_id={self.group_id},type=select,selection_method=hash,"
             f"fields({','.join(HASH_FIELDS)}),{buckets}"

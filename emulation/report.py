@@ -1,0 +1,160 @@
+"""Scenario reports: figures computed from the two runs (pure), then a table
+for people, JSON for machines and PNG plots."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+from controller.fabric import Endpoint, Fabric
+from emulation.optimum import Optimum
+from emulation.runner import ModeRun
+from emulation.scenario import Scenario
+
+
+def jain(values: list[float]) -> float:
+    """Jain's fairness index: 1 when all equal, 1/n when one takes everything."""
+    if not values or not any(values):
+        return 0.0
+    return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def spine_tier(fabric: Fabric) -> list[Endpoint]:
+    ups = [e for egresses in fabric.pod_uplinks.values() for e in egresses]
+    return ups + [fabric.link_at(e).peer(e.node) for e in ups]
+
+
+def longest_zero_run_s(intervals: tuple[float, ...], floor_bps: float = 1e5) -> int:
+    run = best = 0
+    for bps in intervals:
+        run = run + 1 if bps < floor_bps else 0
+        best = max(best, run)
+    return best
+
+
+def mode_figures(fabric: Fabric, run: ModeRun, best: Optimum) -> dict:
+    goodput = [r.steady_bps for r in run.results]
+    share = [g / o if o else 0.0 for g, o in zip(goodput, best.rates_bps)]
+    tier = spine_tier(fabric)
+    capacity = {e: fabric.link_at(e).emulated_bps for e in tier}
+    peaks = [max((s.tx_bps.get(e, 0.0) / capacity[e] for e in tier), default=0.0) for s in run.samples]
+    queues: dict[Endpoint, list[int]] = {}
+    for s in run.samples:
+        for e, q in s.queue_bytes.items():
+            queues.setdefault(e, []).append(q)
+    bottleneck = max(queues, key=lambda e: percentile(queues[e], 0.99)) if queues else None
+    backlog = queues.get(bottleneck, [])
+    return {
+        "flows": [{"flow": r.flow.five_tuple, "goodput_mbps": r.steady_bps / 1e6,
+                   "optimum_mbps": o / 1e6, "min_interval_mbps": min(r.interval_bps, default=0.0) / 1e6,
+                   "longest_zero_s": longest_zero_run_s(r.interval_bps), "error": r.error}
+                  for r, o in zip(run.results, best.rates_bps)],
+        "aggregate_mbps": sum(goodput) / 1e6,
+        "optimum_mbps": best.aggregate_bps / 1e6,
+        "fraction_of_optimum": sum(goodput) / best.aggregate_bps if best.aggregate_bps else 0.0,
+        "jain_fairness": jain(share),
+        "max_spine_tier_utilization": {"mean_of_peaks": statistics.fmean(peaks) if peaks else 0.0,
+                                       "peak": max(peaks, default=0.0)},
+        "bottleneck_queue": {"port": f"{bottleneck.node}:{bottleneck.port}" if bottleneck else "",
+                             "p50_bytes": percentile(backlog, 0.5), "p99_bytes": percentile(backlog, 0.99)},
+        "drops": run.drops,
+        "te_decisions": run.te_decisions,
+        "collision_to_fix_s": {"median": statistics.median(run.te_reaction_s) if run.te_reaction_s else None,
+                               "all": run.te_reaction_s},
+        "flow_mods": run.flow_mods,
+    }
+
+
+def build_report(fabric: Fabric, scenario: Scenario, seed: int, runs: dict[str, ModeRun], best: Optimum) -> dict:
+    return {
+        "scenario": scenario.name, "description": scenario.description, "fabric": fabric.spec.name, "seed": seed,
+        "duration_s": scenario.duration_s,
+        "optimum": {"aggregate_mbps": best.aggregate_bps / 1e6, "vias": list(best.vias)},
+        "modes": {mode: mode_figures(fabric, run, best) for mode, run in runs.items()},
+    }
+
+
+def table(report: dict) -> str:
+    modes = report["modes"]
+    rows = [
+        ("aggregate goodput (Mb/s)", lambda m: f"{m['aggregate_mbps']:.1f}"),
+        ("fraction of optimum", lambda m: f"{m['fraction_of_optimum']:.1%}"),
+        ("Jain's fairness", lambda m: f"{m['jain_fairness']:.3f}"),
+        ("spine-tier utilization (mean peak)", lambda m: f"{m['max_spine_tier_utilization']['mean_of_peaks']:.2f}"),
+        ("bottleneck queue p50/p99 (KB)", lambda m: f"{m['bottleneck_queue']['p50_bytes'] / 1e3:.0f} / "
+                                                    f"{m['bottleneck_queue']['p99_bytes'] / 1e3:.0f}"),
+        ("drops (packets)", lambda m: f"{m['drops']}"),
+        ("reroutes", lambda m: f"{m['te_decisions'].get('reroute', 0):.0f}" if m["te_decisions"] else "-"),
+        ("collision-to-fix median (s)", lambda m: "-" if m["collision_to_fix_s"]["median"] is None
+         else f"{m['collision_to_fix_s']['median']:.2f}"),
+    ]
+    lines = [f"{report['scenario']} on {report['fabric']}, seed {report['seed']}: optimum "
+             f"{report['optimum']['aggregate_mbps']:.1f} Mb/s", ""]
+    width = max(len(r[0]) for r in rows)
+    lines.append(f"{'':{width}}  " + "  ".join(f"{m.upper():>14}" for m in modes))
+    for label, fmt in rows:
+        lines.append(f"{label:{width}}  " + "  ".join(f"{fmt(modes[m]):>14}" for m in modes))
+    lines.append("")
+    lines.append("per flow (Mb/s): " + "; ".join(
+        f"{f['flow']}: " + " / ".join(f"{modes[m]['flows'][i]['goodput_mbps']:.1f}" for m in modes)
+        for i, f in enumerate(next(iter(modes.values()))["flows"])))
+    return "\n".join(lines)
+
+
+def write(report: dict, runs: dict[str, ModeRun], fabric: Fabric, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"{report['scenario']}-{report['fabric']}-seed{report['seed']}"
+    path = out_dir / f"{stem}.json"
+    path.write_text(json.dumps(report, indent=2) + "\n")
+    _plots(report, runs, fabric, out_dir / f"{stem}.png")
+    return path
+
+
+def _plots(report: dict, runs: dict[str, ModeRun], fabric: Fabric, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    modes = list(runs)
+    fig, axes = plt.subplots(1 + 2 * len(modes), 1, figsize=(10, 3 + 2.6 * 2 * len(modes)))
+    flows = report["modes"][modes[0]]["flows"]
+    x = range(len(flows))
+    width = 0.8 / len(modes)
+    for i, mode in enumerate(modes):
+        axes[0].bar([j + i * width for j in x], [f["goodput_mbps"] for f in report["modes"][mode]["flows"]],
+                    width, label=mode.upper())
+    axes[0].plot([j + 0.4 - width / 2 for j in x], [f["optimum_mbps"] for f in flows], "k_", markersize=18,
+                 label="optimum")
+    axes[0].set_title(f"{report['scenario']}: per-flow goodput (seed {report['seed']})")
+    axes[0].set_ylabel("Mb/s")
+    axes[0].legend()
+    tier = spine_tier(fabric)[: len(spine_tier(fabric)) // 2]  # leaf uplinks
+    for i, mode in enumerate(modes):
+        samples = runs[mode].samples
+        ax = axes[1 + i]
+        for e in tier:
+            ax.plot([s.t for s in samples], [s.tx_bps.get(e, 0.0) / fabric.link_at(e).emulated_bps for s in samples],
+                    label=f"{e.node}:{e.port}")
+        ax.set_title(f"{mode.upper()}: leaf uplink utilization")
+        ax.set_ylim(0, 1.15)
+        ax.legend(fontsize=6, ncol=4)
+        bottleneck = report["modes"][mode]["bottleneck_queue"]["port"]
+        axq = axes[1 + len(modes) + i]
+        if bottleneck:
+            node, port = bottleneck.rsplit(":", 1)
+            e = Endpoint(node, int(port))
+            axq.plot([s.t for s in samples], [s.queue_bytes.get(e, 0) / 1e3 for s in samples])
+        axq.set_title(f"{mode.upper()}: queue at {bottleneck or '-'} (KB)")
+        axq.set_xlabel("seconds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)

@@ -1,0 +1,168 @@
+"""`railyard scenario run`: the same scenario, same seed, twice in one
+invocation — underlay ECMP only, then with Railyard TE — each on a fresh
+fabric with the real controller daemon and telemetry agent, then the report.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from controller.fabric import Endpoint, Fabric
+from controller.fabric import addressing as ad
+from controller.te.jobs import JobRequest, Pattern
+from controller.te.placement import FabricState, place
+from emulation import netns
+from emulation.controller_process import ControllerProcess, Ports, total
+from emulation.net import EmulatedFabric
+from emulation.observe import port_counters
+from emulation.optimum import ModelFlow, Optimum, optimum
+from emulation.scenario import Scenario, incast_pairs, permutation_pairs
+from emulation.telemetry_agent import TelemetryAgent, read_queues
+from emulation.traffic import FlowResult, FlowSpec, TrafficRun, make_flows
+
+log = logging.getLogger(__name__)
+
+SAMPLE_INTERVAL_S = 0.25
+MODES = ("ecmp", "te")
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float  # seconds since traffic start
+    tx_bps: dict[Endpoint, float]  # per switch egress, emulated units
+    queue_bytes: dict[Endpoint, int]
+
+
+@dataclass
+class ModeRun:
+    mode: str
+    flows: list[FlowSpec]
+    results: list[FlowResult] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    drops: int = 0
+    te_decisions: dict[str, float] = field(default_factory=dict)
+    te_reaction_s: list[float] = field(default_factory=list)  # per reroute: traffic start -> committed
+    flow_mods: float = 0.0
+
+
+def scenario_flows(fabric: Fabric, scenario: Scenario, seed: int, client=None) -> list[FlowSpec]:
+    """The flows of a scenario. Job scenarios place the job through the API when
+    a client is given (TE run), else with the same pure placement in-process
+    (ECMP run: no controller at all, so nothing steers the job's flows)."""
+    rate = fabric.spec.rates.emulated_nic_mbps * 1e6
+    if scenario.pattern == "permutation":
+        return make_flows(permutation_pairs(fabric), scenario.protocol, seed=seed, rate_bps=rate)
+    if scenario.pattern == "incast":
+        senders, bystander = incast_pairs(fabric, scenario.fan_in, seed)
+        flows = make_flows(senders, scenario.protocol, seed=seed, rate_bps=rate)
+        if scenario.bystander and bystander:
+            (extra,) = make_flows([bystander], "tcp", seed=seed + 1)
+            flows.append(FlowSpec(extra.src, extra.dst, "tcp", extra.src_port, 5299))
+        return flows
+    if client is not None:
+        job = client.place_job(f"{scenario.name}-job", fabric.gpu_count, scenario.collective, flow_gbps=100.0).job
+        pairs = [(ad.parse_nic_address(f.src_address), ad.parse_nic_address(f.dst_address)) for f in job.flows]
+    else:
+        request = JobRequest(f"{scenario.name}-job", fabric.gpu_count, Pattern(scenario.collective), 100.0)
+        pairs = [(f.src, f.dst) for f in place(fabric, FabricState(), request, now=0.0).flows]
+    return make_flows(pairs, scenario.protocol, seed=seed, rate_bps=rate)
+
+
+def _sampler(fabric: Fabric, start: float, stop: threading.Event, out: list[Sample]) -> None:
+    intf = {ad.switch_port_name(e.node, e.port): e for e in
+            (Endpoint(s, p) for s in fabric.switches for p in fabric.ports(s))}
+    before, then = port_counters(fabric), time.time()
+    while not stop.wait(SAMPLE_INTERVAL_S):
+        now_counters, now = port_counters(fabric), time.time()
+        queues = read_queues()
+        dt = max(now - then, 1e-3)
+        tx = {e: max(now_counters[e].tx_bytes - before[e].tx_bytes, 0) * 8 / dt
+              for e in now_counters if e in before}
+        out.append(Sample(now - start, tx, {intf[d]: q[0] for d, q in queues.items() if d in intf}))
+        before, then = now_counters, now
+
+
+def _drops() -> int:
+    return sum(drops for dev, (_, drops) in read_queues().items() if dev.startswith("ry"))
+
+
+_DECISION = re.compile(r"te (collision|reroute) \S+ at ([\d.]+)")
+
+
+def run_mode(fabric: Fabric, spec_path, scenario: Scenario, seed: int, mode: str, workdir: Path,
+             progress: Callable[[str], None]) -> ModeRun:
+    """ECMP: the fabric alone (its underlay), no controller. TE: the daemon and
+    the telemetry agent attached, placement through the API."""
+    te = mode == "te"
+    ports = Ports.pick()
+    ctl = ControllerProcess(spec_path, workdir / f"{mode}.db", ports, workdir / f"controller-{mode}.log",
+                            reconcile_interval_s=2.0)
+    with EmulatedFabric(fabric, controller=ports.controller_target) as emu:
+        agent = None
+        try:
+            if te:
+                ctl.start()
+                ctl.wait_ready(len(fabric.switches), timeout_s=60)
+                agent = TelemetryAgent(fabric, f"127.0.0.1:{ports.grpc}").start()
+                with ctl.client() as client:
+                    flows = scenario_flows(fabric, scenario, seed, client)
+            else:
+                flows = scenario_flows(fabric, scenario, seed)
+            run = ModeRun(mode, flows)
+            drops_before = _drops()
+            stop = threading.Event()
+            traffic = TrafficRun(emu.popen, flows, scenario.duration_s).start()
+            start = time.time()
+            sampler = threading.Thread(target=_sampler, args=(fabric, start, stop, run.samples), daemon=True)
+            sampler.start()
+            for event in scenario.events:
+                threading.Timer(event.at_s, _link_down, args=(fabric, event.link)).start()
+            while traffic.clients and any(p.poll() is None for p in traffic.clients):
+                time.sleep(1.0)
+                progress(f"{scenario.name} [{mode}] {time.time() - start:4.1f}/{scenario.duration_s:g} s")
+            run.results = traffic.wait()
+            stop.set()
+            sampler.join(timeout=5)
+            run.drops = _drops() - drops_before
+            if not te:
+                return run
+            agent.stop()
+            samples = ctl.metrics()
+            run.te_decisions = {k: total(samples, "railyard_te_decisions_total", kind=k)
+                                for k in ("collision", "reroute", "incast", "expire")}
+            run.flow_mods = total(samples, "railyard_flow_mods_total")
+            commit = total(samples, "railyard_te_reaction_seconds_sum") / max(
+                total(samples, "railyard_te_reaction_seconds_count"), 1)
+            log_text = (workdir / f"controller-{mode}.log").read_text()
+            run.te_reaction_s = [float(at) - start + commit for kind, at in _DECISION.findall(log_text)
+                                 if kind == "reroute" and float(at) >= start]
+        finally:
+            if agent is not None:
+                agent.stop()
+            ctl.stop()
+    return run
+
+
+def _link_down(fabric: Fabric, link: str) -> None:
+    switch, _, port = link.rpartition(":")
+    fabric.ports(switch)[int(port)]  # validates
+    netns.run(None, ["ip", "link", "set", ad.switch_port_name(switch, int(port)), "down"])
+    log.info("scenario: %s down", link)
+
+
+def scenario_optimum(fabric: Fabric, flows: list[FlowSpec]) -> Optimum:
+    return optimum(fabric, [ModelFlow(f.src, f.dst, f.rate_bps if f.protocol == "udp" else float("inf"))
+                            for f in flows])
+
+
+def run_scenario(fabric: Fabric, spec_path, scenario: Scenario, seed: int,
+                 progress: Callable[[str], None] = lambda _: None) -> dict[str, ModeRun]:
+    with tempfile.TemporaryDirectory(prefix="railyard-scenario-") as tmp:
+        return {mode: run_mode(fabric, spec_path, scenario, seed, mode, Path(tmp), progress) for mode in MODES}
