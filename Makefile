@@ -8,7 +8,7 @@ PYTHON_SYSTEM := /usr/bin/python3.11
 SEED ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: setup host venv demo test unit integration proto controller bench bench-calibrate bench-southbound bench-placement fabric-down clean
+.PHONY: setup host venv demo test unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-scenarios fabric-down clean
 
 setup: host venv
 
@@ -46,7 +46,7 @@ proto: venv
 controller: setup
 	$(VENV)/bin/railyard controller run --store $(CURDIR)/.state/intent.db
 
-bench: bench-calibrate bench-southbound bench-placement
+bench: bench-calibrate bench-southbound bench-placement bench-scenarios
 
 bench-calibrate: setup
 	$(PY) -m bench.calibrate --out bench/results/calibration.json
@@ -56,6 +56,9 @@ bench-southbound: setup
 
 bench-placement: setup
 	$(PY) -m bench.placement --out bench/results/placement.json
+
+bench-scenarios: setup
+	$(PY) -m bench.scenarios --out bench/results/scenarios.json
 
 fabric-down: venv
 	$(VENV)/bin/railyard fabric down

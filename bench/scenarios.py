@@ -1,0 +1,65 @@
+"""Scenario benchmark: a scenario over several seeds, ECMP and TE side by side.
+
+    make bench-scenarios  ->  bench/results/scenarios.json
+    (python -m bench.scenarios --scenario elephant --seeds 1 2 3 4 5)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+from pathlib import Path
+
+from controller.fabric import load_fabric
+from emulation import ovs
+from emulation.report import build_report, table
+from emulation.runner import run_scenario, scenario_optimum
+from emulation.scenario import load_scenario
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--scenario", action="append", help="repeatable; default: elephant")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    parser.add_argument("--spec")
+    parser.add_argument("--out", default="bench/results/scenarios.json")
+    args = parser.parse_args()
+    ovs.check_running()
+    fabric = load_fabric(args.spec)
+    results = {"benchmark": "scenarios", "host": platform.node(), "fabric": fabric.spec.name, "scenarios": {}}
+    for name in args.scenario or ["elephant"]:
+        scenario = load_scenario(name)
+        per_seed = []
+        for seed in args.seeds:
+            runs = run_scenario(fabric, args.spec, scenario, seed)
+            report = build_report(fabric, scenario, seed, runs, scenario_optimum(fabric, runs["te"].flows))
+            print(table(report), "\n", flush=True)
+            per_seed.append(report)
+        te = [r["modes"]["te"] for r in per_seed]
+        ecmp = [r["modes"]["ecmp"] for r in per_seed]
+        fixes = [t for m in te for t in m["collision_to_fix_s"]["all"]]
+        results["scenarios"][name] = {
+            "seeds": args.seeds,
+            "summary": {
+                "te_fraction_of_optimum": [m["fraction_of_optimum"] for m in te],
+                "ecmp_fraction_of_optimum": [m["fraction_of_optimum"] for m in ecmp],
+                "te_aggregate_over_seeds": sum(m["aggregate_mbps"] for m in te) / sum(m["optimum_mbps"] for m in te),
+                "ecmp_aggregate_over_seeds": sum(m["aggregate_mbps"] for m in ecmp) / sum(m["optimum_mbps"] for m in ecmp),
+                "te_min_fraction": min(m["fraction_of_optimum"] for m in te),
+                "collision_to_fix_median_s": statistics.median(fixes) if fixes else None,
+                "reroutes": [m["te_decisions"].get("reroute", 0) for m in te],
+                "te_jain": [m["jain_fairness"] for m in te], "ecmp_jain": [m["jain_fairness"] for m in ecmp],
+            },
+            "reports": per_seed,
+        }
+        print(json.dumps(results["scenarios"][name]["summary"], indent=2), flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
