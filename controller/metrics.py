@@ -20,7 +20,7 @@ disable_created_metrics()
 
 FLOW_MOD_KINDS = ("add", "delete")
 RECONCILE_TRIGGERS = ("connect", "intent", "te", "periodic")
-TE_DECISIONS = ("collision", "reroute", "incast", "expire")
+TE_DECISIONS = ("collision", "reroute", "incast", "expire", "link-down")
 RESULTS = ("ok", "failed")
 
 

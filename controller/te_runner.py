@@ -11,6 +11,7 @@ put them back.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 import threading
 import time
 from typing import Callable
@@ -65,7 +66,7 @@ class TeRunner:
             if not new:
                 return
             moves.update(new)
-            self._state = TeState(moves, self._state.incasts, self._state.collisions)
+            self._state = replace(self._state, moves=moves)
             self._generation += 1
         log.info("te: adopted %d move(s) found on the switches", len(new))
 

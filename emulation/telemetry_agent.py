@@ -50,6 +50,7 @@ class PortCounters:
     tx_bytes: int
     queue_bytes: int
     drops: int
+    up: bool = True
 
 
 @dataclass(frozen=True)
@@ -125,10 +126,11 @@ class FabricSampler:
         for egress, intf in self.ports.items():
             try:
                 tx = int((SYS_NET / intf / "statistics" / "tx_bytes").read_text())
+                up = (SYS_NET / intf / "operstate").read_text().strip() == "up"
             except OSError:
                 continue  # the fabric is going down
             backlog, drops = queues.get(intf, (0, 0))
-            out[egress] = PortCounters(tx, backlog, drops)
+            out[egress] = PortCounters(tx, backlog, drops, up)
         return out
 
     def flows_now(self) -> list[FlowCounters]:
@@ -192,7 +194,7 @@ class TelemetryCollector:
             rates[egress] = max(delta, 0) * 8 / dt * self._scale(egress)
             hop = batch.hops.add(switch=egress.node, egress_port=egress.port, tx_bps=rates[egress],
                                  queue_bytes=counters.queue_bytes, tx_bytes_total=counters.tx_bytes,
-                                 drops_total=counters.drops)
+                                 drops_total=counters.drops, link_down=not counters.up)
             hop.observe_time.FromNanoseconds(int(now * 1e9))
         for src_leaf, via, dst_leaf, hops in self._paths:
             if not all(h in rates for h in hops):

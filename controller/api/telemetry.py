@@ -34,7 +34,7 @@ def convert(fabric: Fabric, msg: pb.TelemetryBatch, now: float) -> tuple[Batch, 
             continue
         observed = _seconds(hop.observe_time) if hop.HasField("observe_time") else now
         ports.append((Endpoint(hop.switch, hop.egress_port),
-                      PortSample(hop.tx_bps, hop.queue_bytes, hop.drops_total, observed)))
+                      PortSample(hop.tx_bps, hop.queue_bytes, hop.drops_total, observed, not hop.link_down)))
     for sig in msg.paths:
         names = (sig.src_leaf, sig.spine, sig.dst_leaf, sig.bottleneck_switch)
         if not all(n in fabric.switches for n in names) or not _finite_nonnegative(sig.min_available_bps):

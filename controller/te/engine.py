@@ -34,6 +34,7 @@ from typing import Mapping
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.fabric import addressing as ad
 from controller.te.jobs import Drains, JobFlow
+from controller.te.load import drained, link_name
 from controller.te.paths import Layer, assign_greedy, candidate_vias
 from controller.te.view import FlowKey, FlowSample, PortSample
 
@@ -83,6 +84,7 @@ class TeState:
     moves: Mapping[FlowKey, Move] = field(default_factory=dict)
     incasts: frozenset[str] = frozenset()  # destination NICs currently in incast
     collisions: frozenset[str] = frozenset()  # uplinks currently collided
+    down: frozenset[str] = frozenset()  # links telemetry reports down
 
 
 def _nic(address: str) -> NicId | None:
@@ -157,6 +159,13 @@ def step(fabric: Fabric, state: TeState, flows: Mapping[FlowKey, FlowSample],
     decisions: list[Decision] = []
     moves = dict(state.moves)
     nic_bps = fabric.spec.rates.nic_gbps * 1e9
+    # A link telemetry reports down is treated like a drain: no elephant is
+    # placed on it, and those on it must move now, hysteresis or not.
+    down = frozenset(link_name(fabric, fabric.link_at(e)) for e, s in ports.items()
+                     if not s.up and now - s.observed_at <= cfg.max_age_s)
+    decisions += [Decision("link-down", name, "telemetry reports no carrier", now)
+                  for name in sorted(down - state.down)]
+    drains = Drains(drains.switches, drains.links | down)
 
     elephants = find_elephants(fabric, flows, moves, now, cfg)
     seen = {e.key for e in elephants}
@@ -186,7 +195,7 @@ def step(fabric: Fabric, state: TeState, flows: Mapping[FlowKey, FlowSample],
                            f"{nic_bps / n / 1e9:.1f} Gb/s each", now)
                   for dst, n in sorted(incasts.items()) if ad.nic_ip(dst) not in state.incasts]
     decisions += _rebalance(fabric, drains, elephants, background, moves, now, cfg)
-    return TeState(moves, frozenset(ad.nic_ip(d) for d in incasts), frozenset(collided)), decisions
+    return TeState(moves, frozenset(ad.nic_ip(d) for d in incasts), frozenset(collided), down), decisions
 
 
 def _rebalance(fabric: Fabric, drains: Drains, elephants: list[Elephant], background: Mapping[Endpoint, float],
@@ -211,6 +220,20 @@ def _rebalance(fabric: Fabric, drains: Drains, elephants: list[Elephant], backgr
             layer.add(fabric.egress_path(e.src, e.dst, flow.via), e.demand_bps)
     capacity = fabric.capacity_bps
     decisions = []
+    for e in elephants:  # off dead links first: any live path beats none
+        old = fabric.egress_path(e.src, e.dst, via[e.key])
+        if not drained(fabric, drains, old):
+            continue
+        live = candidate_vias(fabric, drains, e.src, e.dst)
+        if not live:
+            continue
+        other = min(live, key=lambda v: (layer.peak(fabric.egress_path(e.src, e.dst, v), e.demand_bps), v))
+        new = fabric.egress_path(e.src, e.dst, other)
+        layer.add(old, -e.demand_bps)
+        layer.add(new, e.demand_bps)
+        decisions.append(Decision("reroute", _describe(e.key), f"{via[e.key]} -> {other}: path down", now))
+        via[e.key] = other
+        moves[e.key] = Move(e.key, e.src, e.dst, other, now, now)
     for _ in range(cfg.max_moves_per_cycle):
         hot = sorted((x for x in layer.added if x.port and not fabric.link_at(x).is_access
                       and layer.bps(x) > capacity[x] * (1 + 1e-9)), key=lambda x: -layer.bps(x) / capacity[x])

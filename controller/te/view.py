@@ -21,6 +21,7 @@ class PortSample:
     queue_bytes: int
     drops_total: int
     observed_at: float
+    up: bool = True
 
 
 @dataclass(frozen=True)

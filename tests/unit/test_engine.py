@@ -153,3 +153,18 @@ def test_engine_never_leaves_a_link_over_capacity_when_a_feasible_assignment_exi
     for egress, sample in ports.items():
         assert sample.tx_bps <= FAT.capacity_bps[egress] * (1 + 1e-9)
     assert all(s.rate_bps >= 100 * G * 0.999 for s in final.values()), "an elephant is still squeezed"
+
+
+def test_a_dead_uplink_moves_its_elephants_at_once_even_within_hysteresis():
+    a, c = NicId(0, 0, 0), NicId(0, 1, 0)
+    key = flow_key(a, c, 40001)
+    world = World(FABRIC, {key: (a, c, "rys0")})
+    flows, ports = world.telemetry(100.0, {})
+    state, _ = step(FABRIC, TeState(), flows, ports, 100.0)
+    assert state.moves == {}  # alone on its uplink: nothing to do
+    dead = Endpoint("ryl0r0", UPLINK["rys0"])
+    ports[dead] = ports[dead].__class__(0.0, 0, 0, 100.1, up=False)
+    flows = {k: s.__class__(s.rate_bps, 0, 100.1, s.ingress) for k, s in flows.items()}
+    state, decisions = step(FABRIC, state, flows, ports, 100.1, EngineConfig(hysteresis_s=60))
+    assert [d.kind for d in decisions] == ["link-down", "reroute"]
+    assert state.moves[key].via == "rys1" and state.down == {f"ryl0r0:{UPLINK['rys0']}"}

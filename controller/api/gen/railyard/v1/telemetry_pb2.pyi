@@ -11,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class HopRecord(_message.Message):
-    __slots__ = ("switch", "egress_port", "queue_bytes", "tx_bps", "tx_bytes_total", "drops_total", "observe_time")
+    __slots__ = ("switch", "egress_port", "queue_bytes", "tx_bps", "tx_bytes_total", "drops_total", "observe_time", "link_down")
     SWITCH_FIELD_NUMBER: _ClassVar[int]
     EGRESS_PORT_FIELD_NUMBER: _ClassVar[int]
     QUEUE_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,7 @@ class HopRecord(_message.Message):
     TX_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     DROPS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     OBSERVE_TIME_FIELD_NUMBER: _ClassVar[int]
+    LINK_DOWN_FIELD_NUMBER: _ClassVar[int]
     switch: str
     egress_port: int
     queue_bytes: int
@@ -26,7 +27,8 @@ class HopRecord(_message.Message):
     tx_bytes_total: int
     drops_total: int
     observe_time: _timestamp_pb2.Timestamp
-    def __init__(self, switch: _Optional[str] = ..., egress_port: _Optional[int] = ..., queue_bytes: _Optional[int] = ..., tx_bps: _Optional[float] = ..., tx_bytes_total: _Optional[int] = ..., drops_total: _Optional[int] = ..., observe_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    link_down: bool
+    def __init__(self, switch: _Optional[str] = ..., egress_port: _Optional[int] = ..., queue_bytes: _Optional[int] = ..., tx_bps: _Optional[float] = ..., tx_bytes_total: _Optional[int] = ..., drops_total: _Optional[int] = ..., observe_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., link_down: _Optional[bool] = ...) -> None: ...
 
 class PathSignal(_message.Message):
     __slots__ = ("src_leaf", "spine", "dst_leaf", "min_available_bps", "max_queue_bytes", "bottleneck_switch", "bottleneck_port", "observe_time")
