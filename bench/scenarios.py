@@ -34,7 +34,7 @@ def main() -> None:
         per_seed = []
         for seed in args.seeds:
             runs = run_scenario(fabric, args.spec, scenario, seed)
-            report = build_report(fabric, scenario, seed, runs, scenario_optimum(fabric, runs["te"].flows))
+            report = build_report(fabric, scenario, seed, runs, scenario_optimum(fabric, runs["te"].flows, scenario))
             print(table(report), "\n", flush=True)
             per_seed.append(report)
         te = [r["modes"]["te"] for r in per_seed]

@@ -140,7 +140,7 @@ def scenario(args) -> int:
 
     runs = run_scenario(fabric, args.spec, spec, args.seed, progress)
     print()
-    best = scenario_optimum(fabric, runs["te"].flows)
+    best = scenario_optimum(fabric, runs["te"].flows, spec)
     report = build_report(fabric, spec, args.seed, runs, best)
     path = write(report, runs, fabric, Path(args.out))
     print(table(report))

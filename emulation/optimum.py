@@ -67,9 +67,16 @@ def max_min_rates(capacity: dict[Endpoint, float], paths: Sequence[Sequence[Endp
     return rates
 
 
-def optimum(fabric: Fabric, flows: Sequence[ModelFlow], emulated: bool = True) -> Optimum:
-    """Best max-min allocation over routings; capacities in emulated units by default."""
+def optimum(fabric: Fabric, flows: Sequence[ModelFlow], emulated: bool = True,
+            dead_links: Sequence[str] = ()) -> Optimum:
+    """Best max-min allocation over routings; capacities in emulated units by
+    default. `dead_links` ("switch:port", either end) carry nothing: the
+    optimum after a failure."""
     capacity = {e: (fabric.link_at(e).emulated_bps if emulated else c) for e, c in fabric.capacity_bps.items()}
+    for name in dead_links:
+        switch, _, port = name.rpartition(":")
+        link = fabric.ports(switch)[int(port)]
+        capacity[link.a] = capacity[link.b] = 0.0
     choices = [fabric.vias(f.src, f.dst) or ("",) for f in flows]
     combos = 1
     for c in choices:

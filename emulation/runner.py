@@ -124,10 +124,12 @@ def run_mode(fabric: Fabric, spec_path, scenario: Scenario, seed: int, mode: str
             sampler.start()
             for event in scenario.events:
                 threading.Timer(event.at_s, _link_down, args=(fabric, event.link)).start()
-            while traffic.clients and any(p.poll() is None for p in traffic.clients):
+            # Bounded: a flow whose path died may never finish on its own.
+            while time.time() - start < scenario.duration_s + 1 and any(p.poll() is None for p in traffic.clients):
                 time.sleep(1.0)
-                progress(f"{scenario.name} [{mode}] {time.time() - start:4.1f}/{scenario.duration_s:g} s")
-            run.results = traffic.wait()
+                progress(f"{scenario.name} [{mode}] {min(time.time() - start, scenario.duration_s):4.1f}"
+                         f"/{scenario.duration_s:g} s")
+            run.results = traffic.wait(grace_s=5.0)
             stop.set()
             sampler.join(timeout=5)
             run.drops = _drops() - drops_before
@@ -157,9 +159,11 @@ def _link_down(fabric: Fabric, link: str) -> None:
     log.info("scenario: %s down", link)
 
 
-def scenario_optimum(fabric: Fabric, flows: list[FlowSpec]) -> Optimum:
+def scenario_optimum(fabric: Fabric, flows: list[FlowSpec], scenario: Scenario | None = None) -> Optimum:
+    """The max-min optimum; for a scenario with failures, of the fabric after them."""
+    dead = [event.link for event in scenario.events] if scenario else []
     return optimum(fabric, [ModelFlow(f.src, f.dst, f.rate_bps if f.protocol == "udp" else float("inf"))
-                            for f in flows])
+                            for f in flows], dead_links=dead)
 
 
 def run_scenario(fabric: Fabric, spec_path, scenario: Scenario, seed: int,

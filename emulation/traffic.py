@@ -103,6 +103,8 @@ class TrafficRun:
         self.servers: list[subprocess.Popen] = []
         self.clients: list[subprocess.Popen] = []
 
+    started = 0.0  # monotonic time the clients were started
+
     def start(self) -> "TrafficRun":
         for i, flow in enumerate(self.flows):
             self.servers.append(self.popen_in(flow.dst, [
@@ -119,6 +121,7 @@ class TrafficRun:
             if flow.protocol == "udp":
                 args += ["-u", "-b", str(int(flow.rate_bps)), "-l", str(UDP_PAYLOAD_BYTES)]
             self.clients.append(self.popen_in(flow.src, args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        self.started = time.monotonic()
         return self
 
     def _wait_listening(self, timeout: float = 10.0) -> None:
@@ -136,13 +139,20 @@ class TrafficRun:
             raise RuntimeError(f"iperf3 servers did not start for flows {sorted(pending)}")
 
     def wait(self, grace_s: float = 15.0) -> list[FlowResult]:
-        deadline = time.monotonic() + self.duration_s + grace_s
+        """Until every flow ends, at most grace_s past the planned end. A flow
+        whose path died never ends by itself: its iperf3 gets SIGTERM first,
+        which still writes the JSON report of what did arrive."""
+        deadline = self.started + self.duration_s + grace_s
         for proc in self.clients + self.servers:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+                proc.terminate()
+                try:
+                    proc.wait(timeout=3)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
         return [self._result(i, flow) for i, flow in enumerate(self.flows)]
 
     def stop(self) -> None:
@@ -162,7 +172,7 @@ class TrafficRun:
 
 def parse_receiver_report(flow: FlowSpec, doc: dict) -> FlowResult:
     """Goodput as the receiving iperf3 server saw it."""
-    if doc.get("error"):
+    if doc.get("error") and not doc.get("intervals"):
         return FlowResult(flow, 0.0, (), error=str(doc["error"]))
     end = doc.get("end", {})
     # Receiver side: sum_received counts bytes that arrived (for UDP, `sum`
@@ -173,9 +183,13 @@ def parse_receiver_report(flow: FlowSpec, doc: dict) -> FlowResult:
     # iperf3's last interval is often a fraction of a second of tail; drop it.
     if len(intervals) > 1 and doc["intervals"][-1]["sum"].get("seconds", 1.0) < 0.5:
         intervals = intervals[:-1]
+    goodput = float(total.get("bits_per_second", 0.0))
+    if doc.get("error"):  # stopped early (e.g. SIGTERM at the deadline): what arrived still counts
+        goodput = sum(intervals) / len(intervals) if intervals else 0.0
     return FlowResult(
         flow,
-        goodput_bps=float(total.get("bits_per_second", 0.0)),
+        goodput_bps=goodput,
         interval_bps=intervals,
         lost_percent=float(loss.get("lost_percent", 0.0) or 0.0),
+        error=str(doc.get("error", "")),
     )

@@ -223,6 +223,13 @@ def _rebalance(fabric: Fabric, drains: Drains, elephants: list[Elephant], backgr
     for e in elephants:  # off dead links first: any live path beats none
         old = fabric.egress_path(e.src, e.dst, via[e.key])
         if not drained(fabric, drains, old):
+            if e.key[2] == "tcp" and e.key not in moves and _acks_may_die(fabric, drains, e, via[e.key]):
+                # The data path survived (the ingress leaf failed over) but the
+                # ACKs hash on their own and may cross the dead link: pinning
+                # the flow where it is also steers its ACKs back the same way.
+                moves[e.key] = Move(e.key, e.src, e.dst, via[e.key], now, now)
+                decisions.append(Decision("reroute", _describe(e.key), f"ACKs pinned via {via[e.key]}: "
+                                          "their hashed path may cross a dead link", now))
             continue
         live = candidate_vias(fabric, drains, e.src, e.dst)
         if not live:
@@ -267,6 +274,12 @@ def _rebalance(fabric: Fabric, drains: Drains, elephants: list[Elephant], backgr
         via[e.key] = other
         moves[e.key] = Move(e.key, e.src, e.dst, other, now, now)
     return decisions
+
+
+def _acks_may_die(fabric: Fabric, drains: Drains, e: Elephant, via: str) -> bool:
+    reverse_ok = fabric.egress_path(e.dst, e.src, via)
+    return not drained(fabric, drains, reverse_ok) and any(
+        drained(fabric, drains, fabric.egress_path(e.dst, e.src, v)) for v in fabric.vias(e.dst, e.src))
 
 
 def _collisions(fabric: Fabric, elephants: list[Elephant]) -> dict[str, str]:

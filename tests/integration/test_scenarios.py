@@ -12,7 +12,7 @@ def test_elephant_collision_is_fixed_by_te():
     scenario = load_scenario("elephant")
     seed = 3  # a seed whose ECMP hash collides on several uplinks
     runs = run_scenario(fabric, None, scenario, seed)
-    report = build_report(fabric, scenario, seed, runs, scenario_optimum(fabric, runs["te"].flows))
+    report = build_report(fabric, scenario, seed, runs, scenario_optimum(fabric, runs["te"].flows, scenario))
     ecmp, te = report["modes"]["ecmp"], report["modes"]["te"]
     assert ecmp["fraction_of_optimum"] < 0.8, "this seed should collide under ECMP"
     assert te["fraction_of_optimum"] >= 0.85 and te["fraction_of_optimum"] > ecmp["fraction_of_optimum"] + 0.2

@@ -32,3 +32,12 @@ def test_incast_optimum_shares_the_receiver_fairly():
     best = optimum(FABRIC, flows)
     assert best.rates_bps[:3] == pytest.approx([50e6 / 3] * 3)
     assert best.rates_bps[3] == pytest.approx(50e6)
+
+
+def test_optimum_after_a_link_failure_routes_around_it():
+    flows = [ModelFlow(nic, NicId(nic.rail, 1 - nic.pod, nic.server)) for nic in FABRIC.nics]
+    best = optimum(FABRIC, flows, dead_links=["ryl0r0:3"])
+    # ryl0r0 keeps one 50 Mb/s uplink for its two senders and one downlink for
+    # its two receivers: those four flows get 25 each, rail 1's four keep 50.
+    assert best.aggregate_bps == pytest.approx(4 * 50e6 + 4 * 25e6)
+    assert all(rate > 0 for rate in best.rates_bps)
