@@ -155,7 +155,10 @@ def _uplink(fabric: Fabric, e: Elephant, via: str) -> Endpoint:
 
 def step(fabric: Fabric, state: TeState, flows: Mapping[FlowKey, FlowSample],
          ports: Mapping[Endpoint, PortSample], now: float, cfg: EngineConfig = EngineConfig(),
-         drains: Drains = Drains()) -> tuple[TeState, list[Decision]]:
+         drains: Drains = Drains(), steered: frozenset[tuple[NicId, NicId]] = frozenset()
+         ) -> tuple[TeState, list[Decision]]:
+    """`steered`: NIC pairs a pin or a placed job already steers. Their flows
+    count as load but are never moved: that intent outranks adaptive TE."""
     decisions: list[Decision] = []
     moves = dict(state.moves)
     nic_bps = fabric.spec.rates.nic_gbps * 1e9
@@ -194,12 +197,13 @@ def step(fabric: Fabric, state: TeState, flows: Mapping[FlowKey, FlowSample],
     decisions += [Decision("incast", ad.nic_ip(dst), f"{n} senders into one NIC; fair share "
                            f"{nic_bps / n / 1e9:.1f} Gb/s each", now)
                   for dst, n in sorted(incasts.items()) if ad.nic_ip(dst) not in state.incasts]
-    decisions += _rebalance(fabric, drains, elephants, background, moves, now, cfg)
+    decisions += _rebalance(fabric, drains, elephants, background, moves, now, cfg, steered)
     return TeState(moves, frozenset(ad.nic_ip(d) for d in incasts), frozenset(collided), down), decisions
 
 
 def _rebalance(fabric: Fabric, drains: Drains, elephants: list[Elephant], background: Mapping[Endpoint, float],
-               moves: dict[FlowKey, Move], now: float, cfg: EngineConfig) -> list[Decision]:
+               moves: dict[FlowKey, Move], now: float, cfg: EngineConfig,
+               steered: frozenset[tuple[NicId, NicId]] = frozenset()) -> list[Decision]:
     """Starts from where the elephants are and moves as few as it takes: while
     a spine-tier link is over capacity by the elephants' demands, move the
     flow whose move lowers its own bottleneck most (by at least min_gain),
@@ -220,7 +224,8 @@ def _rebalance(fabric: Fabric, drains: Drains, elephants: list[Elephant], backgr
             layer.add(fabric.egress_path(e.src, e.dst, flow.via), e.demand_bps)
     capacity = fabric.capacity_bps
     decisions = []
-    for e in elephants:  # off dead links first: any live path beats none
+    movable = [e for e in elephants if (e.src, e.dst) not in steered]
+    for e in movable:  # off dead links first: any live path beats none
         old = fabric.egress_path(e.src, e.dst, via[e.key])
         if not drained(fabric, drains, old):
             if e.key[2] == "tcp" and e.key not in moves and _acks_may_die(fabric, drains, e, via[e.key]):
@@ -246,7 +251,7 @@ def _rebalance(fabric: Fabric, drains: Drains, elephants: list[Elephant], backgr
                       and layer.bps(x) > capacity[x] * (1 + 1e-9)), key=lambda x: -layer.bps(x) / capacity[x])
         best = None
         for link in hot:
-            for e in elephants:
+            for e in movable:
                 if e.key in moves and now - moves[e.key].moved_at < cfg.hysteresis_s:
                     continue
                 old = fabric.egress_path(e.src, e.dst, via[e.key])

@@ -168,3 +168,11 @@ def test_a_dead_uplink_moves_its_elephants_at_once_even_within_hysteresis():
     state, decisions = step(FABRIC, state, flows, ports, 100.1, EngineConfig(hysteresis_s=60))
     assert [d.kind for d in decisions] == ["link-down", "reroute"]
     assert state.moves[key].via == "rys1" and state.down == {f"ryl0r0:{UPLINK['rys0']}"}
+
+
+def test_flows_a_pin_or_job_steers_count_as_load_but_are_never_moved():
+    world = collided_world()
+    flows, ports = world.telemetry(100.0, {})
+    pairs = frozenset((s, d) for s, d, _ in world.flows.values())
+    state, decisions = step(FABRIC, TeState(), flows, ports, 100.0, steered=pairs)
+    assert [d.kind for d in decisions] == ["collision"] and state.moves == {}
