@@ -26,7 +26,7 @@ $(STAMPS)/venv: pyproject.toml | host
 	@touch $@
 
 demo: setup
-	$(VENV)/bin/railyard scenario run elephant --seed $(SEED) --out reports
+	$(VENV)/bin/railyard demo --seed $(SEED) --out reports
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -1,4 +1,4 @@
-"""`railyard fabric ...` and `railyard demo`: the emulation's command-line front end."""
+"""`railyard fabric ...` and `railyard scenario ...`: the emulation's command-line front end."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ from controller.fabric import addressing as ad
 from emulation import ovs
 from emulation.cleanup import teardown, teardown_from_state
 from emulation.net import STATE_DIR, EmulatedFabric
-from emulation.probes import rail_pairs, run_elephants, seeded_elephants, unreachable_pairs
 
 
 def fabric_show(args) -> int:
@@ -78,43 +77,6 @@ def fabric_status(args) -> int:
               f"controller {state['controller']}")
     print(f"{len(bridges)} Railyard bridges" + (f": {' '.join(sorted(bridges))}" if bridges else ""))
     return 0
-
-
-def demo(args) -> int:
-    """Bring the fabric up, prove reachability, show ECMP elephants colliding, tear down."""
-    fabric = load_fabric(args.spec)
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    print(f"== Railyard demo: fabric {fabric.spec.name} ({fabric.gpu_count} NICs), seed {args.seed}", flush=True)
-    with EmulatedFabric(fabric) as emu:
-        failed = unreachable_pairs(emu)
-        print(f"reachability: {len(failed)} of {len(rail_pairs(fabric))} same-rail NIC pairs unreachable")
-        flows = seeded_elephants(fabric, args.seed)
-        print(f"running {len(flows)} cross-pod TCP elephants for {args.duration:g} s on the ECMP underlay ...", flush=True)
-        run = run_elephants(emu, flows, args.duration)
-    report = {"fabric": fabric.spec.name, "seed": args.seed, "unreachable_pairs": len(failed), "ecmp": run.to_dict()}
-    path = out_dir / f"demo-{fabric.spec.name}-seed{args.seed}.json"
-    path.write_text(json.dumps(report, indent=2))
-    _print_elephants(run)
-    print(f"report: {path}")
-    return 0 if not failed else 1
-
-
-def _print_elephants(run) -> None:
-    rate = run.nic_rate_bps
-    print(f"{'flow':44s} {'ECMP uplink':14s} {'goodput':>10s} {'of NIC':>7s}")
-    for flow, result, port in zip(run.flows, run.results, run.ecmp_port):
-        where = f"{port.node}:{port.port}" if port else "-"
-        note = f"  {result.error}" if result.error else ""
-        print(f"{flow.five_tuple:44s} {where:14s} {result.goodput_bps / 1e6:7.1f} Mb/s {result.goodput_bps / rate:6.0%}{note}")
-    print(f"aggregate {run.aggregate_bps / 1e6:.1f} Mb/s = {run.aggregate_bps / (rate * len(run.flows)):.0%} "
-          f"of {len(run.flows)} x {rate / 1e6:g} Mb/s")
-    if run.collisions:
-        for port, flows in run.collisions.items():
-            print(f"ECMP collision: flows {list(flows)} share uplink {port.node}:{port.port} "
-                  f"({run.uplink_bps.get(port, 0) / 1e6:.1f} Mb/s measured)")
-    else:
-        print("no ECMP collision with this seed; try another --seed")
 
 
 def main_fabric(args) -> int:

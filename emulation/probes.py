@@ -1,6 +1,6 @@
 """Reusable fabric probes: rail reachability and an ECMP elephant run with its evidence.
 
-Used by `railyard demo` and by the integration tests, so what the demo shows
+Used by the integration tests and the calibration benchmark, so what they show
 is exactly what the tests assert.
 """
 
