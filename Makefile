@@ -8,7 +8,7 @@ PYTHON_SYSTEM := /usr/bin/python3.11
 SEED ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: setup host venv demo test unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-scenarios fabric-down clean
+.PHONY: setup host venv demo test unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-scenarios observe fabric-down clean
 
 setup: host venv
 
@@ -36,6 +36,10 @@ unit: venv
 
 integration: setup
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+# A local Prometheus scraping `make controller` (no Docker needed).
+observe: setup
+	$(VENV)/bin/railyard observe
 
 # Regenerates controller/api/gen from proto/ (a unit test fails when it is stale).
 proto: venv

@@ -39,6 +39,11 @@ def _parser() -> argparse.ArgumentParser:
     srun.add_argument("--out", default="reports", help="directory for the JSON report and PNG plots")
     ssub.add_parser("list", help="the shipped scenarios")
 
+    observe = sub.add_parser("observe", help="run a local Prometheus (with Railyard's alert rules) scraping a controller")
+    observe.add_argument("--metrics", default="127.0.0.1:9302", help="the controller's metrics HOST:PORT")
+    observe.add_argument("--port", type=int, default=9090, help="Prometheus listen port on 127.0.0.1")
+    observe.add_argument("--data", default=".state/prometheus", help="Prometheus data directory")
+
     from controller.commands import add_parsers
 
     add_parsers(sub)
@@ -57,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
             return main_fabric(args)
         if args.cmd == "demo":
             args.scenario_cmd, args.name = "run", "elephant"
+        if args.cmd == "observe":
+            from emulation.commands import observe
+
+            return observe(args)
         if args.cmd in ("demo", "scenario"):
             from emulation.commands import scenario
 

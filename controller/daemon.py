@@ -89,6 +89,7 @@ class Daemon:
         self.metrics = Metrics(sorted(fabric.switches))
         self.store = SqliteIntentStore(config.store)
         self.ingest = TelemetryIngest(self.metrics)
+        self.metrics.watch_links(fabric, self.ingest.fresh_ports)
         self.intent = IntentService(fabric, self.store, self.metrics, live_load=self.ingest.fresh_load)
         self.reconciler = Reconciler(fabric, self.intent, self.metrics, config.reconcile_interval_s,
                                      config.reply_timeout_s)

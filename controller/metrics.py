@@ -22,6 +22,11 @@ FLOW_MOD_KINDS = ("add", "delete")
 RECONCILE_TRIGGERS = ("connect", "intent", "te", "periodic")
 TE_DECISIONS = ("collision", "reroute", "incast", "expire", "link-down")
 RESULTS = ("ok", "failed")
+KNOWN_ERRORS = (
+    ("southbound", "dump_failed"), ("southbound", "openflow_error"), ("southbound", "handler_exception"),
+    ("southbound", "unknown_dpid"), ("southbound", "reconcile_crash"), ("intent", "invalid_stored_intent"),
+    ("te", "cycle_failed"),
+)
 
 
 def _version() -> str:
@@ -98,6 +103,8 @@ class Metrics:
                 self.flow_mods.labels(switch, kind)
             for result in RESULTS:
                 self.bundles.labels(switch, result)
+        for component, reason in KNOWN_ERRORS:
+            self.errors.labels(component, reason)
         for result in ("accepted", "dropped", "rejected"):
             self.telemetry_records.labels(result)
         for trigger in RECONCILE_TRIGGERS:
@@ -105,6 +112,51 @@ class Metrics:
             for result in RESULTS:
                 self.reconcile_runs.labels(trigger, result)
 
+    def watch_links(self, fabric, ports) -> None:
+        """Exports the live link view at scrape time: `ports()` returns fresh
+        {egress Endpoint: PortSample}. Labels are the fabric's own (switch, port,
+        tier, plane), bounded by its size."""
+        self.registry.register(LinkViewCollector(fabric, ports))
+
     def serve(self, host: str, port: int):
         """Starts the exposition HTTP server on its own thread; returns (server, thread)."""
         return start_http_server(port, addr=host, registry=self.registry)
+
+
+class LinkViewCollector:
+    """Per switch egress port: utilization, queue and drops, as telemetry reported them."""
+
+    def __init__(self, fabric, ports) -> None:
+        self.fabric = fabric
+        self.ports = ports
+        self.labels = {}
+        for name, switch in fabric.switches.items():
+            plane = switch.plane if switch.plane is not None else switch.rail
+            for port, link in fabric.ports(name).items():
+                peer = fabric.switches.get(link.peer(name).node)
+                toward = "host" if link.is_access else peer.tier.value if peer else "host"
+                self.labels[(name, port)] = [name, str(port), switch.tier.value, toward,
+                                             "" if plane is None else str(plane)]
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        names = ["switch", "port", "tier", "toward", "plane"]
+        util = GaugeMetricFamily("railyard_link_utilization_ratio",
+                                 "Egress utilization from telemetry (tx rate / link capacity)", labels=names)
+        queue = GaugeMetricFamily("railyard_link_queue_bytes", "Egress queue occupancy from telemetry", labels=names)
+        drops = CounterMetricFamily("railyard_link_drops", "Egress queue drops reported by telemetry", labels=names)
+        for egress, sample in sorted(self.ports().items()):
+            labels = self.labels.get((egress.node, egress.port))
+            if labels is None:
+                continue
+            capacity = self.fabric.link_at(egress).capacity_bps
+            util.add_metric(labels, sample.tx_bps / capacity)
+            queue.add_metric(labels, sample.queue_bytes)
+            drops.add_metric(labels, sample.drops_total)
+        yield util
+        yield queue
+        yield drops

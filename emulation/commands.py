@@ -108,3 +108,22 @@ def scenario(args) -> int:
     print(table(report))
     print(f"\nreport: {path} (plots: {path.with_suffix('.png')}); {time.monotonic() - started:.0f} s")
     return 0
+
+
+def observe(args) -> int:
+    from emulation.prometheus_local import LocalPrometheus
+
+    data = Path(args.data)
+    data.mkdir(parents=True, exist_ok=True)
+    prometheus = LocalPrometheus([args.metrics], args.port, scrape_interval_s=5.0, workdir=data).start()
+    print(f"Prometheus at {prometheus.url} scraping {args.metrics} (alerts: {prometheus.url}/alerts); Ctrl-C stops it")
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        while not stop.wait(1.0) and prometheus.proc.poll() is None:
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        prometheus.stop()
+    return 0

@@ -180,4 +180,3 @@ def test_metrics_pass_promtool_and_follow_naming(ctl):
                      "railyard_overlay_entries_desired", "railyard_overlay_entries_installed",
                      "railyard_intent_objects", "railyard_errors_total"):
         assert required in names or required.removesuffix("_total") in names
-    assert total(ctl.metrics(), "railyard_bundle_commits_total", result="ok") > 0

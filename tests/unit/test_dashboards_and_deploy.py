@@ -1,0 +1,85 @@
+"""Dashboards, provisioning, alert rules and deployment files, checked as files
+and with the real promtool."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARDS = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))
+EXPECTED_UIDS = {"railyard-fabric", "railyard-controller", "railyard-jobs"}
+PROMTOOL = shutil.which("promtool")
+DATASOURCE_UID = "railyard-prometheus"
+
+
+def panels(dashboard):
+    for panel in dashboard["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def test_dashboards_have_stable_unique_uids_and_use_the_provisioned_datasource():
+    datasources = yaml.safe_load((ROOT / "grafana/provisioning/datasources/railyard.yaml").read_text())
+    assert [d["uid"] for d in datasources["datasources"]] == [DATASOURCE_UID]
+    providers = yaml.safe_load((ROOT / "grafana/provisioning/dashboards/railyard.yaml").read_text())["providers"]
+    assert providers[0]["allowUiUpdates"] is False
+    docs = [json.loads(p.read_text()) for p in DASHBOARDS]
+    assert {d["uid"] for d in docs} == EXPECTED_UIDS and len(docs) == len(EXPECTED_UIDS)
+    for doc in docs:
+        ids = [p["id"] for p in panels(doc)]
+        assert len(ids) == len(set(ids)), doc["uid"]
+        for panel in panels(doc):
+            assert panel["datasource"]["uid"] == DATASOURCE_UID, (doc["uid"], panel["title"])
+            assert panel["targets"] and all(t["datasource"]["uid"] == DATASOURCE_UID for t in panel["targets"])
+        for var in doc["templating"]["list"]:
+            assert var["datasource"]["uid"] == DATASOURCE_UID
+    names = {v["name"] for d in docs for v in d["templating"]["list"]}
+    assert {"switch", "tier", "plane"} <= names
+
+
+@pytest.mark.skipif(not PROMTOOL, reason="promtool not installed (make setup installs it)")
+def test_promtool_accepts_config_and_rules_and_the_rule_unit_tests_pass():
+    deploy = ROOT / "deploy" / "prometheus"
+    for args in (["check", "config", "prometheus.yml"], ["check", "rules", "alerts.yml"],
+                 ["test", "rules", "alerts_test.yml"]):
+        result = subprocess.run([PROMTOOL, *args], cwd=deploy, capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _referenced_files(compose: dict) -> list[str]:
+    refs = []
+    for service in compose["services"].values():
+        build = service.get("build")
+        if isinstance(build, dict):
+            refs.append(str(Path(build.get("context", ".")) / build.get("dockerfile", "Dockerfile")))
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("."):
+                refs.append(source)
+    return refs
+
+
+def test_compose_kubernetes_and_systemd_files_parse_and_reference_only_files_that_exist():
+    deploy = ROOT / "deploy"
+    compose = yaml.safe_load((deploy / "docker-compose.yml").read_text())
+    assert {"controller", "prometheus", "grafana", "fabric"} <= set(compose["services"])
+    assert compose["services"]["fabric"].get("privileged") is True
+    for ref in _referenced_files(compose):
+        assert (deploy / ref).exists(), ref
+    kinds = set()
+    for path in sorted((deploy / "k8s").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            assert doc["apiVersion"] and doc["metadata"]["name"]
+            kinds.add(doc["kind"])
+    assert {"Deployment", "Service", "ConfigMap"} <= kinds
+    unit = (deploy / "railyard.service").read_text()
+    assert "[Service]" in unit and "railyard controller run" in unit
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
+        check = subprocess.run([docker, "compose", "-f", str(deploy / "docker-compose.yml"), "config", "-q"],
+                               capture_output=True, text=True)
+        assert check.returncode == 0, check.stderr
