@@ -16,6 +16,7 @@ from typing import Callable
 
 from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
+from controller.metrics import TE_DECISIONS
 from controller.te.jobs import JobRequest, Pattern
 from controller.te.placement import FabricState, place
 from emulation import netns
@@ -138,7 +139,7 @@ def run_mode(fabric: Fabric, spec_path, scenario: Scenario, seed: int, mode: str
             agent.stop()
             samples = ctl.metrics()
             run.te_decisions = {k: total(samples, "railyard_te_decisions_total", kind=k)
-                                for k in ("collision", "reroute", "incast", "expire")}
+                                for k in TE_DECISIONS}
             run.flow_mods = total(samples, "railyard_flow_mods_total")
             commit = total(samples, "railyard_te_reaction_seconds_sum") / max(
                 total(samples, "railyard_te_reaction_seconds_count"), 1)

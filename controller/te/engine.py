@@ -85,6 +85,7 @@ class TeState:
     incasts: frozenset[str] = frozenset()  # destination NICs currently in incast
     collisions: frozenset[str] = frozenset()  # uplinks currently collided
     down: frozenset[str] = frozenset()  # links telemetry reports down
+    recent: Mapping[FlowKey, tuple[Elephant, float]] = field(default_factory=dict)  # elephant, last seen
 
 
 def _nic(address: str) -> NicId | None:
@@ -180,6 +181,17 @@ def step(fabric: Fabric, state: TeState, flows: Mapping[FlowKey, FlowSample],
             decisions.append(Decision("expire", _describe(key), "flow quiet; back to ECMP", now))
     demands = estimate_demands(elephants, nic_bps)
     elephants = [replace(e, demand_bps=demands[e.key]) for e in elephants]
+    # Elephants seen lately. A flow black-holed by a failure measures ~0 at
+    # once and stops looking like an elephant; it is exactly the one to move.
+    recent = {k: e for k, (e, seen_at) in state.recent.items() if now - seen_at <= cfg.expire_after_s}
+    recent.update({e.key: e for e in elephants})
+    starved = []
+    for key, e in recent.items():
+        if key in seen or not down:
+            continue
+        e = replace(e, via=moves[key].via) if key in moves else e  # where it is now, if we moved it
+        if e.via and drained(fabric, Drains(links=down), fabric.egress_path(e.src, e.dst, e.via)):
+            starved.append(e)
 
     # Background: measured load minus what the elephants themselves send.
     fresh = {e: s for e, s in ports.items() if now - s.observed_at <= cfg.max_age_s}
@@ -197,8 +209,10 @@ def step(fabric: Fabric, state: TeState, flows: Mapping[FlowKey, FlowSample],
     decisions += [Decision("incast", ad.nic_ip(dst), f"{n} senders into one NIC; fair share "
                            f"{nic_bps / n / 1e9:.1f} Gb/s each", now)
                   for dst, n in sorted(incasts.items()) if ad.nic_ip(dst) not in state.incasts]
-    decisions += _rebalance(fabric, drains, elephants, background, moves, now, cfg, steered)
-    return TeState(moves, frozenset(ad.nic_ip(d) for d in incasts), frozenset(collided), down), decisions
+    decisions += _rebalance(fabric, drains, elephants + starved, background, moves, now, cfg, steered)
+    new_recent = {k: (e, now if k in seen else state.recent[k][1]) for k, e in recent.items()}
+    return TeState(moves, frozenset(ad.nic_ip(d) for d in incasts), frozenset(collided), down,
+                   new_recent), decisions
 
 
 def _rebalance(fabric: Fabric, drains: Drains, elephants: list[Elephant], background: Mapping[Endpoint, float],

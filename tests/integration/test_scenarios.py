@@ -19,3 +19,16 @@ def test_elephant_collision_is_fixed_by_te():
     assert te["te_decisions"]["collision"] >= 1 and te["te_decisions"]["reroute"] >= 1
     assert te["collision_to_fix_s"]["median"] is not None and te["collision_to_fix_s"]["median"] <= 1.0
     assert all(not f["error"] for f in te["flows"] + ecmp["flows"])
+
+
+def test_link_failure_traffic_moves_off_the_dead_uplink_and_no_flow_starves():
+    fabric = load_fabric()
+    scenario = load_scenario("link-failure")
+    runs = run_scenario(fabric, None, scenario, seed=3)
+    report = build_report(fabric, scenario, 3, runs, scenario_optimum(fabric, runs["te"].flows, scenario))
+    te, ecmp = report["modes"]["te"], report["modes"]["ecmp"]
+    assert te["te_decisions"]["link-down"] >= 1 and te["te_decisions"]["reroute"] >= 1
+    assert max(f["longest_zero_s"] for f in te["flows"]) <= 2, [f["longest_zero_s"] for f in te["flows"]]
+    # Under the static ECMP underlay, flows hashed toward the dead link's far side stay black-holed.
+    assert max(f["longest_zero_s"] for f in ecmp["flows"]) > 2
+    assert te["aggregate_mbps"] > ecmp["aggregate_mbps"]
