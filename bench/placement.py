@@ -53,12 +53,6 @@ def requests(count: int, seed: int) -> list[JobRequest]:
     return out
 
 
-def spine_tier(fabric) -> list:
-    """Egresses between leaves and spines, both directions: where placement has choices."""
-    ups = [e for egresses in fabric.pod_uplinks.values() for e in egresses]
-    return ups + [fabric.link_at(e).peer(e.node) for e in ups]
-
-
 def tier_peak(fabric, load, egresses) -> float:
     capacity = fabric.capacity_bps
     return max(load.get(e, 0.0) / capacity[e] for e in egresses)
@@ -89,7 +83,7 @@ def run_core(fabric, stream: list[JobRequest], seed: int) -> dict:
     rng = random.Random(seed + 1)
     jobs, load = {}, {}
     ours, baseline, quality, spine_quality = [], [], [], []
-    tier = spine_tier(fabric)
+    tier = fabric.spine_tier
     releases = refusals = 0
     for request in stream:
         state = FabricState(dict(jobs), jobs_bps=load)

@@ -27,11 +27,6 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def spine_tier(fabric: Fabric) -> list[Endpoint]:
-    ups = [e for egresses in fabric.pod_uplinks.values() for e in egresses]
-    return ups + [fabric.link_at(e).peer(e.node) for e in ups]
-
-
 def longest_zero_run_s(intervals: tuple[float, ...], floor_bps: float = 1e5) -> int:
     run = best = 0
     for bps in intervals:
@@ -43,7 +38,7 @@ def longest_zero_run_s(intervals: tuple[float, ...], floor_bps: float = 1e5) -> 
 def mode_figures(fabric: Fabric, run: ModeRun, best: Optimum, duration_s: float) -> dict:
     goodput = [r.steady_bps for r in run.results]
     share = [g / o if o else 0.0 for g, o in zip(goodput, best.rates_bps)]
-    tier = spine_tier(fabric)
+    tier = fabric.spine_tier
     capacity = {e: fabric.link_at(e).emulated_bps for e in tier}
     peaks = [max((s.tx_bps.get(e, 0.0) / capacity[e] for e in tier), default=0.0) for s in run.samples]
     queues: dict[Endpoint, list[int]] = {}
@@ -138,11 +133,11 @@ def _plots(report: dict, runs: dict[str, ModeRun], fabric: Fabric, path: Path) -
     axes[0].set_title(f"{report['scenario']}: per-flow goodput (seed {report['seed']})")
     axes[0].set_ylabel("Mb/s")
     axes[0].legend()
-    tier = spine_tier(fabric)[: len(spine_tier(fabric)) // 2]  # leaf uplinks
+    uplinks = [e for egresses in fabric.pod_uplinks.values() for e in egresses]
     for i, mode in enumerate(modes):
         samples = runs[mode].samples
         ax = axes[1 + i]
-        for e in tier:
+        for e in uplinks:
             ax.plot([s.t for s in samples], [s.tx_bps.get(e, 0.0) / fabric.link_at(e).emulated_bps for s in samples],
                     label=f"{e.node}:{e.port}")
         ax.set_title(f"{mode.upper()}: leaf uplink utilization")

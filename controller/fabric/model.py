@@ -152,6 +152,13 @@ class Fabric:
         return {pod: tuple(ups) for pod, ups in out.items()}
 
     @cached_property
+    def spine_tier(self) -> tuple[Endpoint, ...]:
+        """Egresses between the pods and the tier above, both directions: every
+        pod uplink, then the port that faces it back. Where path choices show."""
+        ups = [e for egresses in self.pod_uplinks.values() for e in egresses]
+        return (*ups, *(self.link_at(e).peer(e.node) for e in ups))
+
+    @cached_property
     def capacity_bps(self) -> dict[Endpoint, float]:
         """Capacity of every egress: each switch port, and each NIC's transmit side."""
         caps = {Endpoint(sw, p): link.capacity_bps for sw, ports in self._ports.items() for p, link in ports.items()}
