@@ -15,7 +15,7 @@ from pathlib import Path
 from controller.fabric import load_fabric
 from emulation import ovs
 from emulation.report import build_report, table
-from emulation.runner import run_scenario, scenario_optimum
+from emulation.runner import run_scenario
 from emulation.scenario import load_scenario
 
 
@@ -34,7 +34,7 @@ def main() -> None:
         per_seed = []
         for seed in args.seeds:
             runs = run_scenario(fabric, args.spec, scenario, seed)
-            report = build_report(fabric, scenario, seed, runs, scenario_optimum(fabric, runs["te"].flows, scenario))
+            report = build_report(fabric, scenario, seed, runs)
             print(table(report), "\n", flush=True)
             per_seed.append(report)
         te = [r["modes"]["te"] for r in per_seed]

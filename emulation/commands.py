@@ -85,7 +85,7 @@ def main_fabric(args) -> int:
 
 def scenario(args) -> int:
     from emulation.report import build_report, table, write
-    from emulation.runner import run_scenario, scenario_optimum
+    from emulation.runner import run_scenario
     from emulation.scenario import available, load_scenario
 
     if args.scenario_cmd == "list":
@@ -102,8 +102,7 @@ def scenario(args) -> int:
 
     runs = run_scenario(fabric, args.spec, spec, args.seed, progress)
     print()
-    best = scenario_optimum(fabric, runs["te"].flows, spec)
-    report = build_report(fabric, spec, args.seed, runs, best)
+    report = build_report(fabric, spec, args.seed, runs)
     path = write(report, runs, fabric, Path(args.out))
     print(table(report))
     print(f"\nreport: {path} (plots: {path.with_suffix('.png')}); {time.monotonic() - started:.0f} s")
