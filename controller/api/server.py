@@ -52,28 +52,20 @@ class DecodeErrorsAreInvalidArgument(grpc.ServerInterceptor):
                 raise RequestError("request", f"is not a valid {method} request message",
                                    "a serialized protobuf message of the request type") from None
 
+        def single(behavior):
+            def handle(raw, context):
+                try:
+                    request = decode(raw)
+                except RequestError as exc:
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                return behavior(request, context)
+
+            return handle
+
         if handler.unary_unary:
-            behavior = handler.unary_unary
-
-            def unary(raw, context):
-                try:
-                    request = decode(raw)
-                except RequestError as exc:
-                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-                return behavior(request, context)
-
-            return grpc.unary_unary_rpc_method_handler(unary, None, handler.response_serializer)
+            return grpc.unary_unary_rpc_method_handler(single(handler.unary_unary), None, handler.response_serializer)
         if handler.unary_stream:
-            behavior = handler.unary_stream
-
-            def unary_stream(raw, context):
-                try:
-                    request = decode(raw)
-                except RequestError as exc:
-                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
-                return behavior(request, context)
-
-            return grpc.unary_stream_rpc_method_handler(unary_stream, None, handler.response_serializer)
+            return grpc.unary_stream_rpc_method_handler(single(handler.unary_stream), None, handler.response_serializer)
         if handler.stream_unary:
             behavior = handler.stream_unary
             # Decoded lazily inside the servicer's loop: a bad message surfaces
