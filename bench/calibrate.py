@@ -22,7 +22,8 @@ from pathlib import Path
 
 from controller.fabric import DEFAULT_SPEC, NicId, build_fabric, load_spec
 from emulation.net import EmulatedFabric
-from emulation.probes import cross_pod_permutation, run_elephants, steer_by_source_port
+from emulation.probes import run_elephants, steer_by_source_port
+from emulation.scenario import permutation_pairs
 
 FIDELITY_TARGET = 0.95
 
@@ -46,7 +47,7 @@ def measure(spec, rate_mbps: float, flow_counts: list[int], duration: float) -> 
     rows = []
     mtu = spec.emulation.mtu
     with EmulatedFabric(fabric) as emu:
-        for hops, pairs in ((1, one_hop_pairs(fabric)), (3, cross_pod_permutation(fabric))):
+        for hops, pairs in ((1, one_hop_pairs(fabric)), (3, permutation_pairs(fabric))):
             for n in flow_counts:
                 if n > len(pairs):
                     continue

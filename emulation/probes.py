@@ -14,7 +14,7 @@ from controller.fabric import Endpoint, Fabric, NicId, Tier
 from controller.fabric import addressing as ad
 from emulation.net import EmulatedFabric
 from emulation.observe import counter_delta, ecmp_uplink, port_counters
-from emulation.traffic import TCP_BASE_PORT, FlowResult, FlowSpec, TrafficRun, make_flows
+from emulation.traffic import TCP_BASE_PORT, FlowResult, FlowSpec, TrafficRun
 
 
 def rail_pairs(fabric: Fabric) -> list[tuple[NicId, NicId]]:
@@ -31,13 +31,6 @@ def unreachable_pairs(emu: EmulatedFabric, pairs: list[tuple[NicId, NicId]] | No
         for pair in pairs
     ]
     return [pair for pair, proc in procs if proc.wait(timeout=30) != 0]
-
-
-def cross_pod_permutation(fabric: Fabric) -> list[tuple[NicId, NicId]]:
-    """Every NIC sends to the same server slot, same rail, in the next pod."""
-    if fabric.spec.pods < 2:
-        raise ValueError("a cross-pod permutation needs at least 2 pods")
-    return [(nic, NicId(nic.rail, (nic.pod + 1) % fabric.spec.pods, nic.server)) for nic in fabric.nics]
 
 
 @dataclass(frozen=True)
@@ -98,10 +91,6 @@ def run_elephants(emu: EmulatedFabric, flows: list[FlowSpec], duration_s: float 
     collisions = {p: tuple(ix) for p, ix in by_port.items() if len(ix) > 1}
     nic_rate = fabric.access_link(flows[0].src).emulated_bps
     return ElephantRun(tuple(flows), tuple(results), tuple(choice), uplinks, nic_rate, duration_s, collisions)
-
-
-def seeded_elephants(fabric: Fabric, seed: int) -> list[FlowSpec]:
-    return make_flows(cross_pod_permutation(fabric), "tcp", seed=seed)
 
 
 def steer_by_source_port(emu: EmulatedFabric, pairs: list[tuple[NicId, NicId]], *, seed: int = 0,

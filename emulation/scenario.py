@@ -86,6 +86,7 @@ def load_scenario(name_or_path: str) -> Scenario:
 
 
 def permutation_pairs(fabric: Fabric) -> list[tuple[NicId, NicId]]:
+    """Every NIC sends to the same server slot, same rail, in the next pod."""
     pods = sorted({n.pod for n in fabric.nics})
     if len(pods) < 2:
         raise ScenarioError("traffic.pattern", f"fabric {fabric.spec.name!r} has one pod", "a fabric with 2+ pods")
