@@ -20,6 +20,7 @@ import platform
 import time
 from pathlib import Path
 
+from bench import write_result
 from controller.fabric import DEFAULT_SPEC, NicId, build_fabric, load_spec
 from emulation.net import EmulatedFabric
 from emulation.probes import run_elephants, steer_by_source_port
@@ -98,9 +99,7 @@ def main() -> None:
         "envelope_packet_hops_per_s": envelope,
         "rows": rows,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
+    out = write_result(args.out, result)
     print(f"envelope: {envelope} packet-hops/s at >= {FIDELITY_TARGET:.0%} fidelity; wrote {out}")
 
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import grpc
 
+from bench import write_result
 from controller.fabric import NicId, load_fabric
 from controller.fabric.spec import SPECS_DIR
 from controller.te.jobs import Drains, JobRequest, Pattern
@@ -183,9 +184,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="railyard-bench-") as tmp:
             result["api"] = run_api(stream, args.seed, Path(tmp))
         print(json.dumps(result["api"], indent=2))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_result(args.out, result)
     print(f"wrote {out}")
 
 

@@ -10,8 +10,8 @@ import argparse
 import json
 import platform
 import statistics
-from pathlib import Path
 
+from bench import write_result
 from controller.fabric import load_fabric
 from emulation import ovs
 from emulation.report import build_report, table
@@ -55,9 +55,7 @@ def main() -> None:
             "reports": per_seed,
         }
         print(json.dumps(results["scenarios"][name]["summary"], indent=2), flush=True)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2) + "\n")
+    out = write_result(args.out, results)
     print(f"wrote {out}")
 
 

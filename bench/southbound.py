@@ -26,6 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench import write_result
 from controller.fabric import NicId, load_fabric
 from controller.fabric import addressing as ad
 from controller.intent import FlowMatch, FlowPin, pin_to_doc
@@ -147,9 +148,7 @@ def main() -> None:
     args = parser.parse_args()
     ovs.check_running()
     result = run(args.entries, args.repeats)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_result(args.out, result)
     print(json.dumps(result["summary"], indent=2))
     print(f"wrote {out}")
 
