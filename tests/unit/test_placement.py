@@ -30,20 +30,24 @@ def used_nics(jobs):
     return [g.nic for job in jobs.values() for g in job.gpus]
 
 
-def fits(fabric, jobs, req):
-    """Independent of the placer: are there enough servers with rails 0..k-1 free?"""
+def free_servers(fabric, jobs, req):
+    """Independent of the placer: servers (in fabric order) where the request's
+    rails 0..k-1 are free and exclusivity allows it."""
     k = req.per_server(rails_of(fabric))
-    m = req.gpu_count // k
     used = set(used_nics(jobs))
     exclusive = {(g.nic.pod, g.nic.server) for j in jobs.values() if j.request.exclusive for g in j.gpus}
-    busy_servers = {(n.pod, n.server) for n in used}
+    busy = {(n.pod, n.server) for n in used}
+    return [(s.pod, s.index) for s in fabric.servers
+            if (s.pod, s.index) not in exclusive and not (req.exclusive and (s.pod, s.index) in busy)
+            and all(NicId(r, s.pod, s.index) not in used for r in range(k))]
+
+
+def fits(fabric, jobs, req):
+    """Are there enough such servers within max_pods pods?"""
+    m = req.gpu_count // req.per_server(rails_of(fabric))
     per_pod = {}
-    for s in fabric.servers:
-        key = (s.pod, s.index)
-        if key in exclusive or (req.exclusive and key in busy_servers):
-            continue
-        if all(NicId(r, s.pod, s.index) not in used for r in range(k)):
-            per_pod[s.pod] = per_pod.get(s.pod, 0) + 1
+    for pod, _ in free_servers(fabric, jobs, req):
+        per_pod[pod] = per_pod.get(pod, 0) + 1
     best = sorted(per_pod.values(), reverse=True)[: req.max_pods or None]
     return sum(best) >= m
 
@@ -52,12 +56,7 @@ def first_fit_peak(fabric, jobs, req):
     """The naive placement: first free servers in fabric order, paths by ECMP hash."""
     k = req.per_server(rails_of(fabric))
     m = req.gpu_count // k
-    used = set(used_nics(jobs))
-    exclusive = {(g.nic.pod, g.nic.server) for j in jobs.values() if j.request.exclusive for g in j.gpus}
-    busy = {(n.pod, n.server) for n in used}
-    servers = [(s.pod, s.index) for s in fabric.servers
-               if (s.pod, s.index) not in exclusive and not (req.exclusive and (s.pod, s.index) in busy)
-               and all(NicId(r, s.pod, s.index) not in used for r in range(k))][:m]
+    servers = free_servers(fabric, jobs, req)[:m]
     if len(servers) < m or (req.max_pods and len({p for p, _ in servers}) > req.max_pods):
         return None
     flows = pattern_flows(req.pattern, servers, k, req.flow_gbps * 1e9)
