@@ -91,6 +91,12 @@ class Intent:
                 "drain": len(self.drains.switches) + len(self.drains.links)}
 
     @cached_property
+    def steered_pairs(self) -> frozenset[tuple[NicId, NicId]]:
+        """NIC pairs a pin or a placed job steers; computed once per snapshot."""
+        jobs = {(f.src, f.dst) for job in self.jobs.values() for f in job.flows if f.via}
+        return frozenset(jobs | {(m.src, m.dst) for m in self.steered})
+
+    @cached_property
     def steered(self) -> dict[FlowMatch, str]:
         """Which pin steers each match (both directions of symmetric pins)."""
         return {m: pin.name for pin in self.pins.values() for m in directions(pin)}

@@ -18,7 +18,6 @@ from typing import Callable
 
 from controller.fabric import Fabric
 from controller.metrics import Metrics
-from controller.intent import directions
 from controller.service import IntentService
 from controller.southbound.overlay import OverlayEntry, move_from_entry
 from controller.te.engine import EngineConfig, Move, TeState, step
@@ -102,9 +101,8 @@ class TeRunner:
         with self._lock:
             before = self._state
         intent = self.intent.snapshot()
-        steered = frozenset((f.src, f.dst) for job in intent.jobs.values() for f in job.flows if f.via) | frozenset(
-            (m.src, m.dst) for pin in intent.pins.values() for m in directions(pin))
-        state, decisions = step(self.fabric, before, view_flows, view_ports, now, self.config, intent.drains, steered)
+        state, decisions = step(self.fabric, before, view_flows, view_ports, now, self.config, intent.drains,
+                                intent.steered_pairs)
         changed = state.moves.keys() != before.moves.keys() or any(
             state.moves[k].via != before.moves[k].via for k in state.moves)
         with self._lock:

@@ -164,3 +164,9 @@ def test_te_moves_render_below_pins_with_acks_and_round_trip_through_the_switch_
     # A UDP (RoCE) move has no ACK entry.
     udp = Move(("10.0.0.1", "10.0.1.1", "udp", 49152, 4791), A, B, "rys0", 1.0, 1.0)
     assert [e.switch for e in te_entries(FABRIC, [udp])] == ["ryl0r0"]
+
+
+def test_steered_pairs_cover_both_directions_of_symmetric_pins():
+    intent = Intent().with_pin(pin("p1"))
+    assert intent.steered_pairs == {(A, B), (B, A)}
+    assert Intent().with_pin(pin("p2", symmetric=False)).steered_pairs == {(A, B)}
