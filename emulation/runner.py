@@ -22,10 +22,9 @@ from controller.te.placement import FabricState, place
 from emulation import netns
 from emulation.controller_process import ControllerProcess, Ports, total
 from emulation.net import EmulatedFabric
-from emulation.observe import port_counters
 from emulation.optimum import ModelFlow, Optimum, optimum
 from emulation.scenario import Scenario, incast_pairs, permutation_pairs
-from emulation.telemetry_agent import TelemetryAgent, read_queues
+from emulation.telemetry_agent import FabricSampler, TelemetryAgent, read_queues
 from emulation.traffic import FlowResult, FlowSpec, TrafficRun, make_flows
 
 log = logging.getLogger(__name__)
@@ -77,16 +76,15 @@ def scenario_flows(fabric: Fabric, scenario: Scenario, seed: int, client=None) -
 
 
 def _sampler(fabric: Fabric, start: float, stop: threading.Event, out: list[Sample]) -> None:
-    intf = {ad.switch_port_name(e.node, e.port): e for e in
-            (Endpoint(s, p) for s in fabric.switches for p in fabric.ports(s))}
-    before, then = port_counters(fabric), time.time()
+    """Transmit rate and queue per egress, read the way the telemetry agent reads
+    them (kernel counters and tc, one pass), independently of the controller."""
+    sampler = FabricSampler(fabric)
+    before, then = sampler.ports_now(), time.time()
     while not stop.wait(SAMPLE_INTERVAL_S):
-        now_counters, now = port_counters(fabric), time.time()
-        queues = read_queues()
+        now_counters, now = sampler.ports_now(), time.time()
         dt = max(now - then, 1e-3)
-        tx = {e: max(now_counters[e].tx_bytes - before[e].tx_bytes, 0) * 8 / dt
-              for e in now_counters if e in before}
-        out.append(Sample(now - start, tx, {intf[d]: q[0] for d, q in queues.items() if d in intf}))
+        tx = {e: max(c.tx_bytes - before[e].tx_bytes, 0) * 8 / dt for e, c in now_counters.items() if e in before}
+        out.append(Sample(now - start, tx, {e: c.queue_bytes for e, c in now_counters.items()}))
         before, then = now_counters, now
 
 
