@@ -27,13 +27,14 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/scenarios.json")
     args = parser.parse_args()
     ovs.check_running()
-    fabric = load_fabric(args.spec)
-    results = {"benchmark": "scenarios", "host": platform.node(), "fabric": fabric.spec.name, "scenarios": {}}
+    results = {"benchmark": "scenarios", "host": platform.node(), "scenarios": {}}
     for name in args.scenario or ["elephant"]:
         scenario = load_scenario(name)
+        spec_path = scenario.spec_path(args.spec)
+        fabric = load_fabric(spec_path)
         per_seed = []
         for seed in args.seeds:
-            runs = run_scenario(fabric, args.spec, scenario, seed)
+            runs = run_scenario(fabric, spec_path, scenario, seed)
             report = build_report(fabric, scenario, seed, runs)
             print(table(report), "\n", flush=True)
             per_seed.append(report)
@@ -41,6 +42,7 @@ def main() -> None:
         ecmp = [r["modes"]["ecmp"] for r in per_seed]
         fixes = [t for m in te for t in m["collision_to_fix_s"]["all"]]
         results["scenarios"][name] = {
+            "fabric": fabric.spec.name,
             "seeds": args.seeds,
             "summary": {
                 "te_fraction_of_optimum": [m["fraction_of_optimum"] for m in te],

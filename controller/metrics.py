@@ -25,7 +25,7 @@ RESULTS = ("ok", "failed")
 KNOWN_ERRORS = (
     ("southbound", "dump_failed"), ("southbound", "openflow_error"), ("southbound", "handler_exception"),
     ("southbound", "unknown_dpid"), ("southbound", "reconcile_crash"), ("intent", "invalid_stored_intent"),
-    ("te", "cycle_failed"),
+    ("southbound", "meter_mod_failed"), ("te", "cycle_failed"),
 )
 
 
@@ -48,6 +48,8 @@ class Metrics:
             "railyard_switch_up", "1 while the switch has a live OpenFlow connection", ["switch"], registry=r)
         self.flow_mods = Counter(
             "railyard_flow_mods", "Overlay flow-mods sent inside committed bundles", ["switch", "kind"], registry=r)
+        self.meter_mods = Counter(
+            "railyard_meter_mods", "Meter mods sent and confirmed by a barrier", ["switch", "kind"], registry=r)
         self.bundles = Counter(
             "railyard_bundle_commits", "OpenFlow bundle commits by outcome", ["switch", "result"], registry=r)
         self.reconcile_runs = Counter(
@@ -87,6 +89,8 @@ class Metrics:
             "incast found, move expired)", ["kind"], registry=r)
         self.te_moves_active = Gauge("railyard_te_moves_active", "Elephants currently steered by adaptive TE",
                                      registry=r)
+        self.te_meters_active = Gauge("railyard_te_meters_active",
+                                      "Incast senders' flows currently metered at their ingress leaf", registry=r)
         self.te_reaction = Histogram(
             "railyard_te_reaction_seconds", "From a reroute decision to its entries committed on the switches",
             registry=r, buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5))

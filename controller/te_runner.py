@@ -20,7 +20,7 @@ from controller.fabric import Fabric
 from controller.metrics import Metrics
 from controller.service import IntentService
 from controller.southbound.overlay import OverlayEntry, move_from_entry
-from controller.te.engine import EngineConfig, Move, TeState, step
+from controller.te.engine import EngineConfig, Meter, Move, TeState, step
 from controller.telemetry import TelemetryIngest
 
 log = logging.getLogger(__name__)
@@ -50,9 +50,10 @@ class TeRunner:
     def on_change(self, callback: Callable[[], None]) -> None:
         self._on_change = callback
 
-    def moves(self) -> tuple[int, list[Move]]:
+    def plan(self) -> tuple[int, list[Move], list[Meter]]:
+        """(generation, elephant moves, incast meters) for the reconciler."""
         with self._lock:
-            return self._generation, list(self._state.moves.values())
+            return self._generation, list(self._state.moves.values()), list(self._state.meters.values())
 
     def adopt(self, entries: list[OverlayEntry]) -> None:
         """Takes over TE entries found on a switch (after a restart)."""
@@ -104,7 +105,7 @@ class TeRunner:
         state, decisions = step(self.fabric, before, view_flows, view_ports, now, self.config, intent.drains,
                                 intent.steered_pairs)
         changed = state.moves.keys() != before.moves.keys() or any(
-            state.moves[k].via != before.moves[k].via for k in state.moves)
+            state.moves[k].via != before.moves[k].via for k in state.moves) or _meter_rates(state) != _meter_rates(before)
         with self._lock:
             self._state = state
             if changed:
@@ -115,5 +116,10 @@ class TeRunner:
             self.metrics.te_decisions.labels(decision.kind).inc()
             log.info("te %s %s at %.3f: %s", decision.kind, decision.subject, decision.at, decision.reason)
         self.metrics.te_moves_active.set(len(state.moves))
+        self.metrics.te_meters_active.set(len(state.meters))
         if changed:
             self._on_change()
+
+
+def _meter_rates(state: TeState) -> dict:
+    return {k: m.rate_bps for k, m in state.meters.items()}

@@ -93,19 +93,21 @@ def scenario(args) -> int:
             print(f"{name:14} {load_scenario(name).description}")
         return 0
     spec = load_scenario(args.name)
-    fabric = load_fabric(args.spec)
+    spec_path = spec.spec_path(args.spec)
+    fabric = load_fabric(spec_path)
     ovs.check_running()
     started = time.monotonic()
 
     def progress(text: str) -> None:
         print(f"\r{text}   ", end="", flush=True)
 
-    runs = run_scenario(fabric, args.spec, spec, args.seed, progress)
+    runs = run_scenario(fabric, spec_path, spec, args.seed, progress)
     print()
     report = build_report(fabric, spec, args.seed, runs)
     path = write(report, runs, fabric, Path(args.out))
     print(table(report))
-    print(f"\nreport: {path} (plots: {path.with_suffix('.png')}); {time.monotonic() - started:.0f} s")
+    print(f"\nreport: {path} (plots: {path.with_suffix('.png')}; controller log beside them); "
+          f"{time.monotonic() - started:.0f} s")
     return 0
 
 

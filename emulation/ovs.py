@@ -107,6 +107,16 @@ def dump_groups(bridge: str) -> list[str]:
     return [line.strip() for line in out.splitlines() if "group_id=" in line]
 
 
+_METER_STATS = re.compile(r"meter:(\d+) .*?bands:\s*\n((?:\s*\d+: packet_count:\d+ byte_count:\d+\s*\n?)*)")
+
+
+def meter_band_packets(bridge: str) -> dict[int, int]:
+    """meter id -> packets its bands dropped, for every meter of the bridge."""
+    out = run(["ovs-ofctl", "-O", "OpenFlow13", "meter-stats", bridge])
+    return {int(m.group(1)): sum(int(n) for n in re.findall(r"packet_count:(\d+)", m.group(2)))
+            for m in _METER_STATS.finditer(out)}
+
+
 _PORT_STATS = re.compile(
     r"port\s+(\w+):\s+rx pkts=(\d+), bytes=(\d+), drop=(\d+).*?\n\s+tx pkts=(\d+), bytes=(\d+), drop=(\d+)"
 )

@@ -35,18 +35,25 @@ def longest_zero_run_s(intervals: tuple[float, ...], floor_bps: float = 1e5) -> 
     return best
 
 
-def mode_figures(fabric: Fabric, run: ModeRun, best: Optimum, duration_s: float) -> dict:
+def mode_figures(fabric: Fabric, run: ModeRun, best: Optimum, scenario: Scenario) -> dict:
+    duration_s = scenario.duration_s
     goodput = [r.steady_bps for r in run.results]
     share = [g / o if o else 0.0 for g, o in zip(goodput, best.rates_bps)]
     tier = fabric.spine_tier
     capacity = {e: fabric.link_at(e).emulated_bps for e in tier}
     peaks = [max((s.tx_bps.get(e, 0.0) / capacity[e] for e in tier), default=0.0) for s in run.samples]
+    # Queues are judged like goodput: in steady state, from a second after the
+    # last flows started (the controller's reaction to them is that second);
+    # the peak, transient included, is reported beside.
+    steady_from = scenario.incast_start_s + 1.0
     queues: dict[Endpoint, list[int]] = {}
     for s in run.samples:
-        for e, q in s.queue_bytes.items():
-            queues.setdefault(e, []).append(q)
-    bottleneck = max(queues, key=lambda e: percentile(queues[e], 0.99)) if queues else None
+        if s.t >= steady_from:
+            for e, q in s.queue_bytes.items():
+                queues.setdefault(e, []).append(q)
+    bottleneck = max(queues, key=lambda e: (percentile(queues[e], 0.99), sum(queues[e]))) if queues else None
     backlog = queues.get(bottleneck, [])
+    peak = max((q for s in run.samples for q in s.queue_bytes.values()), default=0)
     return {
         "flows": [{"flow": r.flow.five_tuple, "goodput_mbps": r.steady_bps / 1e6,
                    "optimum_mbps": o / 1e6, "min_interval_mbps": min(r.interval_bps, default=0.0) / 1e6,
@@ -60,13 +67,24 @@ def mode_figures(fabric: Fabric, run: ModeRun, best: Optimum, duration_s: float)
         "max_spine_tier_utilization": {"mean_of_peaks": statistics.fmean(peaks) if peaks else 0.0,
                                        "peak": max(peaks, default=0.0)},
         "bottleneck_queue": {"port": f"{bottleneck.node}:{bottleneck.port}" if bottleneck else "",
-                             "p50_bytes": percentile(backlog, 0.5), "p99_bytes": percentile(backlog, 0.99)},
+                             "p50_bytes": percentile(backlog, 0.5), "p99_bytes": percentile(backlog, 0.99),
+                             "steady_from_s": steady_from, "peak_bytes_any_port_any_time": peak},
         "drops": run.drops,
+        "policed": run.policed,
+        **({"incast": incast_figures(scenario, share)} if scenario.pattern == "incast" else {}),
         "te_decisions": run.te_decisions,
         "collision_to_fix_s": {"median": statistics.median(run.te_reaction_s) if run.te_reaction_s else None,
                                "all": run.te_reaction_s},
         "flow_mods": run.flow_mods,
     }
+
+
+def incast_figures(scenario: Scenario, share: list[float]) -> dict:
+    """The incast scenario's flows are its senders, then the bystander (if any);
+    `share` is each flow's goodput over its max-min optimum, its fair share."""
+    senders, rest = share[: scenario.fan_in], share[scenario.fan_in:]
+    return {"senders_jain": jain(senders), "senders_min_share": min(senders, default=0.0),
+            "bystander_share": rest[0] if rest else None}
 
 
 def build_report(fabric: Fabric, scenario: Scenario, seed: int, runs: dict[str, ModeRun]) -> dict:
@@ -77,7 +95,7 @@ def build_report(fabric: Fabric, scenario: Scenario, seed: int, runs: dict[str, 
         "scenario": scenario.name, "description": scenario.description, "fabric": fabric.spec.name, "seed": seed,
         "duration_s": scenario.duration_s,
         "optimum": {"aggregate_mbps": best.aggregate_bps / 1e6, "vias": list(best.vias)},
-        "modes": {mode: mode_figures(fabric, run, best, scenario.duration_s) for mode, run in runs.items()},
+        "modes": {mode: mode_figures(fabric, run, best, scenario) for mode, run in runs.items()},
     }
 
 
@@ -88,13 +106,22 @@ def table(report: dict) -> str:
         ("fraction of optimum", lambda m: f"{m['fraction_of_optimum']:.1%}"),
         ("Jain's fairness", lambda m: f"{m['jain_fairness']:.3f}"),
         ("spine-tier utilization (mean peak)", lambda m: f"{m['max_spine_tier_utilization']['mean_of_peaks']:.2f}"),
-        ("bottleneck queue p50/p99 (KB)", lambda m: f"{m['bottleneck_queue']['p50_bytes'] / 1e3:.0f} / "
-                                                    f"{m['bottleneck_queue']['p99_bytes'] / 1e3:.0f}"),
-        ("drops (packets)", lambda m: f"{m['drops']}"),
+        ("bottleneck queue p50/p99 (KB, steady)", lambda m: f"{m['bottleneck_queue']['p50_bytes'] / 1e3:.0f} / "
+                                                            f"{m['bottleneck_queue']['p99_bytes'] / 1e3:.0f}"),
+        ("queue peak, any port, any time (KB)",
+         lambda m: f"{m['bottleneck_queue']['peak_bytes_any_port_any_time'] / 1e3:.0f}"),
+        ("drops at queues (packets)", lambda m: f"{m['drops']}"),
+        ("policed by meters (packets)", lambda m: f"{m['policed']}"),
         ("reroutes", lambda m: f"{m['te_decisions'].get('reroute', 0):.0f}" if m["te_decisions"] else "-"),
         ("collision-to-fix median (s)", lambda m: "-" if m["collision_to_fix_s"]["median"] is None
          else f"{m['collision_to_fix_s']['median']:.2f}"),
     ]
+    if "incast" in next(iter(modes.values())):
+        rows += [
+            ("incast senders: Jain's fairness", lambda m: f"{m['incast']['senders_jain']:.3f}"),
+            ("bystander: share of its fair rate", lambda m: "-" if m["incast"]["bystander_share"] is None
+             else f"{m['incast']['bystander_share']:.1%}"),
+        ]
     lines = [f"{report['scenario']} on {report['fabric']}, seed {report['seed']}: optimum "
              f"{report['optimum']['aggregate_mbps']:.1f} Mb/s", ""]
     width = max(len(r[0]) for r in rows)
@@ -114,6 +141,9 @@ def write(report: dict, runs: dict[str, ModeRun], fabric: Fabric, out_dir: Path)
     path = out_dir / f"{stem}.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
     _plots(report, runs, fabric, out_dir / f"{stem}.png")
+    for mode, run in runs.items():
+        if run.controller_log:
+            (out_dir / f"{stem}-{mode}-controller.log").write_text(run.controller_log)
     return path
 
 
@@ -133,6 +163,8 @@ def _plots(report: dict, runs: dict[str, ModeRun], fabric: Fabric, path: Path) -
                     width, label=mode.upper())
     axes[0].plot([j + 0.4 - width / 2 for j in x], [f["optimum_mbps"] for f in flows], "k_", markersize=18,
                  label="optimum")
+    axes[0].set_xticks([j + 0.4 - width / 2 for j in x],
+                       [f["flow"].replace(" -> ", "\n-> ") for f in flows], fontsize=6)
     axes[0].set_title(f"{report['scenario']}: per-flow goodput (seed {report['seed']})")
     axes[0].set_ylabel("Mb/s")
     axes[0].legend()

@@ -10,16 +10,17 @@ import re
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
 from controller.metrics import TE_DECISIONS
+from controller.southbound.overlay import is_railyard_meter
 from controller.te.jobs import JobRequest, Pattern
 from controller.te.placement import FabricState, place
-from emulation import netns
+from emulation import netns, ovs
 from emulation.controller_process import ControllerProcess, Ports, total
 from emulation.net import EmulatedFabric
 from emulation.optimum import ModelFlow, Optimum, optimum
@@ -46,10 +47,12 @@ class ModeRun:
     flows: list[FlowSpec]
     results: list[FlowResult] = field(default_factory=list)
     samples: list[Sample] = field(default_factory=list)
-    drops: int = 0
+    drops: int = 0  # at switch egress queues
+    policed: int = 0  # by Railyard's meters at sending leaves
     te_decisions: dict[str, float] = field(default_factory=dict)
     te_reaction_s: list[float] = field(default_factory=list)  # per reroute: traffic start -> committed
     flow_mods: float = 0.0
+    controller_log: str = ""  # the TE run's daemon log: every decision, with its reason
 
 
 def scenario_flows(fabric: Fabric, scenario: Scenario, seed: int, client=None) -> list[FlowSpec]:
@@ -61,7 +64,8 @@ def scenario_flows(fabric: Fabric, scenario: Scenario, seed: int, client=None) -
         return make_flows(permutation_pairs(fabric), scenario.protocol, seed=seed, rate_bps=rate)
     if scenario.pattern == "incast":
         senders, bystander = incast_pairs(fabric, scenario.fan_in, seed)
-        flows = make_flows(senders, scenario.protocol, seed=seed, rate_bps=rate)
+        flows = [replace(f, start_s=scenario.incast_start_s)
+                 for f in make_flows(senders, scenario.protocol, seed=seed, rate_bps=rate)]
         if scenario.bystander and bystander:
             (extra,) = make_flows([bystander], "tcp", seed=seed + 1)
             flows.append(FlowSpec(extra.src, extra.dst, "tcp", extra.src_port, 5299))
@@ -92,6 +96,13 @@ def _drops() -> int:
     return sum(drops for dev, (_, drops) in read_queues().items() if dev.startswith("ry"))
 
 
+def _policed(fabric: Fabric) -> int:
+    """Packets Railyard's meters dropped at the sending leaves (a TE run's
+    meters are still in place here: they outlive the incast by seconds)."""
+    return sum(n for switch in fabric.switches for meter_id, n in ovs.meter_band_packets(switch).items()
+               if is_railyard_meter(meter_id))
+
+
 _DECISION = re.compile(r"te (collision|reroute) \S+ at ([\d.]+)")
 
 
@@ -103,6 +114,7 @@ def run_mode(fabric: Fabric, spec_path, scenario: Scenario, seed: int, mode: str
     ports = Ports.pick()
     ctl = ControllerProcess(spec_path, workdir / f"{mode}.db", ports, workdir / f"controller-{mode}.log",
                             reconcile_interval_s=2.0)
+    run = None
     with EmulatedFabric(fabric, controller=ports.controller_target) as emu:
         agent = None
         try:
@@ -132,6 +144,7 @@ def run_mode(fabric: Fabric, spec_path, scenario: Scenario, seed: int, mode: str
             stop.set()
             sampler.join(timeout=5)
             run.drops = _drops() - drops_before
+            run.policed = _policed(fabric)
             if not te:
                 return run
             agent.stop()
@@ -141,13 +154,15 @@ def run_mode(fabric: Fabric, spec_path, scenario: Scenario, seed: int, mode: str
             run.flow_mods = total(samples, "railyard_flow_mods_total")
             commit = total(samples, "railyard_te_reaction_seconds_sum") / max(
                 total(samples, "railyard_te_reaction_seconds_count"), 1)
-            log_text = (workdir / f"controller-{mode}.log").read_text()
+            log_text = (workdir / f"controller-{mode}.log").read_text(errors="replace")
             run.te_reaction_s = [float(at) - start + commit for kind, at in _DECISION.findall(log_text)
                                  if kind == "reroute" and float(at) >= start]
         finally:
             if agent is not None:
                 agent.stop()
             ctl.stop()
+            if te and run is not None:
+                run.controller_log = (workdir / f"controller-{mode}.log").read_text(errors="replace")
     return run
 
 

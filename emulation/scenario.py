@@ -15,6 +15,7 @@ import yaml
 
 from controller.errors import FieldError
 from controller.fabric import Fabric, NicId
+from controller.fabric.spec import SPECS_DIR
 
 SCENARIOS_DIR = Path(__file__).parent / "scenarios"
 PATTERNS = ("permutation", "incast", "job")
@@ -42,6 +43,14 @@ class Scenario:
     bystander: bool = False
     collective: str = "ring"
     events: tuple[LinkDown, ...] = ()
+    incast_start_s: float = 0.0  # the senders start this late: the bystander is already running
+    fabric: str | None = None  # the spec it runs on unless one is given: a file in the shipped specs, or a path
+
+    def spec_path(self, override: str | None = None) -> str | None:
+        if override or not self.fabric:
+            return override
+        shipped = SPECS_DIR / self.fabric
+        return str(shipped if shipped.exists() else Path(self.fabric))
 
 
 def available() -> list[str]:
@@ -80,9 +89,17 @@ def load_scenario(name_or_path: str) -> Scenario:
     fan_in = traffic.get("fan_in", 3)
     if not isinstance(fan_in, int) or fan_in < 2:
         raise ScenarioError("traffic.fan_in", f"got {fan_in!r}", "an integer >= 2")
+    incast_start = traffic.get("incast_start_s", 0)
+    if not isinstance(incast_start, (int, float)) or not 0 <= incast_start <= duration - 3:
+        raise ScenarioError("traffic.incast_start_s", f"got {incast_start!r}",
+                            f"0 to {duration - 3:g} (the senders need 3 s of the run)")
+    fabric = doc.get("fabric")
+    if fabric is not None and not (isinstance(fabric, str) and ((SPECS_DIR / fabric).exists() or Path(fabric).exists())):
+        raise ScenarioError("fabric", f"no spec {fabric!r}",
+                            ", ".join(sorted(p.name for p in SPECS_DIR.glob("*.yaml"))) + ", or a spec path")
     return Scenario(str(doc.get("name", path.stem)), str(doc.get("description", "")), float(duration), pattern,
                     protocol, fan_in, bool(traffic.get("bystander", False)), str(traffic.get("collective", "ring")),
-                    tuple(events))
+                    tuple(events), float(incast_start), fabric)
 
 
 def permutation_pairs(fabric: Fabric) -> list[tuple[NicId, NicId]]:
@@ -93,16 +110,24 @@ def permutation_pairs(fabric: Fabric) -> list[tuple[NicId, NicId]]:
     return [(n, NicId(n.rail, pods[(pods.index(n.pod) + 1) % len(pods)], n.server)) for n in fabric.nics]
 
 
-def incast_pairs(fabric: Fabric, fan_in: int, seed: int) -> tuple[list[tuple[NicId, NicId]], tuple[NicId, NicId]]:
-    """(senders -> one receiver, a bystander pair that crosses the same spines)."""
+def incast_pairs(fabric: Fabric, fan_in: int, seed: int
+                 ) -> tuple[list[tuple[NicId, NicId]], tuple[NicId, NicId] | None]:
+    """(senders -> one receiver, a bystander pair), all on one rail (a server
+    reaches another rail through its NIC on that rail anyway). Senders sit
+    in other pods, so the incast crosses the spine tier where routing has a
+    say. The bystander comes from another pod too, into a NIC beside the
+    receiver (same leaf): it shares the spine -> leaf downlinks the incast
+    crosses, but no sender's NIC and not the receiver's."""
     rng = random.Random(seed)
     rail = rng.choice(sorted({n.rail for n in fabric.nics}))
     on_rail = sorted(n for n in fabric.nics if n.rail == rail)
     dst = on_rail[-1]
-    senders = [n for n in on_rail if n != dst][:fan_in]
-    if len(senders) < fan_in:
-        raise ScenarioError("traffic.fan_in", f"{fan_in} senders on one rail", f"at most {len(on_rail) - 1} here")
-    others = sorted(n for n in fabric.nics if n.rail != rail) or [n for n in on_rail if n not in senders + [dst]]
-    bystander_src = next(n for n in others if n.pod != dst.pod) if others else None
-    bystander = (bystander_src, NicId(bystander_src.rail, dst.pod, dst.server)) if bystander_src else None
+    remote = [n for n in on_rail if n.pod != dst.pod]
+    if len(remote) < fan_in:
+        raise ScenarioError("traffic.fan_in", f"{fan_in} senders on rail {rail} outside the receiver's pod",
+                            f"at most {len(remote)} on fabric {fabric.spec.name!r}")
+    senders, spare = remote[:fan_in], remote[fan_in:]
+    leaf = fabric.attachment(dst).node
+    beside = [n for n in on_rail if n != dst and fabric.attachment(n).node == leaf]
+    bystander = (spare[-1], beside[0]) if spare and beside else None
     return [(s, dst) for s in senders], bystander

@@ -26,7 +26,7 @@ import re
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterator
 
@@ -92,9 +92,9 @@ def parse_dp_flow(line: str, ports: dict[int, str]) -> tuple[str, FlowCounters] 
         return None
     fields = {kind: dict(kv.split("=", 1) for kv in body.split(",") if "=" in kv) for kind, body in _FIELD.findall(match)}
     ip = fields.get("ipv4")
-    if not ip or "src" not in ip or "dst" not in ip:
+    if not ip or "dst" not in ip:
         return None
-    proto = "tcp" if "tcp" in fields else "udp" if "udp" in fields else ""
+    proto = "tcp" if "tcp" in fields else "udp" if "udp" in fields else {"6": "tcp", "17": "udp"}.get(ip.get("proto"), "")
     l4 = fields.get(proto, {})
 
     def port(value: str) -> int:
@@ -102,7 +102,7 @@ def parse_dp_flow(line: str, ports: dict[int, str]) -> tuple[str, FlowCounters] 
 
     out = stats.rsplit("actions:", 1)[-1].rsplit(",", 1)[-1].strip()
     return ports.get(int(in_port.group(1)), ""), FlowCounters(
-        ip["src"].split("/")[0], ip["dst"].split("/")[0], proto, port(l4.get("src", "")), port(l4.get("dst", "")),
+        ip.get("src", "").split("/")[0], ip["dst"].split("/")[0], proto, port(l4.get("src", "")), port(l4.get("dst", "")),
         int(nbytes.group(1)), ports.get(int(out), "") if out.isdigit() else "")
 
 
@@ -115,8 +115,13 @@ class FabricSampler:
             Endpoint(name, port): ad.switch_port_name(name, port)
             for name in fabric.switches for port in fabric.ports(name)
         }
-        # A flow is counted where it enters the fabric: a leaf's server-facing port.
-        self.ingress = {ad.switch_port_name(e.node, e.port) for e in (fabric.attachment(n) for n in fabric.nics)}
+        # A flow is counted where it enters the fabric: a leaf's server-facing
+        # port, which also names the sending NIC. The leaf's local delivery
+        # matches on the destination alone, so the datapath wildcards a flow
+        # between two NICs of one leaf down to (source port, destination,
+        # protocol): its source comes from the port, its L4 ports stay unknown.
+        self.ingress = {ad.switch_port_name(fabric.attachment(n).node, fabric.attachment(n).port): ad.nic_ip(n)
+                        for n in fabric.nics}
         self.port_of = {intf: egress for egress, intf in self.ports.items()}
         self._dp_ports: dict[int, str] = {}
 
@@ -142,7 +147,8 @@ class FabricSampler:
                 self._dp_ports, refreshed = datapath_ports(), True  # ports we have not seen yet
                 parsed = parse_dp_flow(line, self._dp_ports)
             if parsed is not None and parsed[0] in self.ingress:
-                flows.append(parsed[1])
+                counters = parsed[1]
+                flows.append(counters if counters.src else replace(counters, src=self.ingress[parsed[0]]))
         return flows
 
 

@@ -16,6 +16,7 @@ import json
 import random
 import subprocess
 import tempfile
+import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ class FlowSpec:
     src_port: int
     dst_port: int
     rate_bps: float = 0.0  # UDP sending rate; TCP is elastic and ignores it
+    start_s: float = 0.0  # into the run; the flow still ends with it
 
     @property
     def five_tuple(self) -> str:
@@ -102,6 +104,7 @@ class TrafficRun:
         self.tmp = Path(tempfile.mkdtemp(prefix="railyard-traffic-"))
         self.servers: list[subprocess.Popen] = []
         self.clients: list[subprocess.Popen] = []
+        self._timers: list[threading.Timer] = []  # clients that start later
 
     started = 0.0  # monotonic time the clients were started
 
@@ -112,17 +115,25 @@ class TrafficRun:
                 "--logfile", str(self.tmp / f"server-{i}.json"),
             ], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         self._wait_listening()
-        for i, flow in enumerate(self.flows):
-            args = [
-                "iperf3", "-c", ad.nic_ip(flow.dst), "-B", ad.nic_ip(flow.src),
-                "-p", str(flow.dst_port), "--cport", str(flow.src_port), "-t", str(self.duration_s),
-                "-i", "1", "-J", "--logfile", str(self.tmp / f"client-{i}.json"),
-            ]
-            if flow.protocol == "udp":
-                args += ["-u", "-b", str(int(flow.rate_bps)), "-l", str(UDP_PAYLOAD_BYTES)]
-            self.clients.append(self.popen_in(flow.src, args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         self.started = time.monotonic()
+        for i, flow in enumerate(self.flows):
+            if flow.start_s > 0:
+                timer = threading.Timer(flow.start_s, self._start_client, args=(i, flow))
+                timer.start()
+                self._timers.append(timer)
+            else:
+                self._start_client(i, flow)
         return self
+
+    def _start_client(self, i: int, flow: FlowSpec) -> None:
+        args = [
+            "iperf3", "-c", ad.nic_ip(flow.dst), "-B", ad.nic_ip(flow.src),
+            "-p", str(flow.dst_port), "--cport", str(flow.src_port), "-t", f"{self.duration_s - flow.start_s:g}",
+            "-i", "1", "-J", "--logfile", str(self.tmp / f"client-{i}.json"),
+        ]
+        if flow.protocol == "udp":
+            args += ["-u", "-b", str(int(flow.rate_bps)), "-l", str(UDP_PAYLOAD_BYTES)]
+        self.clients.append(self.popen_in(flow.src, args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
     def _wait_listening(self, timeout: float = 10.0) -> None:
         deadline = time.monotonic() + timeout
@@ -143,6 +154,8 @@ class TrafficRun:
         whose path died never ends by itself: its iperf3 gets SIGTERM first,
         which still writes the JSON report of what did arrive."""
         deadline = self.started + self.duration_s + grace_s
+        for timer in self._timers:
+            timer.join()
         for proc in self.clients + self.servers:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
@@ -156,6 +169,8 @@ class TrafficRun:
         return [self._result(i, flow) for i, flow in enumerate(self.flows)]
 
     def stop(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
         for proc in self.clients + self.servers:
             if proc.poll() is None:
                 proc.kill()

@@ -54,14 +54,11 @@ class RailyardApp(app_manager.OSKenApp):
         else:
             self.reconciler.switch_disconnected(ev.datapath)
 
-    @set_ev_cls(ofp_event.EventOFPFlowStatsReply, MAIN_DISPATCHER)  # pylint: disable=no-member
+    # The replies the reconciler waits for: dumps, bundle control, barriers.
+    @set_ev_cls([ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPMeterConfigStatsReply,  # pylint: disable=no-member
+                 ofp_event.EventONFBundleCtrlMsg, ofp_event.EventOFPBarrierReply], MAIN_DISPATCHER)  # pylint: disable=no-member
     @guarded
-    def _flow_stats(self, ev) -> None:
-        self.reconciler.calls.deliver(ev.msg.datapath.id, ev.msg)
-
-    @set_ev_cls(ofp_event.EventONFBundleCtrlMsg, MAIN_DISPATCHER)  # pylint: disable=no-member
-    @guarded
-    def _bundle_ctrl(self, ev) -> None:
+    def _reply(self, ev) -> None:
         self.reconciler.calls.deliver(ev.msg.datapath.id, ev.msg)
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)  # pylint: disable=no-member

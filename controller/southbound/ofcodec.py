@@ -11,30 +11,38 @@ from __future__ import annotations
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from controller.southbound.overlay import COOKIE_ALL, COOKIE_PREFIX, COOKIE_PREFIX_MASK, OverlayEntry
+from controller.southbound.overlay import (
+    COOKIE_ALL, COOKIE_PREFIX, COOKIE_PREFIX_MASK, OverlayEntry, OverlayMeter,
+)
 
 OVERLAY_TABLE = 0
 
 
-def _actions(entry: OverlayEntry) -> list:
-    actions = []
+def _instructions(entry: OverlayEntry) -> list:
+    """'meter:ID' becomes a meter instruction (it runs before the actions);
+    everything else is one apply-actions list, in order."""
+    meters, actions = [], []
     for action in entry.actions:
         name, _, arg = action.partition(":")
-        if name == "dec_ttl":
+        if name == "meter":
+            meters.append(parser.OFPInstructionMeter(int(arg), ofp.OFPIT_METER))
+        elif name == "dec_ttl":
             actions.append(parser.OFPActionDecNwTtl())
         elif name == "output":
             actions.append(parser.OFPActionOutput(int(arg)))
+        elif name == "set_field" and arg.partition("=")[0] in ("eth_src", "eth_dst"):
+            field, _, value = arg.partition("=")
+            actions.append(parser.OFPActionSetField(**{field: value}))
         else:
             raise ValueError(f"no OpenFlow encoding for overlay action {action!r}")
-    return actions
+    return meters + [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
 
 
 def add_flow(datapath, entry: OverlayEntry) -> parser.OFPFlowMod:
     """OFPFC_ADD: replaces an entry with the same (priority, match) in place."""
     return parser.OFPFlowMod(
         datapath, cookie=entry.cookie, table_id=OVERLAY_TABLE, command=ofp.OFPFC_ADD,
-        priority=entry.priority, match=parser.OFPMatch(**dict(entry.match)),
-        instructions=[parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, _actions(entry))],
+        priority=entry.priority, match=parser.OFPMatch(**dict(entry.match)), instructions=_instructions(entry),
     )
 
 
@@ -61,18 +69,47 @@ def _canonical_value(value):
 
 def entry_from_stats(switch: str, stats) -> OverlayEntry:
     match = tuple(sorted((name, _canonical_value(value)) for name, value in stats.match.items()))
+    meters: list[str] = []
     actions: list[str] = []
     for inst in stats.instructions:
-        if isinstance(inst, parser.OFPInstructionActions) and inst.type == ofp.OFPIT_APPLY_ACTIONS:
+        if isinstance(inst, parser.OFPInstructionMeter):
+            meters.append(f"meter:{inst.meter_id}")
+        elif isinstance(inst, parser.OFPInstructionActions) and inst.type == ofp.OFPIT_APPLY_ACTIONS:
             for action in inst.actions:
                 if isinstance(action, parser.OFPActionDecNwTtl):
                     actions.append("dec_ttl")
                 elif isinstance(action, parser.OFPActionOutput):
                     actions.append(f"output:{action.port}")
+                elif isinstance(action, parser.OFPActionSetField) and action.key in ("eth_src", "eth_dst"):
+                    actions.append(f"set_field:{action.key}={action.value}")
                 else:
                     actions.append(f"unknown:{type(action).__name__}")
         else:
             actions.append(f"unknown:{type(inst).__name__}")
+    actions = meters + actions
     if stats.idle_timeout or stats.hard_timeout:
         actions.append(f"unknown:timeouts:{stats.idle_timeout}/{stats.hard_timeout}")
     return OverlayEntry(switch, stats.priority, match, tuple(actions), stats.cookie)
+
+
+METER_FLAGS = ofp.OFPMF_KBPS | ofp.OFPMF_BURST
+
+
+def meter_mod(datapath, meter: OverlayMeter, command: str) -> parser.OFPMeterMod:
+    """command: 'add' | 'modify' | 'delete'. Meter mods cannot go in a bundle."""
+    code = {"add": ofp.OFPMC_ADD, "modify": ofp.OFPMC_MODIFY, "delete": ofp.OFPMC_DELETE}[command]
+    bands = [] if command == "delete" else [parser.OFPMeterBandDrop(rate=meter.rate_kbps, burst_size=meter.burst_kbits)]
+    return parser.OFPMeterMod(datapath, command=code, flags=METER_FLAGS, meter_id=meter.meter_id, bands=bands)
+
+
+def meter_dump_request(datapath) -> parser.OFPMeterConfigStatsRequest:
+    return parser.OFPMeterConfigStatsRequest(datapath, 0, ofp.OFPM_ALL)
+
+
+def meter_from_stats(switch: str, stats) -> OverlayMeter:
+    """Anything but one kbps drop band with a burst reads as rate -1: never
+    equal to a desired meter, so it gets rewritten."""
+    bands = stats.bands
+    if stats.flags != METER_FLAGS or len(bands) != 1 or not isinstance(bands[0], parser.OFPMeterBandDrop):
+        return OverlayMeter(switch, stats.meter_id, -1, -1)
+    return OverlayMeter(switch, stats.meter_id, bands[0].rate, bands[0].burst_size)

@@ -13,12 +13,13 @@ switch reports and what we want compare with `==`.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Iterable
 
 from controller.fabric import Fabric, Tier
 from controller.fabric import addressing as ad
 from controller.intent import FlowMatch, FlowPin, Intent, directions
+from controller.te.engine import Meter as TeMeter
 from controller.te.engine import Move as TeMove
 from controller.te.jobs import Job
 
@@ -40,6 +41,27 @@ IPV4 = 0x0800
 IP_PROTO = {"tcp": 6, "udp": 17}
 
 Match = tuple[tuple[str, int | str], ...]
+
+# Railyard's OpenFlow meter ids (OVS allows up to 262144 per bridge). Only ids
+# in this range are ever dumped, changed or deleted: meters of anyone else
+# on the switch are left alone.
+METER_ID_BASE = 200_000
+METER_ID_SPAN = 4096
+# A meter's burst: 20 ms at its rate, and never under four jumbo frames, so a
+# policed flow is not cut below its rate by its own packet sizes.
+METER_BURST_S = 0.02
+METER_MIN_BURST_KBITS = 4 * 9000 * 8 // 1000
+
+
+@dataclass(frozen=True)
+class OverlayMeter:
+    """A drop meter as the switch reports it: rates in the switch's own units
+    (the emulated rate, for an emulated fabric), in kbit/s and kbit."""
+
+    switch: str
+    meter_id: int
+    rate_kbps: int
+    burst_kbits: int
 
 
 @dataclass(frozen=True, order=True)
@@ -63,6 +85,10 @@ class OverlayEntry:
         return EntryKey(self.priority, self.match)
 
 
+
+
+def is_railyard_meter(meter_id: int) -> bool:
+    return METER_ID_BASE <= meter_id < METER_ID_BASE + METER_ID_SPAN
 
 
 def owner_cookie(kind: str, owner: str) -> int:
@@ -120,22 +146,78 @@ def _te_cookie(key, reverse: bool = False) -> int:
     return owner_cookie("te", ("rev|" if reverse else "") + "|".join(map(str, key)))
 
 
-def te_entries(fabric: Fabric, moves: Iterable[TeMove]) -> list[OverlayEntry]:
+def meter_ids(fabric: Fabric, meters: Iterable[TeMeter]) -> dict:
+    """Flow key -> (ingress leaf, meter id). An id is a hash of the flow into
+    Railyard's range, probed linearly in key order on a clash: the same set of
+    meters always gets the same ids, and one more meter rarely renumbers any."""
+    taken: dict[str, set[int]] = {}
+    out = {}
+    for meter in sorted(meters, key=lambda m: m.key):
+        leaf = fabric.attachment(meter.src).node
+        used = taken.setdefault(leaf, set())
+        if len(used) >= METER_ID_SPAN:
+            continue  # more incast senders on one leaf than ids: the rest go unmetered
+        slot = int.from_bytes(hashlib.blake2b("|".join(map(str, meter.key)).encode(), digest_size=4).digest(), "big")
+        while METER_ID_BASE + slot % METER_ID_SPAN in used:
+            slot += 1
+        used.add(METER_ID_BASE + slot % METER_ID_SPAN)
+        out[meter.key] = (leaf, METER_ID_BASE + slot % METER_ID_SPAN)
+    return out
+
+
+def switch_meter(fabric: Fabric, meter: TeMeter, switch: str, meter_id: int) -> OverlayMeter:
+    # The controller thinks in the fabric's real rates; the switch polices in
+    # its own (for the emulation, the same fraction of the emulated link).
+    link = fabric.access_link(meter.src)
+    kbps = max(int(meter.rate_bps * link.emulated_bps / link.capacity_bps / 1000), 1)
+    return OverlayMeter(switch, meter_id, kbps, max(int(kbps * METER_BURST_S), METER_MIN_BURST_KBITS))
+
+
+def desired_meters(fabric: Fabric, meters: Iterable[TeMeter]) -> dict[str, dict[int, OverlayMeter]]:
+    meters = list(meters)
+    out: dict[str, dict[int, OverlayMeter]] = {name: {} for name in fabric.switches}
+    by_key = {m.key: m for m in meters}
+    for key, (switch, meter_id) in meter_ids(fabric, meters).items():
+        out[switch][meter_id] = switch_meter(fabric, by_key[key], switch, meter_id)
+    return out
+
+
+def te_entries(fabric: Fabric, moves: Iterable[TeMove], meters: Iterable[TeMeter] = ()) -> list[OverlayEntry]:
     """A moved elephant: its exact 5-tuple steered across the chosen spine. A
     TCP elephant's ACKs are steered back the same way (unless the reverse is
     an elephant with a move of its own): ACKs left on the uplink the data was
-    moved away from queue behind the other elephant and slow the moved flow."""
-    moves = list(moves)
+    moved away from queue behind the other elephant and slow the moved flow.
+
+    A metered flow's entry at its ingress leaf also applies its meter. The
+    engine moves (or pins) every metered flow that crosses spines; one that
+    stays on its leaf gets an entry doing the leaf's local delivery."""
+    moves, meters = list(moves), list(meters)
     moved = {m.key for m in moves}
+    ids = meter_ids(fabric, meters)
     out = []
     for move in moves:
         _, _, protocol, sport, dport = move.key
         match = FlowMatch(move.src, move.dst, protocol, sport, dport)
-        out += steering_entries(fabric, match, move.via, _te_cookie(move.key), PRIORITY_TE_MOVE)
+        entries = steering_entries(fabric, match, move.via, _te_cookie(move.key), PRIORITY_TE_MOVE)
+        if move.key in ids:
+            leaf, meter_id = ids[move.key]
+            entries = [replace(e, actions=(f"meter:{meter_id}", *e.actions)) if e.switch == leaf else e
+                       for e in entries]
+        out += entries
         reverse = match.reversed()
         reverse_key = (move.key[1], move.key[0], protocol, dport, sport)
         if protocol == "tcp" and reverse_key not in moved:
             out += steering_entries(fabric, reverse, move.via, _te_cookie(move.key, reverse=True), PRIORITY_TE_MOVE)
+    for meter in meters:
+        if meter.key in moved or meter.key not in ids or fabric.vias(meter.src, meter.dst):
+            continue  # crosses spines unpinned (the engine did not know its path): nothing safe to add
+        leaf, meter_id = ids[meter.key]
+        _, _, protocol, sport, dport = meter.key
+        match = canonical_match(FlowMatch(meter.src, meter.dst, protocol, sport, dport))
+        out.append(OverlayEntry(leaf, PRIORITY_TE_MOVE, match, (
+            f"meter:{meter_id}", "dec_ttl", f"set_field:eth_src={ad.gateway_mac(meter.dst.rail, meter.dst.pod)}",
+            f"set_field:eth_dst={ad.nic_mac(meter.dst)}", f"output:{fabric.attachment(meter.dst).port}"),
+            _te_cookie(meter.key)))
     return out
 
 
@@ -149,6 +231,8 @@ def move_from_entry(fabric: Fabric, entry: OverlayEntry, now: float) -> TeMove |
     if not outputs or not protocol:
         return None
     via = fabric.peer(entry.switch, int(outputs[0].split(":")[1])).node
+    if via not in fabric.switches:
+        return None  # a metered flow delivered on its own leaf: its meter comes back with the incast
     if fabric.switch(via).tier is not Tier.SPINE:
         return None  # a fat tree's edge entry points at an aggregation switch; its core is not known here
     key = (fields["ipv4_src"], fields["ipv4_dst"], protocol, int(fields.get(f"{protocol}_src", 0)),
@@ -163,7 +247,8 @@ def move_from_entry(fabric: Fabric, entry: OverlayEntry, now: float) -> TeMove |
 
 
 def desired_overlay(fabric: Fabric, intent: Intent, memo: JobEntryMemo | None = None,
-                    te_moves: Iterable[TeMove] = ()) -> dict[str, dict[EntryKey, OverlayEntry]]:
+                    te_moves: Iterable[TeMove] = (), te_meters: Iterable[TeMeter] = ()
+                    ) -> dict[str, dict[EntryKey, OverlayEntry]]:
     """Every switch of the fabric appears, with an empty table if it needs nothing,
     so reconciliation also clears switches that no longer carry any pin.
 
@@ -185,7 +270,7 @@ def desired_overlay(fabric: Fabric, intent: Intent, memo: JobEntryMemo | None = 
     if memo is not None:
         for stale in memo.keys() - intent.jobs.keys():
             del memo[stale]
-    for entry in te_entries(fabric, te_moves):
+    for entry in te_entries(fabric, te_moves, te_meters):
         overlay[entry.switch].setdefault(entry.key, entry)
     # Operator pins last: on the same NIC pair, the operator's choice wins.
     for pin in sorted(intent.pins.values()):

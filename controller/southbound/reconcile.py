@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Iterable, Mapping
 
 from controller.fabric import Fabric, Tier
-from controller.southbound.overlay import EntryKey, OverlayEntry
+from controller.southbound.overlay import EntryKey, OverlayEntry, OverlayMeter
 
 Table = Mapping[EntryKey, OverlayEntry]
 
@@ -39,6 +39,25 @@ def diff_table(switch: str, desired: Table, installed: Table) -> SwitchDelta:
     adds = tuple(e for k, e in sorted(desired.items()) if installed.get(k) != e)
     deletes = tuple(e for k, e in sorted(installed.items()) if k not in desired)
     return SwitchDelta(switch, adds, deletes)
+
+
+@dataclass(frozen=True)
+class MeterDelta:
+    adds: tuple[OverlayMeter, ...] = ()
+    changes: tuple[OverlayMeter, ...] = ()  # installed with another rate or burst
+    deletes: tuple[OverlayMeter, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.adds and not self.changes and not self.deletes
+
+
+def diff_meters(desired: Mapping[int, OverlayMeter], installed: Mapping[int, OverlayMeter]) -> MeterDelta:
+    return MeterDelta(
+        tuple(m for i, m in sorted(desired.items()) if i not in installed),
+        tuple(m for i, m in sorted(desired.items()) if i in installed and installed[i] != m),
+        tuple(m for i, m in sorted(installed.items()) if i not in desired),
+    )
 
 
 def apply_delta(installed: Table, delta: SwitchDelta) -> dict[EntryKey, OverlayEntry]:

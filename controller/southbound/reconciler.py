@@ -21,8 +21,10 @@ from controller.fabric import Fabric
 from controller.metrics import Metrics
 from controller.service import IntentService
 from controller.southbound import ofcodec
-from controller.southbound.overlay import JobEntryMemo, desired_overlay
-from controller.southbound.reconcile import SwitchDelta, diff_table, order_for_adds, order_for_deletes
+from controller.southbound.overlay import JobEntryMemo, OverlayMeter, desired_meters, desired_overlay
+from controller.southbound.reconcile import (
+    MeterDelta, SwitchDelta, diff_meters, diff_table, order_for_adds, order_for_deletes,
+)
 from controller.southbound.switches import CallTable, SwitchError, SwitchSession
 
 log = logging.getLogger(__name__)
@@ -161,10 +163,13 @@ class Reconciler:
             fresh = set(sessions) - self._synced
         ok = True
         installed: dict[str, dict] = {}
+        meters_installed: dict[str, dict] = {}
         for name, session in sessions.items():
             try:
                 installed[name] = session.dump_overlay()
+                meters_installed[name] = session.dump_meters()
             except SwitchError as exc:
+                installed.pop(name, None)
                 ok = False
                 log.warning("reconcile: %s", exc)
                 self.metrics.errors.labels("southbound", "dump_failed").inc()
@@ -174,19 +179,31 @@ class Reconciler:
                 # First look at this switch since it (or we) (re)started: keep the
                 # elephant moves it already carries instead of undoing them.
                 self.te.adopt(list(installed[name].values()))
-        te_generation, te_moves = self.te.moves() if self.te is not None else (0, [])
-        desired = desired_overlay(self.fabric, self.intent.snapshot(), self._job_entries, te_moves)
+        te_generation, te_moves, te_meters = self.te.plan() if self.te is not None else (0, [], [])
+        desired = desired_overlay(self.fabric, self.intent.snapshot(), self._job_entries, te_moves, te_meters)
+        desired_meter_sets = desired_meters(self.fabric, te_meters)
         deltas: dict[str, SwitchDelta] = {}
+        meter_deltas: dict[str, MeterDelta] = {}
         for name, table in installed.items():
             self.metrics.entries_desired.labels(name).set(len(desired[name]))
             deltas[name] = diff_table(name, desired[name], table)
+            meter_deltas[name] = diff_meters(desired_meter_sets[name], meters_installed[name])
 
+        # Meters exist before the entries that use them and go after them (a
+        # switch refuses an entry naming a missing meter, and deleting a meter
+        # deletes every entry that uses it).
         in_sync = set(deltas)
+        for name, delta in meter_deltas.items():
+            if not self._meters(sessions[name], [("add", m) for m in delta.adds] + [("modify", m) for m in delta.changes]):
+                in_sync.discard(name)
         for name in order_for_adds(self.fabric, deltas):
-            if not self._commit(sessions[name], deltas[name].adds, "add"):
+            if name in in_sync and not self._commit(sessions[name], deltas[name].adds, "add"):
                 in_sync.discard(name)
         for name in order_for_deletes(self.fabric, deltas):
-            if not self._commit(sessions[name], deltas[name].deletes, "delete"):
+            if name in in_sync and not self._commit(sessions[name], deltas[name].deletes, "delete"):
+                in_sync.discard(name)
+        for name in in_sync & set(meter_deltas):
+            if not self._meters(sessions[name], [("delete", m) for m in meter_deltas[name].deletes]):
                 in_sync.discard(name)
         for name in in_sync:
             self.metrics.entries_installed.labels(name).set(len(desired[name]))
@@ -203,11 +220,27 @@ class Reconciler:
             self._synced |= in_sync & set(self._sessions)
             if self._synced >= set(self.fabric.switches):
                 self.fabric_ready.set()
-        changed = {n: d for n, d in deltas.items() if not d.empty}
+        changed = sorted(n for n in deltas if not deltas[n].empty or not meter_deltas[n].empty)
         if changed:
             log.info("reconcile (%s): %s in %.1f ms", reason, ", ".join(
-                f"{n} +{len(d.adds)} -{len(d.deletes)}" for n, d in sorted(changed.items())), elapsed * 1e3)
+                f"{n} +{len(deltas[n].adds)} -{len(deltas[n].deletes)}"
+                + (f" meters +{len(meter_deltas[n].adds)} ~{len(meter_deltas[n].changes)} "
+                   f"-{len(meter_deltas[n].deletes)}" if not meter_deltas[n].empty else "")
+                for n in changed), elapsed * 1e3)
         return ok
+
+    def _meters(self, session: SwitchSession, mods: list[tuple[str, OverlayMeter]]) -> bool:
+        if not mods:
+            return True
+        try:
+            session.send_confirmed([ofcodec.meter_mod(session.datapath, m, kind) for kind, m in mods], "meter mods")
+        except SwitchError as exc:
+            log.warning("reconcile: %s", exc)
+            self.metrics.errors.labels("southbound", "meter_mod_failed").inc()
+            return False
+        for kind, _ in mods:
+            self.metrics.meter_mods.labels(session.name, kind).inc()
+        return True
 
     def _commit(self, session: SwitchSession, entries, kind: str) -> bool:
         if not entries:

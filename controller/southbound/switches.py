@@ -18,7 +18,7 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controller.southbound import ofcodec
-from controller.southbound.overlay import EntryKey, OverlayEntry
+from controller.southbound.overlay import EntryKey, OverlayEntry, OverlayMeter, is_railyard_meter
 
 
 class SwitchError(Exception):
@@ -101,19 +101,47 @@ class SwitchSession:
             raise SwitchError(f"{self.name}: {what} refused: error type {msg.type} code {msg.code}")
         return msg
 
-    def dump_overlay(self) -> dict[EntryKey, OverlayEntry]:
+    def _multipart(self, request, what: str) -> list:
+        """Every body item of a (possibly multi-message) multipart reply."""
         xid = self._calls.next_xid()
         call = self._calls.open(self.dpid, [xid])
         try:
-            self._send(ofcodec.overlay_dump_request(self.datapath), xid)
-            table: dict[EntryKey, OverlayEntry] = {}
+            self._send(request, xid)
+            items: list = []
             while True:
-                reply = self._wait(call, "overlay dump")
-                for stats in reply.body:
-                    entry = ofcodec.entry_from_stats(self.name, stats)
-                    table[entry.key] = entry
+                reply = self._wait(call, what)
+                items += reply.body
                 if not reply.flags & ofp.OFPMPF_REPLY_MORE:
-                    return table
+                    return items
+        finally:
+            self._calls.close(self.dpid, call)
+
+    def dump_overlay(self) -> dict[EntryKey, OverlayEntry]:
+        entries = (ofcodec.entry_from_stats(self.name, stats)
+                   for stats in self._multipart(ofcodec.overlay_dump_request(self.datapath), "overlay dump"))
+        return {entry.key: entry for entry in entries}
+
+    def dump_meters(self) -> dict[int, OverlayMeter]:
+        """Railyard's meters only (its id range)."""
+        meters = (ofcodec.meter_from_stats(self.name, stats)
+                  for stats in self._multipart(ofcodec.meter_dump_request(self.datapath), "meter dump"))
+        return {m.meter_id: m for m in meters if is_railyard_meter(m.meter_id)}
+
+    def send_confirmed(self, mods: list, what: str) -> None:
+        """Messages that cannot go in a bundle (meter mods), followed by a
+        barrier: returns once the switch has processed them all, raises if it
+        refused any (its error arrives before the barrier reply)."""
+        if not mods:
+            return
+        xids = [self._calls.next_xid() for _ in range(len(mods) + 1)]
+        call = self._calls.open(self.dpid, xids)
+        try:
+            for xid, mod in zip(xids, mods):
+                self._send(mod, xid)
+            self._send(parser.OFPBarrierRequest(self.datapath), xids[-1])
+            msg = self._wait(call, what)
+            if not isinstance(msg, parser.OFPBarrierReply):
+                raise SwitchError(f"{self.name}: unexpected reply to {what}: {type(msg).__name__}")
         finally:
             self._calls.close(self.dpid, call)
 

@@ -17,8 +17,14 @@ One `step` per cycle (~200 ms):
    `min_gain` of capacity: noisy telemetry cannot make flows flap.
 5. Incast: many senders converging on one NIC beyond its capacity. Their
    demands are the NIC's fair share each, which spreads them over the spines
-   instead of piling them onto one (protecting bystanders there), and the
-   decision names the fair share so the sending leaves can be metered.
+   instead of piling them onto one (protecting bystanders there), and each
+   sender's flow is metered at its ingress leaf to `incast_headroom` of that
+   fair share. The excess is dropped at the edge, before it takes spine and
+   downlink capacity, so the receiver's queue drains and every sender gets
+   the same share (a drop-tail queue under overload is not fair: it favours
+   whichever port the switch serves first). Flow records are counted before
+   the meter, so a metered incast still measures as one and its meters stay
+   until it is over for `expire_after_s`.
 
 Moves are soft state, not intent: they are rebuilt from the switches'
 tables (their cookie says "te") after a restart, and expire when the flow
@@ -48,7 +54,12 @@ class EngineConfig:
     min_gain: float = 0.05  # utilization points a move must save on the flow's bottleneck
     expire_after_s: float = 3.0  # a moved flow not seen for this long gives its entry back
     incast_fan_in: int = 3
+    incast_sender_fraction: float = 0.01  # of the NIC rate: below it a flow is not a sender (an ACK stream, a probe)
     incast_utilization: float = 0.9
+    # Senders are metered to this fraction of the receiver NIC's fair share:
+    # under 1 so the receiver's queue drains instead of sitting full.
+    incast_headroom: float = 0.95
+    meter_rate_tolerance: float = 0.1  # a new fair share within this of the old keeps the meter as is
 
 
 @dataclass(frozen=True)
@@ -72,8 +83,19 @@ class Move:
 
 
 @dataclass(frozen=True)
+class Meter:
+    """A rate limit on one incast sender's flow at its ingress leaf."""
+
+    key: FlowKey
+    src: NicId
+    dst: NicId
+    rate_bps: float
+    last_incast: float  # when its receiver was last seen in incast
+
+
+@dataclass(frozen=True)
 class Decision:
-    kind: str  # collision | reroute | incast | expire
+    kind: str  # collision | reroute | incast | expire | link-down
     subject: str
     reason: str
     at: float
@@ -86,6 +108,7 @@ class TeState:
     collisions: frozenset[str] = frozenset()  # uplinks currently collided
     down: frozenset[str] = frozenset()  # links telemetry reports down
     recent: Mapping[FlowKey, tuple[Elephant, float]] = field(default_factory=dict)  # elephant, last seen
+    meters: Mapping[FlowKey, Meter] = field(default_factory=dict)
 
 
 def _nic(address: str) -> NicId | None:
@@ -206,13 +229,19 @@ def step(fabric: Fabric, state: TeState, flows: Mapping[FlowKey, FlowSample],
     decisions += [Decision("collision", name, reason, now) for name, reason in sorted(collided.items())
                   if name not in state.collisions]
     incasts = _incasts(fabric, flows, fresh, now, cfg)
-    decisions += [Decision("incast", ad.nic_ip(dst), f"{n} senders into one NIC; fair share "
-                           f"{nic_bps / n / 1e9:.1f} Gb/s each", now)
-                  for dst, n in sorted(incasts.items()) if ad.nic_ip(dst) not in state.incasts]
+    meters = _meter_incasts(fabric, state.meters, incasts, now, cfg)
+    for dst, senders in sorted(incasts.items()):
+        if ad.nic_ip(dst) not in state.incasts:
+            share = meters[senders[0][0]].rate_bps
+            decisions.append(Decision("incast", ad.nic_ip(dst), f"{len(senders)} senders into one NIC; each "
+                                      f"metered at its leaf to {share / 1e9:.1f} Gb/s", now))
+    decisions += [Decision("expire", ad.nic_ip(dst), "incast over; meters removed", now)
+                  for dst in sorted({m.dst for m in state.meters.values()} - {m.dst for m in meters.values()})]
     decisions += _rebalance(fabric, drains, elephants + starved, background, moves, now, cfg, steered)
+    _pin_metered(fabric, meters, moves, flows, now)
     new_recent = {k: (e, now if k in seen else state.recent[k][1]) for k, e in recent.items()}
     return TeState(moves, frozenset(ad.nic_ip(d) for d in incasts), frozenset(collided), down,
-                   new_recent), decisions
+                   new_recent, meters), decisions
 
 
 def _rebalance(fabric: Fabric, drains: Drains, elephants: list[Elephant], background: Mapping[Endpoint, float],
@@ -318,26 +347,67 @@ def _collisions(fabric: Fabric, elephants: list[Elephant]) -> dict[str, str]:
 
 
 def _incasts(fabric: Fabric, flows: Mapping[FlowKey, FlowSample], ports: Mapping[Endpoint, PortSample],
-             now: float, cfg: EngineConfig) -> dict[NicId, int]:
-    senders: dict[NicId, set[NicId]] = defaultdict(set)
-    for key, sample in flows.items():
-        if now - sample.observed_at > cfg.max_age_s or sample.rate_bps <= 0:
+             now: float, cfg: EngineConfig) -> dict[NicId, list[tuple[FlowKey, NicId]]]:
+    """Receivers in incast -> their senders' flows (key, source NIC). The
+    offered load is the larger of what the receiver's port sends and what its
+    senders' flows measure at their ingress (before any meter of ours)."""
+    senders: dict[NicId, list[tuple[FlowKey, NicId]]] = defaultdict(list)
+    offered: dict[NicId, float] = defaultdict(float)
+    floor = max(cfg.incast_sender_fraction * fabric.spec.rates.nic_gbps * 1e9, 1.0)
+    for key, sample in sorted(flows.items()):
+        if now - sample.observed_at > cfg.max_age_s or sample.rate_bps < floor:
             continue
         src, dst = _nic(key[0]), _nic(key[1])
-        if src is not None and dst is not None:
-            senders[dst].add(src)
+        if src is not None and dst is not None and src != dst:
+            senders[dst].append((key, src))
+            offered[dst] += sample.rate_bps
     out = {}
-    for dst, srcs in senders.items():
-        if len(srcs) < cfg.incast_fan_in:
+    for dst, keys in senders.items():
+        if len({src for _, src in keys}) < cfg.incast_fan_in:
             continue
         try:
             egress = fabric.attachment(dst)
         except KeyError:
             continue
-        sample = ports.get(egress)
-        if sample and sample.tx_bps >= cfg.incast_utilization * fabric.link_at(egress).capacity_bps:
-            out[dst] = len(srcs)
+        port = ports.get(egress)
+        load = max(offered[dst], port.tx_bps if port else 0.0)
+        if load >= cfg.incast_utilization * fabric.link_at(egress).capacity_bps:
+            out[dst] = keys
     return out
+
+
+def _meter_incasts(fabric: Fabric, old: Mapping[FlowKey, Meter], incasts: Mapping[NicId, list[tuple[FlowKey, NicId]]],
+                   now: float, cfg: EngineConfig) -> dict[FlowKey, Meter]:
+    """Every sender's flow into a receiver in incast metered to its share of the
+    receiver's NIC. A share that barely changed keeps the old rate (no meter
+    churn on noise); a meter whose receiver left incast stays for
+    `expire_after_s`, so an incast that flickers does not flap its meters."""
+    meters = {}
+    for dst, keys in incasts.items():
+        share = cfg.incast_headroom * fabric.access_link(dst).capacity_bps / len(keys)
+        for key, src in keys:
+            before = old.get(key)
+            rate = before.rate_bps if before and abs(before.rate_bps - share) <= cfg.meter_rate_tolerance * share \
+                else share
+            meters[key] = Meter(key, src, dst, rate, now)
+    for key, meter in old.items():
+        if key not in meters and now - meter.last_incast <= cfg.expire_after_s:
+            meters[key] = meter
+    return meters
+
+
+def _pin_metered(fabric: Fabric, meters: Mapping[FlowKey, Meter], moves: dict[FlowKey, Move],
+                 flows: Mapping[FlowKey, FlowSample], now: float) -> None:
+    """A meter rides on an entry at the flow's ingress leaf, and an entry there
+    must also say where the flow goes: a metered flow that crosses spines and
+    was not moved is pinned where the switch already sends it."""
+    for key, meter in meters.items():
+        sample = flows.get(key)
+        if key in moves or sample is None or sample.ingress is None or not fabric.vias(meter.src, meter.dst):
+            continue
+        via = fabric.link_at(sample.ingress).peer(sample.ingress.node).node
+        if via in fabric.vias(meter.src, meter.dst):
+            moves[key] = Move(key, meter.src, meter.dst, via, now, now)
 
 
 def _describe(key: FlowKey) -> str:

@@ -40,7 +40,13 @@ def test_traffic_patterns_cross_pods_and_converge():
     assert len(pairs) == len(FABRIC.nics) and all(a.pod != b.pod and a.rail == b.rail for a, b in pairs)
     senders, bystander = incast_pairs(FABRIC, 3, seed=1)
     assert len({dst for _, dst in senders}) == 1 and len({src for src, _ in senders}) == 3
-    assert bystander[0].pod != bystander[1].pod and isinstance(bystander[1], NicId)
+    (dst,) = {dst for _, dst in senders}
+    src, beside = bystander
+    # The bystander shares the receiver's leaf (so the senders' spine downlinks),
+    # not the receiver nor any sender's NIC.
+    assert src.pod != dst.pod and src not in {s for s, _ in senders}
+    assert all(s.pod != dst.pod for s, _ in senders)  # the incast crosses the spine tier
+    assert beside != dst and FABRIC.attachment(beside).node == FABRIC.attachment(dst).node
 
 
 def test_report_arithmetic():
