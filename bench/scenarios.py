@@ -56,6 +56,13 @@ def main() -> None:
             },
             "reports": per_seed,
         }
+        if "incast" in te[0]:
+            results["scenarios"][name]["summary"]["incast"] = {
+                mode: {"queue_p99_bytes": [m["bottleneck_queue"]["p99_bytes"] for m in ms],
+                       "drops": [m["drops"] for m in ms], "policed": [m["policed"] for m in ms],
+                       "senders_jain": [m["incast"]["senders_jain"] for m in ms],
+                       "bystander_share": [m["incast"]["bystander_share"] for m in ms]}
+                for mode, ms in (("ecmp", ecmp), ("te", te))}
         print(json.dumps(results["scenarios"][name]["summary"], indent=2), flush=True)
     out = write_result(args.out, results)
     print(f"wrote {out}")

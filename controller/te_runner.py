@@ -25,7 +25,8 @@ from controller.telemetry import TelemetryIngest
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INTERVAL_S = 0.2
+DEFAULT_INTERVAL_S = 0.2  # the longest TE waits without new telemetry
+MIN_GAP_S = 0.05  # the shortest between two cycles, however fast telemetry comes
 
 
 class TeRunner:
@@ -87,9 +88,16 @@ class TeRunner:
 
     def stop(self) -> None:
         self._stop.set()
+        self.ingest.arrived.set()
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        # A cycle runs as soon as a telemetry batch lands (reaction time is
+        # the point), or every interval_s without one (moves still expire).
+        while True:
+            self.ingest.arrived.wait(self.interval_s)
+            self.ingest.arrived.clear()
+            if self._stop.wait(MIN_GAP_S):
+                return
             try:
                 self.cycle()
             except Exception:  # noqa: BLE001 - one bad cycle must not stop TE

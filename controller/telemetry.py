@@ -49,6 +49,7 @@ class TelemetryIngest:
         self._queue: "queue.Queue[Batch | None]" = queue.Queue(maxsize=capacity)
         self._thread = threading.Thread(target=self._run, name="telemetry", daemon=True)
         self._last_sweep = 0.0
+        self.arrived = threading.Event()  # set after each batch is in the view: TE runs on fresh data
 
     def start(self) -> None:
         self._thread.start()
@@ -83,6 +84,7 @@ class TelemetryIngest:
                     self.view.forget_before(now - FORGET_AFTER_S)
                     self._last_sweep = now
             self.metrics.telemetry_records.labels("accepted").inc(len(batch))
+            self.arrived.set()
 
     def snapshot(self) -> tuple[dict[FlowKey, FlowSample], dict[Endpoint, PortSample]]:
         """Every flow and port sample, with its time: the TE engine judges staleness itself."""

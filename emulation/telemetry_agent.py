@@ -160,6 +160,7 @@ class TelemetryCollector:
         self.sampler = sampler
         self._last_ports: tuple[float, dict[Endpoint, PortCounters]] | None = None
         self._last_flows: dict[tuple, tuple[float, int]] = {}
+        self._last_flow_dump: float | None = None
         self._paths = self._leaf_paths()
 
     def _leaf_paths(self) -> list[tuple[str, str, str, tuple[Endpoint, ...]]]:
@@ -226,16 +227,22 @@ class TelemetryCollector:
             if flow.out_intf in self.sampler.port_of:
                 egress[key] = self.sampler.port_of[flow.out_intf]
         for key, (_, total) in seen.items():
-            then, before = self._last_flows.get(key, (None, None))
+            then, before = self._last_flows.get(key, (self._last_flow_dump, 0))
             if then is None or total < before:
-                continue  # first sight, or the datapath flow was replaced: no rate yet
+                continue  # the first dump, or the datapath flow was replaced: no rate yet
             rate = (total - before) * 8 / max(now - then, 1e-3) * scale
+            if key not in self._last_flows:
+                # First seen now, so it started after the last dump: all its
+                # bytes came since, a lower bound on its rate one dump early.
+                # Capped at the NIC rate, in case it was only missed before.
+                rate = min(rate, self.fabric.spec.rates.nic_gbps * 1e9)
             rec = batch.flows.add(src_address=key[0], dst_address=key[1], protocol=PROTOCOLS.get(key[2], 0),
                                   src_port=key[3], dst_port=key[4], bytes_total=total, rate_bps=rate)
             if key in egress:
                 rec.ingress_leaf, rec.ingress_egress_port = egress[key]
             rec.observe_time.FromNanoseconds(int(now * 1e9))
         self._last_flows = seen
+        self._last_flow_dump = now
 
 
 class TelemetryAgent:

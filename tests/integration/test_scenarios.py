@@ -32,3 +32,18 @@ def test_link_failure_traffic_moves_off_the_dead_uplink_and_no_flow_starves():
     # Under the static ECMP underlay, flows hashed toward the dead link's far side stay black-holed.
     assert max(f["longest_zero_s"] for f in ecmp["flows"]) > 2
     assert te["aggregate_mbps"] > ecmp["aggregate_mbps"]
+
+
+def test_incast_is_metered_at_the_sending_leaves_fairly_and_the_bystander_keeps_its_share():
+    scenario = load_scenario("incast")
+    spec = scenario.spec_path()
+    fabric = load_fabric(spec)
+    runs = run_scenario(fabric, spec, scenario, seed=3)
+    report = build_report(fabric, scenario, 3, runs)
+    te, ecmp = report["modes"]["te"], report["modes"]["ecmp"]
+    assert te["te_decisions"]["incast"] >= 1 and te["policed"] > 0 and ecmp["policed"] == 0
+    assert te["bottleneck_queue"]["p99_bytes"] < ecmp["bottleneck_queue"]["p99_bytes"]
+    assert te["drops"] < ecmp["drops"]
+    assert te["incast"]["senders_jain"] >= 0.9, te["flows"]
+    assert te["incast"]["bystander_share"] >= 0.9, te["flows"]
+    assert all(not f["error"] for f in te["flows"] + ecmp["flows"])

@@ -1,6 +1,7 @@
 """The TE engine with synthetic telemetry: no switch, no clock."""
 
 import random
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -176,3 +177,52 @@ def test_flows_a_pin_or_job_steers_count_as_load_but_are_never_moved():
     pairs = frozenset((s, d) for s, d, _ in world.flows.values())
     state, decisions = step(FABRIC, TeState(), flows, ports, 100.0, steered=pairs)
     assert [d.kind for d in decisions] == ["collision"] and state.moves == {}
+
+
+def incast_world():
+    """Three senders in pod 0 (two remote on rys0/rys1, one beside the receiver) into one NIC."""
+    dst = NicId(0, 1, 0)
+    senders = {NicId(0, 0, 0): "rys0", NicId(0, 0, 1): "rys1", NicId(0, 1, 1): ""}
+    flows = {(ad.nic_ip(s), ad.nic_ip(dst), "udp", 41000 + i, 4791): (s, dst, via)
+             for i, (s, via) in enumerate(senders.items())}
+    return World(FABRIC, flows), dst
+
+
+def offered(world, now):
+    """UDP senders at line rate: flow records count before any meter, as the datapath does."""
+    flows, ports = world.telemetry(now, {})
+    return {k: replace(s, rate_bps=400 * G) for k, s in flows.items()}, ports
+
+
+def test_incast_senders_are_metered_to_the_fair_share_and_pinned_where_they_are():
+    world, dst = incast_world()
+    state, decisions = step(FABRIC, TeState(), *offered(world, 100.0), 100.0)
+    assert [d.kind for d in decisions if d.kind == "incast"] == ["incast"]
+    assert set(state.meters) == set(world.flows)
+    assert all(abs(m.rate_bps - 0.95 * 400 * G / 3) < 1 for m in state.meters.values())
+    # The two that cross spines carry their meter on a move at their own leaf,
+    # pinned to the spine the switch already uses; the local one needs no move.
+    remote = {k for k, (s, d, via) in world.flows.items() if via}
+    assert remote <= set(state.moves) and all(state.moves[k].via == world.flows[k][2] for k in remote)
+
+
+def test_meters_hold_steady_under_noise_and_go_when_the_incast_is_over():
+    world, dst = incast_world()
+    state, _ = step(FABRIC, TeState(), *offered(world, 100.0), 100.0)
+    first = dict(state.meters)
+    rng = random.Random(3)
+    for i in range(1, 30):
+        flows, ports = offered(world, 100.0 + 0.2 * i)
+        flows = {k: replace(s, rate_bps=s.rate_bps * rng.uniform(0.8, 1.2)) for k, s in flows.items()}
+        state, decisions = step(FABRIC, state, flows, ports, 100.0 + 0.2 * i)
+        assert not [d for d in decisions if d.kind in ("incast", "expire")]
+    assert {k: m.rate_bps for k, m in state.meters.items()} == {k: m.rate_bps for k, m in first.items()}
+    # One sender stops: two senders are no incast (fan-in 3), but the meters
+    # stay for expire_after_s in case it flickers, then go, with an event.
+    quiet = next(iter(world.flows))
+    flows, ports = offered(world, 106.2)
+    flows.pop(quiet)
+    state, _ = step(FABRIC, state, flows, ports, 106.2)
+    assert state.meters and state.incasts == frozenset()
+    state, decisions = step(FABRIC, state, {}, {}, 110.0)
+    assert state.meters == {} and [d.subject for d in decisions if d.kind == "expire"][-1] == ad.nic_ip(dst)

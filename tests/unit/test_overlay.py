@@ -170,3 +170,43 @@ def test_steered_pairs_cover_both_directions_of_symmetric_pins():
     intent = Intent().with_pin(pin("p1"))
     assert intent.steered_pairs == {(A, B), (B, A)}
     assert Intent().with_pin(pin("p2", symmetric=False)).steered_pairs == {(A, B)}
+
+
+def test_incast_meters_ride_on_the_ingress_entry_in_the_switch_units():
+    from controller.southbound.overlay import (
+        METER_ID_BASE, METER_ID_SPAN, desired_meters, is_railyard_meter, meter_ids, te_entries,
+    )
+    from controller.te.engine import Meter, Move
+
+    dst = C
+    remote = ("10.0.0.1", "10.0.1.2", "udp", 41000, 4791)
+    local = ("10.0.1.1", "10.0.1.2", "udp", 0, 0)  # a flow within one leaf, measured without its ports
+    meters = [Meter(remote, A, dst, 100e9, 1.0), Meter(local, B, dst, 100e9, 1.0)]
+    entries = te_entries(FABRIC, [Move(remote, A, dst, "rys1", 1.0, 1.0)], meters)
+    ids = meter_ids(FABRIC, meters)
+    assert all(is_railyard_meter(i) for _, i in ids.values()) and not is_railyard_meter(METER_ID_BASE + METER_ID_SPAN)
+    by_switch = {e.switch: e for e in entries}
+    assert by_switch["ryl0r0"].actions == (f"meter:{ids[remote][1]}", "dec_ttl", "output:4")
+    # The local sender is delivered by the entry that meters it, as the leaf's underlay would.
+    assert by_switch["ryl1r0"].actions == (
+        f"meter:{ids[local][1]}", "dec_ttl", "set_field:eth_src=02:52:00:01:ff:fe",
+        "set_field:eth_dst=02:52:00:01:00:01", f"output:{FABRIC.attachment(dst).port}")
+    assert dict(by_switch["ryl1r0"].match)["ip_proto"] == 17 and "udp_src" not in dict(by_switch["ryl1r0"].match)
+    # 100 Gb/s of a 400 Gb/s NIC emulated at 50 Mb/s: 12.5 Mb/s on the switch.
+    switch_meters = desired_meters(FABRIC, meters)
+    assert {m.rate_kbps for table in switch_meters.values() for m in table.values()} == {12500}
+    assert set(switch_meters["ryl0r0"]) == {ids[remote][1]} and set(switch_meters["ryl1r0"]) == {ids[local][1]}
+    # Same set, same ids; one more meter does not renumber the others.
+    more = meters + [Meter(("10.0.0.2", "10.0.1.2", "udp", 41001, 4792), NicId(0, 0, 1), dst, 100e9, 1.0)]
+    assert meter_ids(FABRIC, list(reversed(meters))) == ids
+    assert {k: v for k, v in meter_ids(FABRIC, more).items() if k in ids} == ids
+
+
+def test_meter_delta_adds_changes_and_deletes():
+    from controller.southbound.overlay import OverlayMeter
+    from controller.southbound.reconcile import diff_meters
+
+    m = {i: OverlayMeter("ryl0r0", i, 1000 * i, 288) for i in (1, 2, 3)}
+    delta = diff_meters({1: m[1], 2: OverlayMeter("ryl0r0", 2, 5, 288)}, {2: m[2], 3: m[3]})
+    assert delta.adds == (m[1],) and [x.rate_kbps for x in delta.changes] == [5] and delta.deletes == (m[3],)
+    assert diff_meters(m, m).empty

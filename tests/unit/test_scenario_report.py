@@ -38,7 +38,10 @@ def test_bad_scenarios_name_the_field(tmp_path):
 def test_traffic_patterns_cross_pods_and_converge():
     pairs = permutation_pairs(FABRIC)
     assert len(pairs) == len(FABRIC.nics) and all(a.pod != b.pod and a.rail == b.rail for a, b in pairs)
-    senders, bystander = incast_pairs(FABRIC, 3, seed=1)
+    with pytest.raises(ScenarioError, match="fan_in.*at most 2"):
+        incast_pairs(FABRIC, 3, seed=1)  # the demo fabric has 2 NICs per rail outside any pod
+    three_pod = load_fabric(load_scenario("incast").spec_path())
+    senders, bystander = incast_pairs(three_pod, 3, seed=1)
     assert len({dst for _, dst in senders}) == 1 and len({src for src, _ in senders}) == 3
     (dst,) = {dst for _, dst in senders}
     src, beside = bystander
@@ -46,7 +49,8 @@ def test_traffic_patterns_cross_pods_and_converge():
     # not the receiver nor any sender's NIC.
     assert src.pod != dst.pod and src not in {s for s, _ in senders}
     assert all(s.pod != dst.pod for s, _ in senders)  # the incast crosses the spine tier
-    assert beside != dst and FABRIC.attachment(beside).node == FABRIC.attachment(dst).node
+    assert beside != dst and three_pod.attachment(beside).node == three_pod.attachment(dst).node
+    assert len({n.rail for pair in senders + [bystander] for n in pair}) == 1
 
 
 def test_report_arithmetic():
