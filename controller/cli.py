@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    from controller.errors import FieldError
+    from controller.errors import FieldError, HostError
 
     try:
         if args.cmd == "fabric":
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         from controller.commands import api_command
 
         return api_command(args)
-    except FieldError as exc:
+    except (FieldError, HostError) as exc:
         print(f"railyard: {exc}", file=sys.stderr)
         return 2
 

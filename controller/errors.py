@@ -36,3 +36,8 @@ class Conflict(Exception):
 
 class AlreadyExists(Conflict):
     """An object with that name exists and the request is not a retry of the one that made it."""
+
+
+class HostError(RuntimeError):
+    """The host cannot do this now (Open vSwitch not running, a namespace
+    gone): said in one line by the CLI, never as a traceback."""

@@ -11,8 +11,10 @@ import os
 import subprocess
 from typing import Sequence
 
+from controller.errors import HostError
 
-class NamespaceError(RuntimeError):
+
+class NamespaceError(HostError):
     pass
 
 

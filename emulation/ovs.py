@@ -9,11 +9,13 @@ import tempfile
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from controller.errors import HostError
+
 # A Railyard bridge carries this external_id; cleanup never touches a bridge without it.
 FABRIC_ID_KEY = "railyard-fabric"
 
 
-class OvsError(RuntimeError):
+class OvsError(HostError):
     pass
 
 
