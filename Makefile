@@ -62,7 +62,7 @@ bench-placement: setup
 	$(PY) -m bench.placement --out bench/results/placement.json
 
 bench-scenarios: setup
-	$(PY) -m bench.scenarios --out bench/results/scenarios.json
+	$(PY) -m bench.scenarios --scenario elephant --scenario incast --out bench/results/scenarios.json
 
 fabric-down: venv
 	$(VENV)/bin/railyard fabric down

@@ -112,8 +112,9 @@ class TeRunner:
         intent = self.intent.snapshot()
         state, decisions = step(self.fabric, before, view_flows, view_ports, now, self.config, intent.drains,
                                 intent.steered_pairs)
-        changed = state.moves.keys() != before.moves.keys() or any(
-            state.moves[k].via != before.moves[k].via for k in state.moves) or _meter_rates(state) != _meter_rates(before)
+        changed = (state.moves.keys() != before.moves.keys()
+                   or any(state.moves[k].via != before.moves[k].via for k in state.moves)
+                   or _meter_rates(state) != _meter_rates(before))
         with self._lock:
             self._state = state
             if changed:

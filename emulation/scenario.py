@@ -94,7 +94,8 @@ def load_scenario(name_or_path: str) -> Scenario:
         raise ScenarioError("traffic.incast_start_s", f"got {incast_start!r}",
                             f"0 to {duration - 3:g} (the senders need 3 s of the run)")
     fabric = doc.get("fabric")
-    if fabric is not None and not (isinstance(fabric, str) and ((SPECS_DIR / fabric).exists() or Path(fabric).exists())):
+    known = isinstance(fabric, str) and ((SPECS_DIR / fabric).exists() or Path(fabric).exists())
+    if fabric is not None and not known:
         raise ScenarioError("fabric", f"no spec {fabric!r}",
                             ", ".join(sorted(p.name for p in SPECS_DIR.glob("*.yaml"))) + ", or a spec path")
     return Scenario(str(doc.get("name", path.stem)), str(doc.get("description", "")), float(duration), pattern,

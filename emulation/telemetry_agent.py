@@ -94,7 +94,8 @@ def parse_dp_flow(line: str, ports: dict[int, str]) -> tuple[str, FlowCounters] 
     ip = fields.get("ipv4")
     if not ip or "dst" not in ip:
         return None
-    proto = "tcp" if "tcp" in fields else "udp" if "udp" in fields else {"6": "tcp", "17": "udp"}.get(ip.get("proto"), "")
+    # The L4 key names it when ports were matched; else the IP protocol number.
+    proto = next((p for p in ("tcp", "udp") if p in fields), {"6": "tcp", "17": "udp"}.get(ip.get("proto"), ""))
     l4 = fields.get(proto, {})
 
     def port(value: str) -> int:
@@ -102,7 +103,8 @@ def parse_dp_flow(line: str, ports: dict[int, str]) -> tuple[str, FlowCounters] 
 
     out = stats.rsplit("actions:", 1)[-1].rsplit(",", 1)[-1].strip()
     return ports.get(int(in_port.group(1)), ""), FlowCounters(
-        ip.get("src", "").split("/")[0], ip["dst"].split("/")[0], proto, port(l4.get("src", "")), port(l4.get("dst", "")),
+        ip.get("src", "").split("/")[0], ip["dst"].split("/")[0], proto,
+        port(l4.get("src", "")), port(l4.get("dst", "")),
         int(nbytes.group(1)), ports.get(int(out), "") if out.isdigit() else "")
 
 

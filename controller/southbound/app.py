@@ -55,8 +55,10 @@ class RailyardApp(app_manager.OSKenApp):
             self.reconciler.switch_disconnected(ev.datapath)
 
     # The replies the reconciler waits for: dumps, bundle control, barriers.
-    @set_ev_cls([ofp_event.EventOFPFlowStatsReply, ofp_event.EventOFPMeterConfigStatsReply,  # pylint: disable=no-member
-                 ofp_event.EventONFBundleCtrlMsg, ofp_event.EventOFPBarrierReply], MAIN_DISPATCHER)  # pylint: disable=no-member
+    @set_ev_cls([ofp_event.EventOFPFlowStatsReply,  # pylint: disable=no-member
+                 ofp_event.EventOFPMeterConfigStatsReply,  # pylint: disable=no-member
+                 ofp_event.EventONFBundleCtrlMsg,  # pylint: disable=no-member
+                 ofp_event.EventOFPBarrierReply], MAIN_DISPATCHER)  # pylint: disable=no-member
     @guarded
     def _reply(self, ev) -> None:
         self.reconciler.calls.deliver(ev.msg.datapath.id, ev.msg)

@@ -194,7 +194,8 @@ class Reconciler:
         # deletes every entry that uses it).
         in_sync = set(deltas)
         for name, delta in meter_deltas.items():
-            if not self._meters(sessions[name], [("add", m) for m in delta.adds] + [("modify", m) for m in delta.changes]):
+            upserts = [("add", m) for m in delta.adds] + [("modify", m) for m in delta.changes]
+            if not self._meters(sessions[name], upserts):
                 in_sync.discard(name)
         for name in order_for_adds(self.fabric, deltas):
             if name in in_sync and not self._commit(sessions[name], deltas[name].adds, "add"):

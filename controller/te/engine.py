@@ -1,6 +1,6 @@
 """The adaptive TE engine: telemetry in, elephant moves and decisions out. Pure.
 
-One `step` per cycle (~200 ms):
+One `step` per cycle (the TE runner calls it as each telemetry batch lands, 50-200 ms apart):
 
 1. Elephants: fresh flow records (younger than `max_age_s`; stale data is
    never acted on) at >= `elephant_fraction` of the NIC rate, crossing spines.
