@@ -49,8 +49,15 @@ class Scenario:
     def spec_path(self, override: str | None = None) -> str | None:
         if override or not self.fabric:
             return override
-        shipped = SPECS_DIR / self.fabric
-        return str(shipped if shipped.exists() else Path(self.fabric))
+        return str(_spec_file(self.fabric))
+
+
+def _spec_file(name: str) -> Path | None:
+    """A shipped spec by file name, else a path; None if neither exists."""
+    for path in (SPECS_DIR / name, Path(name)):
+        if path.exists():
+            return path
+    return None
 
 
 def available() -> list[str]:
@@ -94,8 +101,7 @@ def load_scenario(name_or_path: str) -> Scenario:
         raise ScenarioError("traffic.incast_start_s", f"got {incast_start!r}",
                             f"0 to {duration - 3:g} (the senders need 3 s of the run)")
     fabric = doc.get("fabric")
-    known = isinstance(fabric, str) and ((SPECS_DIR / fabric).exists() or Path(fabric).exists())
-    if fabric is not None and not known:
+    if fabric is not None and not (isinstance(fabric, str) and _spec_file(fabric)):
         raise ScenarioError("fabric", f"no spec {fabric!r}",
                             ", ".join(sorted(p.name for p in SPECS_DIR.glob("*.yaml"))) + ", or a spec path")
     return Scenario(str(doc.get("name", path.stem)), str(doc.get("description", "")), float(duration), pattern,

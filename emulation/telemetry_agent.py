@@ -122,8 +122,7 @@ class FabricSampler:
         # matches on the destination alone, so the datapath wildcards a flow
         # between two NICs of one leaf down to (source port, destination,
         # protocol): its source comes from the port, its L4 ports stay unknown.
-        self.ingress = {ad.switch_port_name(fabric.attachment(n).node, fabric.attachment(n).port): ad.nic_ip(n)
-                        for n in fabric.nics}
+        self.ingress = {ad.switch_port_name(*fabric.attachment(n)): ad.nic_ip(n) for n in fabric.nics}
         self.port_of = {intf: egress for egress, intf in self.ports.items()}
         self._dp_ports: dict[int, str] = {}
 

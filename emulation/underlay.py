@@ -64,14 +64,18 @@ def build_underlay(fabric: Fabric) -> dict[str, SwitchUnderlay]:
     return {name: _switch_underlay(fabric, name) for name in sorted(fabric.switches)}
 
 
+def _deliver_locally(nic: NicId, port: int) -> str:
+    eth_src, eth_dst = ad.local_delivery_macs(nic)
+    return f"dec_ttl,set_field:{eth_src}->eth_src,set_field:{eth_dst}->eth_dst,output:{port}"
+
+
 def _switch_underlay(fabric: Fabric, switch: str) -> SwitchUnderlay:
     local = fabric.local_nics(switch)
     flows = [
         FlowEntry(
             PRIORITY_LOCAL_HOST,
             f"ip,nw_dst={ad.nic_address(nic)}/32",
-            f"dec_ttl,set_field:{ad.gateway_mac(nic.rail, nic.pod)}->eth_src,"
-            f"set_field:{ad.nic_mac(nic)}->eth_dst,output:{port}",
+            _deliver_locally(nic, port),
         )
         for port, nic in sorted(local.items())
     ]

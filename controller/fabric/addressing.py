@@ -78,6 +78,11 @@ def gateway_mac(rail: int, pod: int) -> str:
     return f"02:52:{rail:02x}:{pod:02x}:ff:fe"
 
 
+def local_delivery_macs(nic: NicId) -> tuple[str, str]:
+    """(eth_src, eth_dst) a leaf writes when it routes a packet to a NIC cabled to it."""
+    return gateway_mac(nic.rail, nic.pod), nic_mac(nic)
+
+
 def server_name(pod: int, server: int) -> str:
     return f"{NAME_PREFIX}h{pod}s{server}"
 

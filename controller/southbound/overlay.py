@@ -214,10 +214,10 @@ def te_entries(fabric: Fabric, moves: Iterable[TeMove], meters: Iterable[TeMeter
         leaf, meter_id = ids[meter.key]
         _, _, protocol, sport, dport = meter.key
         match = canonical_match(FlowMatch(meter.src, meter.dst, protocol, sport, dport))
+        eth_src, eth_dst = ad.local_delivery_macs(meter.dst)
         out.append(OverlayEntry(leaf, PRIORITY_TE_MOVE, match, (
-            f"meter:{meter_id}", "dec_ttl", f"set_field:eth_src={ad.gateway_mac(meter.dst.rail, meter.dst.pod)}",
-            f"set_field:eth_dst={ad.nic_mac(meter.dst)}", f"output:{fabric.attachment(meter.dst).port}"),
-            _te_cookie(meter.key)))
+            f"meter:{meter_id}", "dec_ttl", f"set_field:eth_src={eth_src}", f"set_field:eth_dst={eth_dst}",
+            f"output:{fabric.attachment(meter.dst).port}"), _te_cookie(meter.key)))
     return out
 
 

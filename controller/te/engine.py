@@ -133,11 +133,16 @@ def find_elephants(fabric: Fabric, flows: Mapping[FlowKey, FlowSample], moves: M
                 continue  # same leaf: nothing to steer
         except KeyError:
             continue  # not a NIC of this fabric
-        via = moves[key].via if key in moves else ""
-        if not via and sample.ingress is not None:
-            via = fabric.link_at(sample.ingress).peer(sample.ingress.node).node
+        via = moves[key].via if key in moves else _ingress_next_hop(fabric, sample)
         out.append(Elephant(key, src, dst, sample.rate_bps, via))
     return out
+
+
+def _ingress_next_hop(fabric: Fabric, sample: FlowSample) -> str:
+    """Where the flow's ingress leaf sends it (its spine, in a 2-tier fabric); "" if unreported."""
+    if sample.ingress is None:
+        return ""
+    return fabric.link_at(sample.ingress).peer(sample.ingress.node).node
 
 
 def estimate_demands(elephants: list[Elephant], nic_bps: float, rounds: int = 10) -> dict[FlowKey, float]:
@@ -403,9 +408,9 @@ def _pin_metered(fabric: Fabric, meters: Mapping[FlowKey, Meter], moves: dict[Fl
     was not moved is pinned where the switch already sends it."""
     for key, meter in meters.items():
         sample = flows.get(key)
-        if key in moves or sample is None or sample.ingress is None or not fabric.vias(meter.src, meter.dst):
+        if key in moves or sample is None:
             continue
-        via = fabric.link_at(sample.ingress).peer(sample.ingress.node).node
+        via = _ingress_next_hop(fabric, sample)
         if via in fabric.vias(meter.src, meter.dst):
             moves[key] = Move(key, meter.src, meter.dst, via, now, now)
 
