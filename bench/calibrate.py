@@ -22,9 +22,9 @@ from pathlib import Path
 
 from bench import write_result
 from controller.fabric import DEFAULT_SPEC, NicId, build_fabric, load_spec
-from emulation.net import EmulatedFabric
-from emulation.probes import run_elephants, steer_by_source_port
-from emulation.scenario import permutation_pairs
+from emulation.net.fabric import EmulatedFabric
+from emulation.traffic.probes import run_elephants, steer_by_source_port
+from emulation.scenarios.spec import permutation_pairs
 
 FIDELITY_TARGET = 0.95
 

@@ -37,7 +37,7 @@ from controller.te.load import add_job, max_utilization
 from controller.te.paths import assign_hashed
 from controller.te.patterns import pattern_flows
 from controller.te.placement import FabricState, NoCapacity, available_servers, place
-from emulation.controller_process import ControllerProcess, Ports
+from emulation.processes.controller_process import ControllerProcess, Ports
 
 SPEC = SPECS_DIR / "large.yaml"
 SIZES = (8, 16, 64, 128, 256, 512, 1024)

@@ -13,10 +13,10 @@ import statistics
 
 from bench import write_result
 from controller.fabric import load_fabric
-from emulation import ovs
-from emulation.report import build_report, table
-from emulation.runner import run_scenario
-from emulation.scenario import load_scenario
+from emulation.net import ovs
+from emulation.scenarios.report import build_report, table
+from emulation.scenarios.runner import run_scenario
+from emulation.scenarios.spec import load_scenario
 
 
 def main() -> None:

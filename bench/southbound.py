@@ -29,11 +29,11 @@ from pathlib import Path
 from bench import write_result
 from controller.fabric import NicId, load_fabric
 from controller.fabric import addressing as ad
-from controller.intent import FlowMatch, FlowPin, pin_to_doc
+from controller.intent.model import FlowMatch, FlowPin, pin_to_doc
 from controller.southbound.overlay import pin_entries
-from controller.store import Change, SqliteIntentStore
-from emulation import ovs
-from emulation.controller_process import ControllerProcess, Ports, total
+from controller.intent.store import Change, SqliteIntentStore
+from emulation.net import ovs
+from emulation.processes.controller_process import ControllerProcess, Ports, total
 
 LEAF = "ryl0r0"
 BRIDGE = "rybench0"

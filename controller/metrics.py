@@ -15,12 +15,13 @@ from prometheus_client import (
     start_http_server,
 )
 
+from controller.te.engine import DecisionKind
+
 # `_created` series double the exposition and no dashboard or alert reads them.
 disable_created_metrics()
 
 FLOW_MOD_KINDS = ("add", "delete")
-RECONCILE_TRIGGERS = ("connect", "intent", "te", "periodic")
-TE_DECISIONS = ("collision", "reroute", "incast", "expire", "link-down")
+TE_DECISIONS = tuple(DecisionKind)
 RESULTS = ("ok", "failed")
 KNOWN_ERRORS = (
     ("southbound", "dump_failed"), ("southbound", "openflow_error"), ("southbound", "handler_exception"),
@@ -98,6 +99,9 @@ class Metrics:
             self.te_decisions.labels(kind)
         self.errors = Counter(
             "railyard_errors", "Errors by component and reason", ["component", "reason"], registry=r)
+        self.switch_errors = Counter(
+            "railyard_switch_errors", "Failed OpenFlow exchanges with a switch by kind (timeout, disconnected, "
+            "refused, unexpected_reply)", ["switch", "reason"], registry=r)
 
         for switch in switches:
             self.switch_up.labels(switch).set(0)
@@ -111,10 +115,6 @@ class Metrics:
             self.errors.labels(component, reason)
         for result in ("accepted", "dropped", "rejected"):
             self.telemetry_records.labels(result)
-        for trigger in RECONCILE_TRIGGERS:
-            self.reconcile_duration.labels(trigger)
-            for result in RESULTS:
-                self.reconcile_runs.labels(trigger, result)
 
     def watch_links(self, fabric, ports) -> None:
         """Exports the live link view at scrape time: `ports()` returns fresh

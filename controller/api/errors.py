@@ -11,7 +11,7 @@ import grpc
 
 from controller.errors import AlreadyExists, Conflict, FieldError, NotFound
 from controller.te.placement import NoCapacity
-from controller.telemetry import Overloaded
+from controller.telemetry.ingest import Overloaded
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from controller.api.gen.railyard.v1 import fabric_pb2_grpc as pb_grpc
 from controller.api.paging import page
 from controller.fabric import Endpoint
 from controller.fabric import addressing as ad
-from controller.intent import FlowMatch, FlowPin, IntentError, parse_nic
-from controller.service import IntentService
+from controller.intent.model import FlowMatch, FlowPin, IntentError, parse_nic
+from controller.intent.service import IntentService
 from controller.te.load import jobs_load, link_name
 from controller.te.placement import FabricState, free_gpus_by_pod
 from controller.te.view import PortSample

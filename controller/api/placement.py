@@ -13,14 +13,14 @@ from controller.api.gen.railyard.v1 import placement_pb2_grpc as pb_grpc
 from controller.api.paging import page
 from controller.fabric import Fabric
 from controller.fabric import addressing as ad
-from controller.service import IntentService, JobEvent
+from controller.intent.service import IntentService, JobEvent, JobEventKind
 from controller.te.jobs import Job, JobError, JobRequest, Pattern
 
 PATTERNS = {pb.COLLECTIVE_PATTERN_RING: Pattern.RING, pb.COLLECTIVE_PATTERN_TREE: Pattern.TREE,
             pb.COLLECTIVE_PATTERN_ALL_TO_ALL: Pattern.ALL_TO_ALL}
 PATTERN_ENUMS = {v: k for k, v in PATTERNS.items()}
-EVENT_KINDS = {"placed": pb.JobEvent.KIND_PLACED, "moved": pb.JobEvent.KIND_PATHS_MOVED,
-               "released": pb.JobEvent.KIND_RELEASED}
+EVENT_KINDS = {JobEventKind.PLACED: pb.JobEvent.KIND_PLACED, JobEventKind.MOVED: pb.JobEvent.KIND_PATHS_MOVED,
+               JobEventKind.RELEASED: pb.JobEvent.KIND_RELEASED}
 MAX_WATCHERS = 4  # each watch holds a server thread
 WATCH_QUEUE = 1024
 

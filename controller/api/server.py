@@ -16,8 +16,8 @@ from controller.api.placement import MAX_WATCHERS, PlacementServicer
 from controller.api.telemetry import TelemetryServicer
 from controller.errors import FieldError
 from controller.metrics import Metrics
-from controller.service import IntentService
-from controller.telemetry import TelemetryIngest
+from controller.intent.service import IntentService
+from controller.telemetry.ingest import TelemetryIngest
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_CONCURRENT_RPCS = 64

@@ -8,7 +8,7 @@ from controller.api.gen.railyard.v1 import telemetry_pb2 as pb
 from controller.api.gen.railyard.v1 import telemetry_pb2_grpc as pb_grpc
 from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
-from controller.telemetry import Batch, TelemetryIngest
+from controller.telemetry.ingest import Batch, TelemetryIngest
 from controller.te.view import FlowSample, PathSample, PortSample
 
 MAX_RECORDS_PER_BATCH = 10_000

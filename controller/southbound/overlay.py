@@ -18,7 +18,7 @@ from typing import Iterable
 
 from controller.fabric import Fabric, Tier
 from controller.fabric import addressing as ad
-from controller.intent import FlowMatch, FlowPin, Intent, directions
+from controller.intent.model import FlowMatch, FlowPin, Intent, directions
 from controller.te.engine import Meter as TeMeter
 from controller.te.engine import Move as TeMove
 from controller.te.jobs import Job

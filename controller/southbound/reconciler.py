@@ -16,27 +16,38 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
+from enum import StrEnum
 
 from controller.fabric import Fabric
-from controller.metrics import Metrics
-from controller.service import IntentService
+from controller.metrics import RESULTS, Metrics
+from controller.intent.service import IntentService
 from controller.southbound import ofcodec
 from controller.southbound.overlay import JobEntryMemo, OverlayMeter, desired_meters, desired_overlay
 from controller.southbound.reconcile import (
     MeterDelta, SwitchDelta, diff_meters, diff_table, order_for_adds, order_for_deletes,
 )
-from controller.southbound.switches import CallTable, SwitchError, SwitchSession
+from controller.southbound.switches import SWITCH_ERROR_REASONS, CallTable, SwitchError, SwitchSession
 
 log = logging.getLogger(__name__)
 
 
+class ReconcileTrigger(StrEnum):
+    """Why a pass runs; in order of precedence when one pass serves several
+    (see `_coalesce`). The value is the metric label."""
+
+    CONNECT = "connect"  # a switch (re)connected
+    INTENT = "intent"  # intent changed (pins, jobs, drains)
+    TE = "te"  # adaptive TE moved elephants or meters
+    PERIODIC = "periodic"  # the --reconcile-interval timer: repairs drift
+
+
 @dataclass(frozen=True)
 class Trigger:
-    reason: str  # "connect" | "intent" | "periodic"
+    reason: ReconcileTrigger | None  # None: stop the worker
     switch: str | None = None  # None: every connected switch
 
 
-_STOP = Trigger("stop")
+_STOP = Trigger(None)
 
 
 class Reconciler:
@@ -59,7 +70,14 @@ class Reconciler:
         self._synced: set[str] = set()  # switches reconciled since they (re)connected
         self._job_entries: JobEntryMemo = {}  # only the reconciler thread touches it
         self.te = None  # the TE runner, when adaptive TE is on (set by the daemon)
-        intent.subscribe(lambda _intent, _events: self._triggers.put(Trigger("intent")))
+        for name in fabric.switches:
+            for kind in SWITCH_ERROR_REASONS:
+                metrics.switch_errors.labels(name, kind)
+        for trigger in ReconcileTrigger:
+            metrics.reconcile_duration.labels(trigger)
+            for result in RESULTS:
+                metrics.reconcile_runs.labels(trigger, result)
+        intent.subscribe(lambda _intent, _events: self._triggers.put(Trigger(ReconcileTrigger.INTENT)))
 
     # --- called from the os-ken app thread -----------------------------------
     def switch_connected(self, datapath) -> None:
@@ -78,7 +96,7 @@ class Reconciler:
             # die; whoever waits on the old one would wait for nothing.
             self.calls.fail_switch(datapath.id)
         log.info("switch %s connected (dpid %016x)", name, datapath.id)
-        self._triggers.put(Trigger("connect", name))
+        self._triggers.put(Trigger(ReconcileTrigger.CONNECT, name))
 
     def switch_disconnected(self, datapath) -> None:
         name = self._by_dpid.get(datapath.id)
@@ -106,7 +124,7 @@ class Reconciler:
         self._thread = threading.Thread(target=self._run, name="reconciler", daemon=True)
         self._thread.start()
 
-    def request(self, reason: str) -> None:
+    def request(self, reason: ReconcileTrigger) -> None:
         """Asks for a whole-fabric pass (e.g. TE moved elephants)."""
         self._triggers.put(Trigger(reason))
 
@@ -121,11 +139,11 @@ class Reconciler:
             try:
                 first = self._triggers.get(timeout=max(0.0, next_periodic - time.monotonic()))
             except queue.Empty:
-                first = Trigger("periodic")
+                first = Trigger(ReconcileTrigger.PERIODIC)
             batch = [first] + self._drain()
             if _STOP in batch:
                 return
-            if any(t.reason == "periodic" for t in batch):
+            if any(t.reason is ReconcileTrigger.PERIODIC for t in batch):
                 next_periodic = time.monotonic() + self.interval_s
             reason, scope = self._coalesce(batch)
             try:
@@ -143,18 +161,18 @@ class Reconciler:
                 return items
 
     @staticmethod
-    def _coalesce(batch: list[Trigger]) -> tuple[str, set[str] | None]:
+    def _coalesce(batch: list[Trigger]) -> tuple[ReconcileTrigger, set[str] | None]:
         """Many triggers, one pass: the whole fabric if any trigger wants it.
         The pass is reported under the most specific reason it served (a
         connect, then an intent change, then the timer), so a switch's
         connect reconcile is counted even when a periodic pass carried it."""
         reasons = {t.reason for t in batch}
-        reason = next(r for r in ("connect", "intent", "te", "periodic") if r in reasons)
+        reason = next(r for r in ReconcileTrigger if r in reasons)
         if any(t.switch is None for t in batch):
             return reason, None
         return reason, {t.switch for t in batch}
 
-    def reconcile(self, reason: str, scope: set[str] | None = None) -> bool:
+    def reconcile(self, reason: ReconcileTrigger, scope: set[str] | None = None) -> bool:
         """One pass over `scope` (None = all connected switches). True if every
         switch in scope ended in sync."""
         started = time.perf_counter()
@@ -172,6 +190,7 @@ class Reconciler:
                 installed.pop(name, None)
                 ok = False
                 log.warning("reconcile: %s", exc)
+                self.metrics.switch_errors.labels(name, exc.reason).inc()
                 self.metrics.errors.labels("southbound", "dump_failed").inc()
                 continue
             self.metrics.entries_installed.labels(name).set(len(installed[name]))
@@ -237,6 +256,7 @@ class Reconciler:
             session.send_confirmed([ofcodec.meter_mod(session.datapath, m, kind) for kind, m in mods], "meter mods")
         except SwitchError as exc:
             log.warning("reconcile: %s", exc)
+            self.metrics.switch_errors.labels(session.name, exc.reason).inc()
             self.metrics.errors.labels("southbound", "meter_mod_failed").inc()
             return False
         for kind, _ in mods:
@@ -251,6 +271,7 @@ class Reconciler:
             session.commit_bundle([build(session.datapath, e) for e in entries])
         except SwitchError as exc:
             log.warning("reconcile: %s", exc)
+            self.metrics.switch_errors.labels(session.name, exc.reason).inc()
             self.metrics.bundles.labels(session.name, "failed").inc()
             return False
         self.metrics.bundles.labels(session.name, "ok").inc()

@@ -22,7 +22,46 @@ from controller.southbound.overlay import EntryKey, OverlayEntry, OverlayMeter, 
 
 
 class SwitchError(Exception):
-    """A switch did not answer, refused a message, or went away."""
+    """A switch did not answer, refused a message, or went away. `reason` is
+    the metric label that tells the kinds apart."""
+
+    reason = "error"
+
+    def __init__(self, switch: str, detail: str) -> None:
+        super().__init__(f"{switch}: {detail}")
+        self.switch = switch
+
+
+class SwitchTimeout(SwitchError):
+    """No reply within the reply timeout: the switch may be overloaded or hung."""
+
+    reason = "timeout"
+
+
+class SwitchDisconnected(SwitchError):
+    """The connection closed before or while we waited."""
+
+    reason = "disconnected"
+
+
+class SwitchRefused(SwitchError):
+    """The switch answered with an OpenFlow error message."""
+
+    reason = "refused"
+
+    def __init__(self, switch: str, what: str, err_type: int, code: int) -> None:
+        super().__init__(switch, f"{what} refused: error type {err_type} code {code}")
+        self.err_type = err_type
+        self.code = code
+
+
+class UnexpectedReply(SwitchError):
+    """A reply of the wrong kind: a protocol bug on one side."""
+
+    reason = "unexpected_reply"
+
+
+SWITCH_ERROR_REASONS = tuple(kind.reason for kind in (SwitchTimeout, SwitchDisconnected, SwitchRefused, UnexpectedReply))
 
 
 @dataclass(eq=False)  # identity semantics: calls are collected in sets
@@ -88,17 +127,17 @@ class SwitchSession:
     def _send(self, msg, xid: int) -> None:
         msg.set_xid(xid)
         if not self.datapath.send_msg(msg):
-            raise SwitchError(f"{self.name}: connection closed")
+            raise SwitchDisconnected(self.name, "connection closed")
 
     def _wait(self, call: Call, what: str):
         try:
             msg = call.replies.get(timeout=self._timeout)
         except queue.Empty:
-            raise SwitchError(f"{self.name}: no reply to {what} within {self._timeout:g} s") from None
+            raise SwitchTimeout(self.name, f"no reply to {what} within {self._timeout:g} s") from None
         if msg is None:
-            raise SwitchError(f"{self.name}: disconnected during {what}")
+            raise SwitchDisconnected(self.name, f"disconnected during {what}")
         if isinstance(msg, parser.OFPErrorMsg):
-            raise SwitchError(f"{self.name}: {what} refused: error type {msg.type} code {msg.code}")
+            raise SwitchRefused(self.name, what, msg.type, msg.code)
         return msg
 
     def _multipart(self, request, what: str) -> list:
@@ -141,7 +180,7 @@ class SwitchSession:
             self._send(parser.OFPBarrierRequest(self.datapath), xids[-1])
             msg = self._wait(call, what)
             if not isinstance(msg, parser.OFPBarrierReply):
-                raise SwitchError(f"{self.name}: unexpected reply to {what}: {type(msg).__name__}")
+                raise UnexpectedReply(self.name, f"unexpected reply to {what}: {type(msg).__name__}")
         finally:
             self._calls.close(self.dpid, call)
 
@@ -170,4 +209,4 @@ class SwitchSession:
     def _expect_ctrl(self, call: Call, reply_type: int, what: str) -> None:
         msg = self._wait(call, what)
         if not isinstance(msg, parser.ONFBundleCtrlMsg) or msg.type != reply_type:
-            raise SwitchError(f"{self.name}: unexpected reply to {what}: {type(msg).__name__}")
+            raise UnexpectedReply(self.name, f"unexpected reply to {what}: {type(msg).__name__}")

@@ -26,8 +26,8 @@ def demo_fabric():
 
 @pytest.fixture(scope="module")
 def emu(demo_fabric):
-    from emulation import ovs
-    from emulation.net import EmulatedFabric
+    from emulation.net import ovs
+    from emulation.net.fabric import EmulatedFabric
 
     ovs.check_running()
     with EmulatedFabric(demo_fabric) as fabric:
@@ -37,9 +37,9 @@ def emu(demo_fabric):
 @pytest.fixture(scope="module")
 def fabric_and_controller(demo_fabric, tmp_path_factory):
     """The demo fabric with the real controller daemon (a child process, fresh store) attached."""
-    from emulation import ovs
-    from emulation.controller_process import ControllerProcess, Ports
-    from emulation.net import EmulatedFabric
+    from emulation.net import ovs
+    from emulation.processes.controller_process import ControllerProcess, Ports
+    from emulation.net.fabric import EmulatedFabric
 
     ovs.check_running()
     tmp = tmp_path_factory.mktemp("controller")

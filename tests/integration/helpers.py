@@ -4,8 +4,8 @@ import re
 import time
 
 from controller.fabric import Endpoint
-from emulation import ovs
-from emulation.observe import counter_delta, port_counters
+from emulation.net import ovs
+from emulation.traffic.counters import counter_delta, port_counters
 
 SPINE_OF_UPLINK = {3: "rys0", 4: "rys1"}  # demo fabric: leaf port S+1+j faces spine j (S = 2 servers)
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from controller.api.gen.railyard.v1 import fabric_pb2 as fpb
 from controller.api.gen.railyard.v1 import placement_pb2 as ppb
 from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
-from emulation.controller_process import total
+from emulation.processes.controller_process import total
 from tests.integration.helpers import clear_intent
 
 ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,

@@ -13,11 +13,11 @@ import pytest
 
 from controller.api.errors import FIELD_METADATA_KEY
 from controller.fabric import NicId
-from emulation import ovs
-from emulation.controller_process import total
-from emulation.observe import ecmp_uplink
-from emulation.traffic import FlowSpec, TrafficRun
-from emulation.underlay import build_underlay
+from emulation.net import ovs
+from emulation.processes.controller_process import total
+from emulation.traffic.counters import ecmp_uplink
+from emulation.traffic.iperf import FlowSpec, TrafficRun
+from emulation.net.underlay import build_underlay
 from tests.integration.helpers import SPINE_OF_UPLINK, railyard_entries, uplink_bytes, window
 
 A, B = NicId(0, 0, 0), NicId(0, 1, 0)  # rail 0, pod 0 -> pod 1: crosses a spine

@@ -6,10 +6,10 @@ import pytest
 
 from controller.fabric import NicId
 from controller.fabric import addressing as ad
-from emulation import netns, ovs
-from emulation.observe import counter_delta, ecmp_uplink, port_counters
-from emulation.probes import rail_pairs, run_elephants, steer_by_source_port, unreachable_pairs
-from emulation.traffic import TrafficRun, make_flows
+from emulation.net import netns, ovs
+from emulation.traffic.counters import counter_delta, ecmp_uplink, port_counters
+from emulation.traffic.probes import rail_pairs, run_elephants, steer_by_source_port, unreachable_pairs
+from emulation.traffic.iperf import TrafficRun, make_flows
 
 
 def test_every_nic_reaches_every_nic_of_its_rail(emu):

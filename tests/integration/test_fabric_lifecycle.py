@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from emulation import netns, ovs
+from emulation.net import netns, ovs
 
 FOREIGN = "foreignbr0"  # deliberately not an "ry" name, as a neighbour's bridge would be
 

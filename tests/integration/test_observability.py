@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from emulation.controller_process import free_port
-from emulation.prometheus_local import LocalPrometheus
-from emulation.runner import scenario_flows
-from emulation.scenario import load_scenario
-from emulation.telemetry_agent import TelemetryAgent
-from emulation.traffic import TrafficRun
+from emulation.processes.controller_process import free_port
+from emulation.processes.prometheus_local import LocalPrometheus
+from emulation.scenarios.runner import scenario_flows
+from emulation.scenarios.spec import load_scenario
+from emulation.agent.telemetry_agent import TelemetryAgent
+from emulation.traffic.iperf import TrafficRun
 
 DASHBOARDS = sorted((Path(__file__).resolve().parents[2] / "grafana" / "dashboards").glob("*.json"))
 

@@ -4,8 +4,8 @@ import pytest
 
 from controller.fabric import build_fabric, load_spec
 from controller.fabric.spec import SPECS_DIR
-from emulation.net import EmulatedFabric
-from emulation.probes import rail_pairs, unreachable_pairs
+from emulation.net.fabric import EmulatedFabric
+from emulation.traffic.probes import rail_pairs, unreachable_pairs
 
 
 @pytest.mark.parametrize("spec", ["fat-tree-k4.yaml", "rail-only.yaml"])

@@ -9,8 +9,8 @@ import pytest
 
 from controller.api.gen.railyard.v1 import placement_pb2 as ppb
 from controller.fabric import addressing as ad
-from emulation.controller_process import total
-from emulation.traffic import FlowSpec, TrafficRun
+from emulation.processes.controller_process import total
+from emulation.traffic.iperf import FlowSpec, TrafficRun
 from tests.integration.helpers import SPINE_OF_UPLINK, railyard_entries, uplink_bytes, window
 
 UPLINK_OF_SPINE = {spine: port for port, spine in SPINE_OF_UPLINK.items()}

@@ -2,9 +2,9 @@
 real daemon and telemetry agent, judged against the max-min optimum."""
 
 from controller.fabric import load_fabric
-from emulation.report import build_report
-from emulation.runner import run_scenario
-from emulation.scenario import load_scenario
+from emulation.scenarios.report import build_report
+from emulation.scenarios.runner import run_scenario
+from emulation.scenarios.spec import load_scenario
 
 
 def test_elephant_collision_is_fixed_by_te():

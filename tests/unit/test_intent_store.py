@@ -7,10 +7,10 @@ import pytest
 from controller.api import codegen
 from controller.errors import Conflict, NotFound
 from controller.fabric import NicId, load_fabric
-from controller.intent import FlowMatch, FlowPin, IntentError
+from controller.intent.model import FlowMatch, FlowPin, IntentError
 from controller.metrics import Metrics
-from controller.service import IntentService
-from controller.store import Change, SqliteIntentStore, StoreError
+from controller.intent.service import IntentService
+from controller.intent.store import Change, SqliteIntentStore, StoreError
 
 FABRIC = load_fabric()
 A, B, C = NicId(0, 0, 0), NicId(0, 1, 0), NicId(0, 1, 1)
@@ -76,7 +76,7 @@ def test_generated_protobuf_code_is_not_stale(tmp_path):
 
 
 def test_stored_pins_the_fabric_cannot_honour_are_skipped_not_lost(tmp_path):
-    from controller.intent import pin_to_doc
+    from controller.intent.model import pin_to_doc
 
     store = SqliteIntentStore(tmp_path / "i.db")
     good = FlowPin("good", FlowMatch(A, B), "rys0")

@@ -3,7 +3,7 @@
 import pytest
 
 from controller.fabric import NicId, load_fabric
-from emulation.optimum import ModelFlow, max_min_rates, optimum
+from emulation.model.optimum import ModelFlow, max_min_rates, optimum
 
 FABRIC = load_fabric()  # 50 Mb/s emulated NICs, 2 spines, uplinks 50 Mb/s
 

@@ -6,7 +6,7 @@ import pytest
 
 from controller.errors import Conflict, NotFound
 from controller.fabric import DEFAULT_SPEC, NicId, build_fabric, load_spec, parse_spec
-from controller.intent import FlowMatch, FlowPin, Intent, IntentError, spines_between, validate_pin
+from controller.intent.model import FlowMatch, FlowPin, Intent, IntentError, spines_between, validate_pin
 from controller.southbound.overlay import (
     COOKIE_PREFIX_MASK, PRIORITY_PIN_FLOW, PRIORITY_PIN_PAIR, desired_overlay, is_railyard_cookie, owner_cookie,
 )

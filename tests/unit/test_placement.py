@@ -6,9 +6,9 @@ from hypothesis import strategies as st
 
 from controller.errors import Conflict
 from controller.fabric import NicId, build_fabric, parse_spec
-from controller.intent import Intent
+from controller.intent.model import Intent
 from controller.southbound.overlay import desired_overlay
-from controller.te.drains import rerouted_jobs
+from controller.intent.drains import rerouted_jobs
 from controller.te.jobs import Drains, JobError, JobFlow, JobRequest, Pattern
 from controller.te.load import jobs_load, max_utilization
 from controller.te.paths import assign_hashed

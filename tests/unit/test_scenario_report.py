@@ -3,8 +3,8 @@
 import pytest
 
 from controller.fabric import NicId, load_fabric
-from emulation.scenario import ScenarioError, available, incast_pairs, load_scenario, permutation_pairs
-from emulation.report import jain, longest_zero_run_s, percentile
+from emulation.scenarios.spec import ScenarioError, available, incast_pairs, load_scenario, permutation_pairs
+from emulation.scenarios.report import jain, longest_zero_run_s, percentile
 
 FABRIC = load_fabric()
 

@@ -1,6 +1,6 @@
 """Reading flow records out of the userspace datapath's flow dump (lines as OVS 3.1 prints them)."""
 
-from emulation.telemetry_agent import FlowCounters, parse_dp_flow
+from emulation.agent.telemetry_agent import FlowCounters, parse_dp_flow
 
 PORTS = {12: "ryl0r0-eth1", 13: "ryl1r0-eth1", 19: "ryl0r0-eth3", 11: "ryl1r0-eth2", 23: "rys0-eth2", 22: "rys0-eth4"}
 

@@ -8,7 +8,7 @@ import pytest
 
 from controller.fabric import NicId, build_fabric, parse_spec
 from controller.fabric import addressing as ad
-from emulation.underlay import HASH_FIELDS, build_underlay
+from emulation.net.underlay import HASH_FIELDS, build_underlay
 
 
 def spec(kind_lines: str):

@@ -8,9 +8,9 @@ import statistics
 from pathlib import Path
 
 from controller.fabric import Endpoint, Fabric
-from emulation.optimum import Optimum
-from emulation.runner import ModeRun, scenario_optimum
-from emulation.scenario import Scenario
+from emulation.model.optimum import Optimum
+from emulation.scenarios.runner import ModeRun, scenario_optimum
+from emulation.scenarios.spec import Scenario
 
 
 def jain(values: list[float]) -> float:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-DEPLOY = Path(__file__).resolve().parents[1] / "deploy" / "prometheus"
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 
 
 class LocalPrometheus:

@@ -16,7 +16,7 @@ import networkx as nx
 from controller.errors import Conflict, FieldError, NotFound
 from controller.fabric import Endpoint, Fabric, Tier
 from controller.fabric import addressing as ad
-from controller.intent import Intent, directions
+from controller.intent.model import Intent, directions
 from controller.te.jobs import Drains, Job
 from controller.te.load import drained, flow_path, jobs_load, link_name
 from controller.te.paths import NoPath, assign_greedy

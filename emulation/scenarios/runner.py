@@ -20,13 +20,13 @@ from controller.metrics import TE_DECISIONS
 from controller.southbound.overlay import is_railyard_meter
 from controller.te.jobs import JobRequest, Pattern
 from controller.te.placement import FabricState, place
-from emulation import netns, ovs
-from emulation.controller_process import ControllerProcess, Ports, total
-from emulation.net import EmulatedFabric
-from emulation.optimum import ModelFlow, Optimum, optimum
-from emulation.scenario import Scenario, incast_pairs, permutation_pairs
-from emulation.telemetry_agent import FabricSampler, TelemetryAgent, read_queues
-from emulation.traffic import FlowResult, FlowSpec, TrafficRun, make_flows
+from emulation.net import netns, ovs
+from emulation.processes.controller_process import ControllerProcess, Ports, total
+from emulation.net.fabric import EmulatedFabric
+from emulation.model.optimum import ModelFlow, Optimum, optimum
+from emulation.scenarios.spec import Scenario, incast_pairs, permutation_pairs
+from emulation.agent.telemetry_agent import FabricSampler, TelemetryAgent, read_queues
+from emulation.traffic.iperf import FlowResult, FlowSpec, TrafficRun, make_flows
 
 log = logging.getLogger(__name__)
 

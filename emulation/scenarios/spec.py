@@ -17,7 +17,7 @@ from controller.errors import FieldError
 from controller.fabric import Fabric, NicId
 from controller.fabric.spec import SPECS_DIR
 
-SCENARIOS_DIR = Path(__file__).parent / "scenarios"
+SCENARIOS_DIR = Path(__file__).parent
 PATTERNS = ("permutation", "incast", "job")
 PROTOCOLS = ("tcp", "udp")
 

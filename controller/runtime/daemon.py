@@ -31,11 +31,11 @@ from controller.api.server import ApiServer  # noqa: E402
 from controller.errors import FieldError  # noqa: E402
 from controller.fabric import Fabric  # noqa: E402
 from controller.metrics import Metrics  # noqa: E402
-from controller.service import IntentService  # noqa: E402
-from controller.southbound.reconciler import Reconciler  # noqa: E402
-from controller.store import SqliteIntentStore  # noqa: E402
-from controller.telemetry import TelemetryIngest  # noqa: E402
-from controller.te_runner import TeRunner  # noqa: E402
+from controller.intent.service import IntentService  # noqa: E402
+from controller.southbound.reconciler import ReconcileTrigger, Reconciler  # noqa: E402
+from controller.intent.store import SqliteIntentStore  # noqa: E402
+from controller.telemetry.ingest import TelemetryIngest  # noqa: E402
+from controller.runtime.te_runner import TeRunner  # noqa: E402
 
 log = logging.getLogger("railyard")
 
@@ -95,7 +95,7 @@ class Daemon:
                                      config.reply_timeout_s)
         self.te = TeRunner(fabric, self.ingest, self.intent, self.metrics, enabled=config.te_enabled)
         self.reconciler.te = self.te
-        self.te.on_change(lambda: self.reconciler.request("te"))
+        self.te.on_change(lambda: self.reconciler.request(ReconcileTrigger.TE))
         self.api = ApiServer(self.intent, self.ingest, self.metrics, self.reconciler.connected, str(config.grpc))
         self._stop = threading.Event()
         self._apps: app_manager.AppManager | None = None

@@ -13,14 +13,15 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, replace
+from enum import StrEnum
 from typing import Callable, Mapping
 
 from controller.errors import AlreadyExists, FieldError, NotFound
 from controller.fabric import Endpoint, Fabric
-from controller.intent import FlowPin, Intent, pin_from_doc, pin_to_doc, validate_pin
+from controller.intent.model import FlowPin, Intent, pin_from_doc, pin_to_doc, validate_pin
 from controller.metrics import Metrics
-from controller.store import Change, IntentStore
-from controller.te.drains import rerouted_jobs, resolve_link, resolve_switch
+from controller.intent.store import Change, IntentStore
+from controller.intent.drains import rerouted_jobs, resolve_link, resolve_switch
 from controller.te.jobs import Drains, Job, JobRequest, job_from_doc, job_to_doc
 from controller.te.load import add_job, jobs_load, max_utilization
 from controller.te.placement import FabricState, Usage, place
@@ -60,9 +61,15 @@ def intent_from_store(fabric: Fabric, store: IntentStore, metrics: Metrics) -> I
     return Intent(pins=pins, jobs=jobs, drains=drains, revision=snapshot.revision)
 
 
+class JobEventKind(StrEnum):
+    PLACED = "placed"
+    MOVED = "moved"  # its paths moved (a drain)
+    RELEASED = "released"
+
+
 @dataclass(frozen=True)
 class JobEvent:
-    kind: str  # "placed" | "moved" | "released"
+    kind: JobEventKind
     job: Job
     revision: int
 
@@ -141,7 +148,7 @@ class IntentService:
         log.info("job %s placed: %d GPUs in pods %s, %d cross-leaf flows, predicted max utilization %.3f",
                  job.job_id, len(job.gpus), list(job.pods), sum(1 for f in job.flows if f.via),
                  job.predicted_max_utilization)
-        self._changed(new, [JobEvent("placed", job, new.revision)])
+        self._changed(new, [JobEvent(JobEventKind.PLACED, job, new.revision)])
         return job, True
 
     def get_job(self, job_id: str) -> Job:
@@ -159,7 +166,7 @@ class IntentService:
             self._usage.remove(current.jobs[job_id])
         job = current.jobs[job_id]
         log.info("job %s released (revision %d)", job_id, new.revision)
-        self._changed(new, [JobEvent("released", job, new.revision)])
+        self._changed(new, [JobEvent(JobEventKind.RELEASED, job, new.revision)])
         return job
 
     # --- drains -------------------------------------------------------------
@@ -188,7 +195,7 @@ class IntentService:
             self._jobs_bps = jobs_load(self.fabric, new.jobs.values())
         log.info("%s %s %s; %d job(s) rerouted (revision %d)", "drained" if drained else "undrained", kind,
                  canonical, len(moved), new.revision)
-        self._changed(new, [JobEvent("moved", job, new.revision) for job in moved.values()])
+        self._changed(new, [JobEvent(JobEventKind.MOVED, job, new.revision) for job in moved.values()])
         return canonical, list(moved.values())
 
     # --- plumbing -----------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import signal
 import threading
@@ -10,9 +11,9 @@ from pathlib import Path
 
 from controller.fabric import Tier, load_fabric
 from controller.fabric import addressing as ad
-from emulation import ovs
-from emulation.cleanup import teardown, teardown_from_state
-from emulation.net import STATE_DIR, EmulatedFabric
+from emulation.net import ovs
+from emulation.net.cleanup import teardown, teardown_from_state
+from emulation.net.fabric import STATE_DIR, EmulatedFabric
 
 
 def fabric_show(args) -> int:
@@ -83,10 +84,15 @@ def main_fabric(args) -> int:
     return {"show": fabric_show, "up": fabric_up, "down": fabric_down, "status": fabric_status}[args.fabric_cmd](args)
 
 
+def demo(args) -> int:
+    args.scenario_cmd, args.name = "run", "elephant"
+    return scenario(args)
+
+
 def scenario(args) -> int:
-    from emulation.report import build_report, table, write
-    from emulation.runner import run_scenario
-    from emulation.scenario import available, load_scenario
+    from emulation.scenarios.report import build_report, table, write
+    from emulation.scenarios.runner import run_scenario
+    from emulation.scenarios.spec import available, load_scenario
 
     if args.scenario_cmd == "list":
         for name in available():
@@ -112,7 +118,7 @@ def scenario(args) -> int:
 
 
 def observe(args) -> int:
-    from emulation.prometheus_local import LocalPrometheus
+    from emulation.processes.prometheus_local import LocalPrometheus
 
     data = Path(args.data)
     data.mkdir(parents=True, exist_ok=True)
@@ -128,3 +134,43 @@ def observe(args) -> int:
     finally:
         prometheus.stop()
     return 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """The `railyard.commands` entry point: fabric, demo, scenario, observe."""
+    fabric = sub.add_parser("fabric", help="the emulated fabric (Mininet + Open vSwitch)")
+    fabric.set_defaults(run=main_fabric)
+    fsub = fabric.add_subparsers(dest="fabric_cmd", required=True)
+    show = fsub.add_parser("show", help="print the fabric model a spec describes")
+    show.add_argument("--spec", help="fabric spec YAML (default: the shipped demo spec)")
+    show.add_argument("--addresses", action="store_true", help="list every NIC's address, MAC and leaf port")
+    up = fsub.add_parser("up", help="build the emulated fabric with its ECMP underlay; runs until Ctrl-C")
+    up.add_argument("--spec", help="fabric spec YAML (default: the shipped demo spec)")
+    up.add_argument("--controller", help="OpenFlow controller target, e.g. tcp:127.0.0.1:6653 (default: from spec)")
+    up.add_argument("--cli", action="store_true", help="open the Mininet CLI instead of waiting for a signal")
+    down = fsub.add_parser("down", help="remove Railyard's bridges, namespaces and processes (only those)")
+    down.add_argument("--name", help="only the fabric with this name")
+    fsub.add_parser("status", help="list running Railyard fabrics and bridges")
+
+    demo_parser = sub.add_parser("demo", help="the elephant scenario: ECMP, then Railyard TE, against the optimum")
+    demo_parser.set_defaults(run=demo)
+    demo_parser.add_argument("--spec", help="fabric spec YAML (default: the shipped demo spec)")
+    demo_parser.add_argument("--seed", type=int, default=3, help="seed for the elephants' source ports (3 collides)")
+    demo_parser.add_argument("--out", default="reports", help="directory for the report")
+
+    scenarios = sub.add_parser("scenario", help="run a traffic scenario twice (ECMP, then Railyard TE) and report")
+    scenarios.set_defaults(run=scenario)
+    ssub = scenarios.add_subparsers(dest="scenario_cmd", required=True)
+    srun = ssub.add_parser("run", help="bring up the fabric, run the scenario on ECMP then with TE, tear down")
+    srun.add_argument("name", help="a shipped scenario (see `railyard scenario list`) or a YAML path")
+    srun.add_argument("--spec", help="fabric spec YAML (default: the shipped demo spec)")
+    srun.add_argument("--seed", type=int, default=1)
+    srun.add_argument("--out", default="reports", help="directory for the JSON report and PNG plots")
+    ssub.add_parser("list", help="the shipped scenarios")
+
+    prometheus = sub.add_parser("observe", help="run a local Prometheus (with Railyard's alert rules) scraping a controller")
+    prometheus.set_defaults(run=observe)
+    prometheus.add_argument("--metrics", default="127.0.0.1:9302", help="the controller's metrics HOST:PORT")
+    prometheus.add_argument("--port", type=int, default=9090, help="Prometheus listen port on 127.0.0.1")
+    prometheus.add_argument("--data", default=".state/prometheus", help="Prometheus data directory")
+

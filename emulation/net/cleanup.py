@@ -21,7 +21,7 @@ from pathlib import Path
 
 from controller.fabric import Fabric
 from controller.fabric import addressing as ad
-from emulation import netns, ovs
+from emulation.net import netns, ovs
 
 LOG = logging.getLogger(__name__)
 _OUR_SHELL = re.compile(r"mininet:(" + ad.NAME_PREFIX + r"[a-z0-9]+)$")

@@ -75,7 +75,7 @@ def _api_parsers(sub):
 
 
 def controller_run(args) -> int:
-    from controller.daemon import DaemonConfig, Listen, run
+    from controller.runtime.daemon import DaemonConfig, Listen, run
 
     config = DaemonConfig(
         store=Path(args.store),

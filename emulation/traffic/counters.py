@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from controller.fabric import Endpoint, Fabric
-from emulation import ovs
-from emulation.ovs import PortStats
-from emulation.traffic import FlowSpec
+from emulation.net import ovs
+from emulation.net.ovs import PortStats
+from emulation.traffic.iperf import FlowSpec
 
 
 def port_counters(fabric: Fabric) -> dict[Endpoint, PortStats]:

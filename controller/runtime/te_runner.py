@@ -18,10 +18,10 @@ from typing import Callable
 
 from controller.fabric import Fabric
 from controller.metrics import Metrics
-from controller.service import IntentService
+from controller.intent.service import IntentService
 from controller.southbound.overlay import OverlayEntry, move_from_entry
-from controller.te.engine import EngineConfig, Meter, Move, TeState, step
-from controller.telemetry import TelemetryIngest
+from controller.te.engine import DecisionKind, EngineConfig, Meter, Move, TeState, step
+from controller.telemetry.ingest import TelemetryIngest
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,7 @@ class TeRunner:
             self._state = state
             if changed:
                 self._generation += 1
-                if any(d.kind == "reroute" for d in decisions):
+                if any(d.kind is DecisionKind.REROUTE for d in decisions):
                     self._pending.append((self._generation, now))
         for decision in decisions:
             self.metrics.te_decisions.labels(decision.kind).inc()

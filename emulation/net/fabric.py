@@ -16,8 +16,8 @@ from pathlib import Path
 
 from controller.fabric import Fabric, NicId
 from controller.fabric import addressing as ad
-from emulation import links, netns, ovs
-from emulation.underlay import build_underlay
+from emulation.net import links, netns, ovs
+from emulation.net.underlay import build_underlay
 
 LOG = logging.getLogger(__name__)
 STATE_DIR = Path(os.environ.get("RAILYARD_STATE_DIR", "/run/railyard"))
@@ -97,7 +97,7 @@ class EmulatedFabric:
         LOG.info("fabric %s up in %.1f s", self.fabric.spec.name, time.monotonic() - started)
 
     def stop(self) -> None:
-        from emulation.cleanup import kill_namespace_processes, teardown
+        from emulation.net.cleanup import kill_namespace_processes, teardown
 
         # Traffic and agents first, so Mininet's own shutdown finds only its shells.
         kill_namespace_processes(self.netns_inodes, spare=set(self.host_pids.values()))

@@ -1,0 +1,1 @@
+"""The `railyard` command: controller and API subcommands here; other packages add theirs through the `railyard.commands` entry point."""

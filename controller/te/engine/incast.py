@@ -1,0 +1,76 @@
+"""Incast: many senders converging on one NIC beyond its capacity, each
+metered at its ingress leaf to a fair share of that NIC. Pure."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Mapping
+
+from controller.fabric import Endpoint, Fabric, NicId
+from controller.te.engine.elephants import ingress_next_hop
+from controller.te.engine.state import EngineConfig, Meter, Move, nic_of
+from controller.te.view import FlowKey, FlowSample, PortSample
+
+
+def incasts(fabric: Fabric, flows: Mapping[FlowKey, FlowSample], ports: Mapping[Endpoint, PortSample],
+             now: float, cfg: EngineConfig) -> dict[NicId, list[tuple[FlowKey, NicId]]]:
+    """Receivers in incast -> their senders' flows (key, source NIC). The
+    offered load is the larger of what the receiver's port sends and what its
+    senders' flows measure at their ingress (before any meter of ours)."""
+    senders: dict[NicId, list[tuple[FlowKey, NicId]]] = defaultdict(list)
+    offered: dict[NicId, float] = defaultdict(float)
+    floor = max(cfg.incast_sender_fraction * fabric.spec.rates.nic_gbps * 1e9, 1.0)
+    for key, sample in sorted(flows.items()):
+        if now - sample.observed_at > cfg.max_age_s or sample.rate_bps < floor:
+            continue
+        src, dst = nic_of(key[0]), nic_of(key[1])
+        if src is not None and dst is not None and src != dst:
+            senders[dst].append((key, src))
+            offered[dst] += sample.rate_bps
+    out = {}
+    for dst, keys in senders.items():
+        if len({src for _, src in keys}) < cfg.incast_fan_in:
+            continue
+        try:
+            egress = fabric.attachment(dst)
+        except KeyError:
+            continue
+        port = ports.get(egress)
+        load = max(offered[dst], port.tx_bps if port else 0.0)
+        if load >= cfg.incast_utilization * fabric.link_at(egress).capacity_bps:
+            out[dst] = keys
+    return out
+
+
+def meter_incasts(fabric: Fabric, old: Mapping[FlowKey, Meter], incasts: Mapping[NicId, list[tuple[FlowKey, NicId]]],
+                   now: float, cfg: EngineConfig) -> dict[FlowKey, Meter]:
+    """Every sender's flow into a receiver in incast metered to its share of the
+    receiver's NIC. A share that barely changed keeps the old rate (no meter
+    churn on noise); a meter whose receiver left incast stays for
+    `expire_after_s`, so an incast that flickers does not flap its meters."""
+    meters = {}
+    for dst, keys in incasts.items():
+        share = cfg.incast_headroom * fabric.access_link(dst).capacity_bps / len(keys)
+        for key, src in keys:
+            before = old.get(key)
+            rate = before.rate_bps if before and abs(before.rate_bps - share) <= cfg.meter_rate_tolerance * share \
+                else share
+            meters[key] = Meter(key, src, dst, rate, now)
+    for key, meter in old.items():
+        if key not in meters and now - meter.last_incast <= cfg.expire_after_s:
+            meters[key] = meter
+    return meters
+
+
+def pin_metered(fabric: Fabric, meters: Mapping[FlowKey, Meter], moves: dict[FlowKey, Move],
+                 flows: Mapping[FlowKey, FlowSample], now: float) -> None:
+    """A meter rides on an entry at the flow's ingress leaf, and an entry there
+    must also say where the flow goes: a metered flow that crosses spines and
+    was not moved is pinned where the switch already sends it."""
+    for key, meter in meters.items():
+        sample = flows.get(key)
+        if key in moves or sample is None:
+            continue
+        via = ingress_next_hop(fabric, sample)
+        if via in fabric.vias(meter.src, meter.dst):
+            moves[key] = Move(key, meter.src, meter.dst, via, now, now)

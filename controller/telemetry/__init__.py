@@ -1,0 +1,1 @@
+"""Telemetry ingest: validated samples from agents, through a bounded queue, into the live link view."""
