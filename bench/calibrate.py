@@ -23,8 +23,8 @@ from pathlib import Path
 from bench import write_result
 from controller.fabric import DEFAULT_SPEC, NicId, build_fabric, load_spec
 from emulation.net.fabric import EmulatedFabric
-from emulation.traffic.probes import run_elephants, steer_by_source_port
 from emulation.scenarios.spec import permutation_pairs
+from emulation.traffic.probes import run_elephants, steer_by_source_port
 
 FIDELITY_TARGET = 0.95
 
@@ -59,17 +59,19 @@ def measure(spec, rate_mbps: float, flow_counts: list[int], duration: float) -> 
                 run = run_elephants(emu, flows, duration)
                 cpu = (vswitchd_cpu_seconds() - cpu_before) / (time.monotonic() - t_before)
                 ideal = n * rate_mbps * 1e6
-                rows.append({
-                    "rate_mbps": rate_mbps,
-                    "hops": hops,
-                    "flows": n,
-                    "aggregate_mbps": round(run.aggregate_bps / 1e6, 2),
-                    "ideal_mbps": n * rate_mbps,
-                    "fidelity": round(run.aggregate_bps / ideal, 4),
-                    "min_flow_fraction": round(min(r.goodput_bps for r in run.results) / (rate_mbps * 1e6), 4),
-                    "offered_packet_hops_per_s": round(ideal / (8 * mtu) * hops),
-                    "vswitchd_cpu_ratio": round(cpu, 3),
-                })
+                rows.append(
+                    {
+                        "rate_mbps": rate_mbps,
+                        "hops": hops,
+                        "flows": n,
+                        "aggregate_mbps": round(run.aggregate_bps / 1e6, 2),
+                        "ideal_mbps": n * rate_mbps,
+                        "fidelity": round(run.aggregate_bps / ideal, 4),
+                        "min_flow_fraction": round(min(r.goodput_bps for r in run.results) / (rate_mbps * 1e6), 4),
+                        "offered_packet_hops_per_s": round(ideal / (8 * mtu) * hops),
+                        "vswitchd_cpu_ratio": round(cpu, 3),
+                    }
+                )
                 print(json.dumps(rows[-1]), flush=True)
     return rows
 

@@ -68,16 +68,23 @@ def naive(fabric, state: FabricState, request: JobRequest, tier) -> tuple[float,
     if len(servers) < request.gpu_count // k:
         return None
     base = state.base_load(fabric)
-    _, layer = assign_hashed(fabric, Drains(), base, pattern_flows(request.pattern, servers, k,
-                                                                   request.flow_gbps * 1e9))
+    _, layer = assign_hashed(
+        fabric, Drains(), base, pattern_flows(request.pattern, servers, k, request.flow_gbps * 1e9)
+    )
     return max(max_utilization(fabric, base), layer.touched_peak()), tier_peak(fabric, layer, tier)
 
 
 def percentiles(samples: list[float]) -> dict:
     ordered = sorted(samples)
-    at = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
-    return {"n": len(ordered), "p50_ms": at(0.50) * 1e3, "p90_ms": at(0.90) * 1e3, "p99_ms": at(0.99) * 1e3,
-            "max_ms": ordered[-1] * 1e3, "mean_ms": statistics.fmean(ordered) * 1e3}
+    at = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return {
+        "n": len(ordered),
+        "p50_ms": at(0.50) * 1e3,
+        "p90_ms": at(0.90) * 1e3,
+        "p99_ms": at(0.99) * 1e3,
+        "max_ms": ordered[-1] * 1e3,
+        "mean_ms": statistics.fmean(ordered) * 1e3,
+    }
 
 
 def run_core(fabric, stream: list[JobRequest], seed: int) -> dict:
@@ -112,18 +119,25 @@ def run_core(fabric, stream: list[JobRequest], seed: int) -> dict:
         "place": percentiles(ours),
         "naive_first_fit": percentiles(baseline),
         "p99_vs_naive_ratio": percentiles(ours)["p99_ms"] / percentiles(baseline)["p99_ms"],
-        "predicted_peak_vs_naive": {"mean": statistics.fmean(quality), "max": max(quality), "min": min(quality),
-                                    "n": len(quality)},
+        "predicted_peak_vs_naive": {
+            "mean": statistics.fmean(quality),
+            "max": max(quality),
+            "min": min(quality),
+            "n": len(quality),
+        },
         # Fabric-wide peaks are set by NIC links (a NIC's own flows), the same for
         # any placement; the spine tier is where placement choices show.
         "spine_tier_peak": {
             "ours_mean": statistics.fmean(o for o, _ in spine_quality),
             "naive_mean": statistics.fmean(n for _, n in spine_quality),
-            "ours_max": max(o for o, _ in spine_quality), "naive_max": max(n for _, n in spine_quality),
+            "ours_max": max(o for o, _ in spine_quality),
+            "naive_max": max(n for _, n in spine_quality),
             "requests_where_ours_lower": sum(1 for o, n in spine_quality if o < n - 1e-9),
             "requests_where_ours_higher": sum(1 for o, n in spine_quality if o > n + 1e-9),
         },
-        "refused": refusals, "released": releases, "jobs_at_end": len(jobs),
+        "refused": refusals,
+        "released": releases,
+        "jobs_at_end": len(jobs),
         "gpus_at_end": sum(len(j.gpus) for j in jobs.values()),
     }
 
@@ -176,9 +190,16 @@ def main() -> None:
     warm_s = time.perf_counter() - started
     assert fabric.gpu_count == 16384 and NicId(7, 15, 127) in fabric.nics
     stream = requests(args.requests, args.seed)
-    result = {"benchmark": "placement", "host": platform.node(), "spec": SPEC.name, "gpus": fabric.gpu_count,
-              "requests": args.requests, "seed": args.seed, "warm_seconds": warm_s,
-              "core": run_core(fabric, stream, args.seed)}
+    result = {
+        "benchmark": "placement",
+        "host": platform.node(),
+        "spec": SPEC.name,
+        "gpus": fabric.gpu_count,
+        "requests": args.requests,
+        "seed": args.seed,
+        "warm_seconds": warm_s,
+        "core": run_core(fabric, stream, args.seed),
+    }
     print(json.dumps(result["core"], indent=2), flush=True)
     if not args.skip_api:
         with tempfile.TemporaryDirectory(prefix="railyard-bench-") as tmp:

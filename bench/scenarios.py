@@ -1,7 +1,7 @@
 """Scenario benchmark: a scenario over several seeds, ECMP and TE side by side.
 
-    make bench-scenarios  ->  bench/results/scenarios.json
-    (python -m bench.scenarios --scenario elephant --seeds 1 2 3 4 5)
+make bench-scenarios  ->  bench/results/scenarios.json
+(python -m bench.scenarios --scenario elephant --seeds 1 2 3 4 5)
 """
 
 from __future__ import annotations
@@ -48,21 +48,27 @@ def main() -> None:
                 "te_fraction_of_optimum": [m["fraction_of_optimum"] for m in te],
                 "ecmp_fraction_of_optimum": [m["fraction_of_optimum"] for m in ecmp],
                 "te_aggregate_over_seeds": sum(m["aggregate_mbps"] for m in te) / sum(m["optimum_mbps"] for m in te),
-                "ecmp_aggregate_over_seeds": sum(m["aggregate_mbps"] for m in ecmp) / sum(m["optimum_mbps"] for m in ecmp),
+                "ecmp_aggregate_over_seeds": sum(m["aggregate_mbps"] for m in ecmp)
+                / sum(m["optimum_mbps"] for m in ecmp),
                 "te_min_fraction": min(m["fraction_of_optimum"] for m in te),
                 "collision_to_fix_median_s": statistics.median(fixes) if fixes else None,
                 "reroutes": [m["te_decisions"].get("reroute", 0) for m in te],
-                "te_jain": [m["jain_fairness"] for m in te], "ecmp_jain": [m["jain_fairness"] for m in ecmp],
+                "te_jain": [m["jain_fairness"] for m in te],
+                "ecmp_jain": [m["jain_fairness"] for m in ecmp],
             },
             "reports": per_seed,
         }
         if "incast" in te[0]:
             results["scenarios"][name]["summary"]["incast"] = {
-                mode: {"queue_p99_bytes": [m["bottleneck_queue"]["p99_bytes"] for m in ms],
-                       "drops": [m["drops"] for m in ms], "policed": [m["policed"] for m in ms],
-                       "senders_jain": [m["incast"]["senders_jain"] for m in ms],
-                       "bystander_share": [m["incast"]["bystander_share"] for m in ms]}
-                for mode, ms in (("ecmp", ecmp), ("te", te))}
+                mode: {
+                    "queue_p99_bytes": [m["bottleneck_queue"]["p99_bytes"] for m in ms],
+                    "drops": [m["drops"] for m in ms],
+                    "policed": [m["policed"] for m in ms],
+                    "senders_jain": [m["incast"]["senders_jain"] for m in ms],
+                    "bystander_share": [m["incast"]["bystander_share"] for m in ms],
+                }
+                for mode, ms in (("ecmp", ecmp), ("te", te))
+            }
         print(json.dumps(results["scenarios"][name]["summary"], indent=2), flush=True)
     out = write_result(args.out, results)
     print(f"wrote {out}")

@@ -30,8 +30,8 @@ from bench import write_result
 from controller.fabric import NicId, load_fabric
 from controller.fabric import addressing as ad
 from controller.intent.model import FlowMatch, FlowPin, pin_to_doc
-from controller.southbound.overlay import pin_entries
 from controller.intent.store import Change, SqliteIntentStore
+from controller.southbound.overlay import pin_entries
 from emulation.net import ovs
 from emulation.processes.controller_process import ControllerProcess, Ports, total
 
@@ -43,14 +43,30 @@ OFCTL_FIELDS = {"eth_type": "dl_type", "ipv4_src": "nw_src", "ipv4_dst": "nw_dst
 
 
 def bench_pins(count: int) -> list[FlowPin]:
-    return [FlowPin(f"bench-{i:05d}", FlowMatch(SRC, DST, "udp", 10000 + i, 4791), "rys1", symmetric=False)
-            for i in range(count)]
+    return [
+        FlowPin(f"bench-{i:05d}", FlowMatch(SRC, DST, "udp", 10000 + i, 4791), "rys1", symmetric=False)
+        for i in range(count)
+    ]
 
 
 def make_bridge(name: str, dpid: int, controller: str | None) -> None:
-    ovs.run(["ovs-vsctl", "--may-exist", "add-br", name, "--", "set", "bridge", name, "datapath_type=netdev",
-             "fail_mode=secure", "protocols=OpenFlow13", f"other_config:datapath-id={ad.dpid_hex(dpid)}",
-             f"external_ids:{ovs.FABRIC_ID_KEY}=bench"])
+    ovs.run(
+        [
+            "ovs-vsctl",
+            "--may-exist",
+            "add-br",
+            name,
+            "--",
+            "set",
+            "bridge",
+            name,
+            "datapath_type=netdev",
+            "fail_mode=secure",
+            "protocols=OpenFlow13",
+            f"other_config:datapath-id={ad.dpid_hex(dpid)}",
+            f"external_ids:{ovs.FABRIC_ID_KEY}=bench",
+        ]
+    )
     if controller:
         ovs.run(["ovs-vsctl", "set-controller", name, controller])
 
@@ -75,7 +91,9 @@ def baseline_install(fabric, pins: list[FlowPin], dpid: int, workdir: Path) -> f
         for pin in pins:
             (entry,) = pin_entries(fabric, pin)
             match = ",".join(f"{OFCTL_FIELDS.get(k, k)}={v}" for k, v in entry.match)
-            lines.append(f"cookie={entry.cookie:#x},priority={entry.priority},{match},actions={','.join(entry.actions)}")
+            lines.append(
+                f"cookie={entry.cookie:#x},priority={entry.priority},{match},actions={','.join(entry.actions)}"
+            )
         flows = workdir / "flows.txt"
         flows.write_text("\n".join(lines) + "\n")
         started = time.perf_counter()
@@ -101,8 +119,9 @@ def run(entries: int, repeats: int) -> dict:
             ports = Ports.pick()
             ovs.delete_bridges([BRIDGE])
             make_bridge(BRIDGE, dpid, ports.controller_target)
-            ctl = ControllerProcess(None, workdir / "intent.db", ports, workdir / "controller.log",
-                                    reconcile_interval_s=3600)
+            ctl = ControllerProcess(
+                None, workdir / "intent.db", ports, workdir / "controller.log", reconcile_interval_s=3600
+            )
             try:
                 ctl.start()
                 install = connect_reconcile(ctl)
@@ -116,8 +135,11 @@ def run(entries: int, repeats: int) -> dict:
                 ovs.delete_bridges([BRIDGE])
             baseline = baseline_install(fabric, pins, dpid, workdir)
             rounds.append({"install": install, "steady": steady, "baseline_ofctl_bundle_seconds": baseline})
-            print(f"round {r + 1}: install {install['seconds']:.3f} s ({entries / install['seconds']:.0f} flow-mods/s), "
-                  f"steady reconcile {steady['seconds'] * 1e3:.1f} ms, ovs-ofctl --bundle {baseline:.3f} s", flush=True)
+            print(
+                f"round {r + 1}: install {install['seconds']:.3f} s ({entries / install['seconds']:.0f} flow-mods/s), "
+                f"steady reconcile {steady['seconds'] * 1e3:.1f} ms, ovs-ofctl --bundle {baseline:.3f} s",
+                flush=True,
+            )
 
     install_s = statistics.median(r["install"]["seconds"] for r in rounds)
     steady_s = statistics.median(r["steady"]["seconds"] for r in rounds)

@@ -11,7 +11,13 @@ from __future__ import annotations
 from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client import (
-    CollectorRegistry, Counter, Gauge, Histogram, PlatformCollector, ProcessCollector, disable_created_metrics,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    disable_created_metrics,
     start_http_server,
 )
 
@@ -24,9 +30,14 @@ FLOW_MOD_KINDS = ("add", "delete")
 TE_DECISIONS = tuple(DecisionKind)
 RESULTS = ("ok", "failed")
 KNOWN_ERRORS = (
-    ("southbound", "dump_failed"), ("southbound", "openflow_error"), ("southbound", "handler_exception"),
-    ("southbound", "unknown_dpid"), ("southbound", "reconcile_crash"), ("intent", "invalid_stored_intent"),
-    ("southbound", "meter_mod_failed"), ("te", "cycle_failed"),
+    ("southbound", "dump_failed"),
+    ("southbound", "openflow_error"),
+    ("southbound", "handler_exception"),
+    ("southbound", "unknown_dpid"),
+    ("southbound", "reconcile_crash"),
+    ("intent", "invalid_stored_intent"),
+    ("southbound", "meter_mod_failed"),
+    ("te", "cycle_failed"),
 )
 
 
@@ -44,64 +55,95 @@ class Metrics:
         PlatformCollector(registry=r)
         Gauge("railyard_build_info", "Railyard version running", ["version"], registry=r).labels(_version()).set(1)
         self.switches_connected = Gauge(
-            "railyard_switches_connected", "OpenFlow switches of the fabric with a live connection", registry=r)
+            "railyard_switches_connected", "OpenFlow switches of the fabric with a live connection", registry=r
+        )
         self.switch_up = Gauge(
-            "railyard_switch_up", "1 while the switch has a live OpenFlow connection", ["switch"], registry=r)
+            "railyard_switch_up", "1 while the switch has a live OpenFlow connection", ["switch"], registry=r
+        )
         self.flow_mods = Counter(
-            "railyard_flow_mods", "Overlay flow-mods sent inside committed bundles", ["switch", "kind"], registry=r)
+            "railyard_flow_mods", "Overlay flow-mods sent inside committed bundles", ["switch", "kind"], registry=r
+        )
         self.meter_mods = Counter(
-            "railyard_meter_mods", "Meter mods sent and confirmed by a barrier", ["switch", "kind"], registry=r)
+            "railyard_meter_mods", "Meter mods sent and confirmed by a barrier", ["switch", "kind"], registry=r
+        )
         self.bundles = Counter(
-            "railyard_bundle_commits", "OpenFlow bundle commits by outcome", ["switch", "result"], registry=r)
+            "railyard_bundle_commits", "OpenFlow bundle commits by outcome", ["switch", "result"], registry=r
+        )
         self.reconcile_runs = Counter(
-            "railyard_reconcile_runs", "Reconcile passes by trigger and outcome", ["trigger", "result"], registry=r)
+            "railyard_reconcile_runs", "Reconcile passes by trigger and outcome", ["trigger", "result"], registry=r
+        )
         self.reconcile_duration = Histogram(
-            "railyard_reconcile_duration_seconds", "Wall time of one reconcile pass (dump, diff, commit)",
-            ["trigger"], registry=r,
+            "railyard_reconcile_duration_seconds",
+            "Wall time of one reconcile pass (dump, diff, commit)",
+            ["trigger"],
+            registry=r,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
         self.last_reconcile_success = Gauge(
             "railyard_last_reconcile_success_timestamp_seconds",
-            "Unix time the last reconcile pass finished with every connected switch in sync", registry=r)
+            "Unix time the last reconcile pass finished with every connected switch in sync",
+            registry=r,
+        )
         self.entries_desired = Gauge(
-            "railyard_overlay_entries_desired", "Overlay entries the intent calls for", ["switch"], registry=r)
+            "railyard_overlay_entries_desired", "Overlay entries the intent calls for", ["switch"], registry=r
+        )
         self.entries_installed = Gauge(
-            "railyard_overlay_entries_installed", "Railyard-cookie entries the switch reported at its last dump",
-            ["switch"], registry=r)
-        self.intent_objects = Gauge(
-            "railyard_intent_objects", "Objects in the intent store", ["kind"], registry=r)
+            "railyard_overlay_entries_installed",
+            "Railyard-cookie entries the switch reported at its last dump",
+            ["switch"],
+            registry=r,
+        )
+        self.intent_objects = Gauge("railyard_intent_objects", "Objects in the intent store", ["kind"], registry=r)
         self.api_requests = Counter(
-            "railyard_api_requests", "gRPC requests by method and status code", ["method", "code"], registry=r)
+            "railyard_api_requests", "gRPC requests by method and status code", ["method", "code"], registry=r
+        )
         self.api_latency = Histogram(
-            "railyard_api_request_duration_seconds", "gRPC request handling time", ["method"], registry=r,
+            "railyard_api_request_duration_seconds",
+            "gRPC request handling time",
+            ["method"],
+            registry=r,
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
         )
         self.telemetry_records = Counter(
-            "railyard_telemetry_records", "Telemetry records by outcome (accepted, dropped: queue full, "
-            "rejected: unknown switch/port/address)", ["result"], registry=r)
+            "railyard_telemetry_records",
+            "Telemetry records by outcome (accepted, dropped: queue full, rejected: unknown switch/port/address)",
+            ["result"],
+            registry=r,
+        )
         self.jobs_active = Gauge("railyard_jobs_active", "Placed jobs", registry=r)
-        self.gpus_allocated = Gauge(
-            "railyard_gpus_allocated", "GPUs held by placed jobs", ["pod", "rail"], registry=r)
+        self.gpus_allocated = Gauge("railyard_gpus_allocated", "GPUs held by placed jobs", ["pod", "rail"], registry=r)
         self.predicted_max_utilization = Gauge(
             "railyard_predicted_max_link_utilization_ratio",
-            "Max link utilization the placed jobs' demands predict", registry=r)
+            "Max link utilization the placed jobs' demands predict",
+            registry=r,
+        )
         self.te_decisions = Counter(
-            "railyard_te_decisions", "Adaptive TE decisions by kind (collision found, elephant rerouted, "
-            "incast found, move expired)", ["kind"], registry=r)
-        self.te_moves_active = Gauge("railyard_te_moves_active", "Elephants currently steered by adaptive TE",
-                                     registry=r)
-        self.te_meters_active = Gauge("railyard_te_meters_active",
-                                      "Incast senders' flows currently metered at their ingress leaf", registry=r)
+            "railyard_te_decisions",
+            "Adaptive TE decisions by kind (collision found, elephant rerouted, incast found, move expired)",
+            ["kind"],
+            registry=r,
+        )
+        self.te_moves_active = Gauge(
+            "railyard_te_moves_active", "Elephants currently steered by adaptive TE", registry=r
+        )
+        self.te_meters_active = Gauge(
+            "railyard_te_meters_active", "Incast senders' flows currently metered at their ingress leaf", registry=r
+        )
         self.te_reaction = Histogram(
-            "railyard_te_reaction_seconds", "From a reroute decision to its entries committed on the switches",
-            registry=r, buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5))
+            "railyard_te_reaction_seconds",
+            "From a reroute decision to its entries committed on the switches",
+            registry=r,
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5),
+        )
         for kind in TE_DECISIONS:
             self.te_decisions.labels(kind)
-        self.errors = Counter(
-            "railyard_errors", "Errors by component and reason", ["component", "reason"], registry=r)
+        self.errors = Counter("railyard_errors", "Errors by component and reason", ["component", "reason"], registry=r)
         self.switch_errors = Counter(
-            "railyard_switch_errors", "Failed OpenFlow exchanges with a switch by kind (timeout, disconnected, "
-            "refused, unexpected_reply)", ["switch", "reason"], registry=r)
+            "railyard_switch_errors",
+            "Failed OpenFlow exchanges with a switch by kind (timeout, disconnected, refused, unexpected_reply)",
+            ["switch", "reason"],
+            registry=r,
+        )
 
         for switch in switches:
             self.switch_up.labels(switch).set(0)
@@ -139,8 +181,13 @@ class LinkViewCollector:
             for port, link in fabric.ports(name).items():
                 peer = fabric.switches.get(link.peer(name).node)
                 toward = "host" if link.is_access else peer.tier.value if peer else "host"
-                self.labels[(name, port)] = [name, str(port), switch.tier.value, toward,
-                                             "" if plane is None else str(plane)]
+                self.labels[(name, port)] = [
+                    name,
+                    str(port),
+                    switch.tier.value,
+                    toward,
+                    "" if plane is None else str(plane),
+                ]
 
     def describe(self):
         return []
@@ -149,8 +196,11 @@ class LinkViewCollector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         names = ["switch", "port", "tier", "toward", "plane"]
-        util = GaugeMetricFamily("railyard_link_utilization_ratio",
-                                 "Egress utilization from telemetry (tx rate / link capacity)", labels=names)
+        util = GaugeMetricFamily(
+            "railyard_link_utilization_ratio",
+            "Egress utilization from telemetry (tx rate / link capacity)",
+            labels=names,
+        )
         queue = GaugeMetricFamily("railyard_link_queue_bytes", "Egress queue occupancy from telemetry", labels=names)
         drops = CounterMetricFamily("railyard_link_drops", "Egress queue drops reported by telemetry", labels=names)
         for egress, sample in sorted(self.ports().items()):

@@ -1,1 +1,3 @@
-"""Emulated rail-optimized RoCE-like fabric (Mininet + Open vSwitch, userspace datapath), its traffic, scenarios and the processes run beside it."""
+"""Emulated rail-optimized RoCE-like fabric (Mininet + Open vSwitch, userspace
+datapath), its traffic, scenarios and the processes run beside it.
+"""

@@ -19,8 +19,10 @@ from emulation.net.fabric import STATE_DIR, EmulatedFabric
 def fabric_show(args) -> int:
     fabric = load_fabric(args.spec)
     spec = fabric.spec
-    print(f"fabric {spec.name}: {spec.kind.value}, {fabric.gpu_count} NICs/GPUs, {len(fabric.switches)} switches, "
-          f"{len(fabric.links)} links")
+    print(
+        f"fabric {spec.name}: {spec.kind.value}, {fabric.gpu_count} NICs/GPUs, {len(fabric.switches)} switches, "
+        f"{len(fabric.links)} links"
+    )
     for tier in Tier:
         switches = fabric.switches_in(tier)
         if switches:
@@ -40,9 +42,12 @@ def fabric_up(args) -> int:
         signal.signal(sig, lambda *_: stop.set())
     started = time.monotonic()
     with EmulatedFabric(fabric, controller=args.controller) as emu:
-        print(f"fabric {fabric.spec.name} up in {time.monotonic() - started:.1f} s: "
-              f"{len(fabric.switches)} switches, {len(fabric.servers)} servers, {fabric.gpu_count} NICs; "
-              f"controller {emu.controller}; state {emu.state_file}", flush=True)
+        print(
+            f"fabric {fabric.spec.name} up in {time.monotonic() - started:.1f} s: "
+            f"{len(fabric.switches)} switches, {len(fabric.servers)} servers, {fabric.gpu_count} NICs; "
+            f"controller {emu.controller}; state {emu.state_file}",
+            flush=True,
+        )
         if args.cli:
             from mininet.cli import CLI
 
@@ -74,8 +79,10 @@ def fabric_status(args) -> int:
     states = sorted(STATE_DIR.glob("fabric-*.json")) if STATE_DIR.exists() else []
     for path in states:
         state = json.loads(path.read_text())
-        print(f"fabric {state['fabric']}: owner pid {state['pid']}, {len(state['hosts'])} servers, "
-              f"controller {state['controller']}")
+        print(
+            f"fabric {state['fabric']}: owner pid {state['pid']}, {len(state['hosts'])} servers, "
+            f"controller {state['controller']}"
+        )
     print(f"{len(bridges)} Railyard bridges" + (f": {' '.join(sorted(bridges))}" if bridges else ""))
     return 0
 
@@ -112,8 +119,10 @@ def scenario(args) -> int:
     report = build_report(fabric, spec, args.seed, runs)
     path = write(report, runs, fabric, Path(args.out))
     print(table(report))
-    print(f"\nreport: {path} (plots: {path.with_suffix('.png')}; controller log beside them); "
-          f"{time.monotonic() - started:.0f} s")
+    print(
+        f"\nreport: {path} (plots: {path.with_suffix('.png')}; controller log beside them); "
+        f"{time.monotonic() - started:.0f} s"
+    )
     return 0
 
 
@@ -168,9 +177,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     srun.add_argument("--out", default="reports", help="directory for the JSON report and PNG plots")
     ssub.add_parser("list", help="the shipped scenarios")
 
-    prometheus = sub.add_parser("observe", help="run a local Prometheus (with Railyard's alert rules) scraping a controller")
+    prometheus = sub.add_parser(
+        "observe", help="run a local Prometheus (with Railyard's alert rules) scraping a controller"
+    )
     prometheus.set_defaults(run=observe)
     prometheus.add_argument("--metrics", default="127.0.0.1:9302", help="the controller's metrics HOST:PORT")
     prometheus.add_argument("--port", type=int, default=9090, help="Prometheus listen port on 127.0.0.1")
     prometheus.add_argument("--data", default=".state/prometheus", help="Prometheus data directory")
-

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -17,8 +17,11 @@ from controller.api.gen.railyard.v1 import telemetry_pb2_grpc as tpb_grpc
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_TIMEOUT_S = 10.0
-PATTERNS = {"ring": ppb.COLLECTIVE_PATTERN_RING, "tree": ppb.COLLECTIVE_PATTERN_TREE,
-            "all-to-all": ppb.COLLECTIVE_PATTERN_ALL_TO_ALL}
+PATTERNS = {
+    "ring": ppb.COLLECTIVE_PATTERN_RING,
+    "tree": ppb.COLLECTIVE_PATTERN_TREE,
+    "all-to-all": ppb.COLLECTIVE_PATTERN_ALL_TO_ALL,
+}
 
 
 def _pages(call, request, field: str) -> list:
@@ -43,7 +46,7 @@ class Client:
     def close(self) -> None:
         self.channel.close()
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -57,13 +60,29 @@ class Client:
         return reply.status == health_pb2.HealthCheckResponse.SERVING
 
     # --- placement ----------------------------------------------------------
-    def place_job(self, job_id: str, gpu_count: int, pattern: str = "ring", flow_gbps: float = 0.0,
-                  gpus_per_server: int = 0, servers: Iterable[str] = (), max_pods: int = 0,
-                  exclusive: bool = False, request_id: str = "") -> ppb.PlaceJobResponse:
+    def place_job(
+        self,
+        job_id: str,
+        gpu_count: int,
+        pattern: str = "ring",
+        flow_gbps: float = 0.0,
+        gpus_per_server: int = 0,
+        servers: Iterable[str] = (),
+        max_pods: int = 0,
+        exclusive: bool = False,
+        request_id: str = "",
+    ) -> ppb.PlaceJobResponse:
         request = ppb.PlaceJobRequest(
-            job_id=job_id, gpu_count=gpu_count, gpus_per_server=gpus_per_server, servers=list(servers),
-            pattern=PATTERNS[pattern], flow_bandwidth_gbps=flow_gbps, max_pods=max_pods,
-            exclusive_servers=exclusive, request_id=request_id)
+            job_id=job_id,
+            gpu_count=gpu_count,
+            gpus_per_server=gpus_per_server,
+            servers=list(servers),
+            pattern=PATTERNS[pattern],
+            flow_bandwidth_gbps=flow_gbps,
+            max_pods=max_pods,
+            exclusive_servers=exclusive,
+            request_id=request_id,
+        )
         return self.placement.PlaceJob(request, timeout=self.timeout)
 
     def release_job(self, job_id: str) -> ppb.Job:
@@ -96,10 +115,24 @@ class Client:
         call, request = calls[(kind, drained)]
         return call(request, timeout=self.timeout)
 
-    def pin_flow(self, name: str, src: str, dst: str, spine: str, protocol: str = "", src_port: int = 0,
-                 dst_port: int = 0, forward_only: bool = False) -> fpb.PinFlowResponse:
-        match = fpb.FlowMatch(src_address=src, dst_address=dst, src_port=src_port, dst_port=dst_port,
-                              protocol=common_pb2.Protocol.Value(f"PROTOCOL_{(protocol or 'unspecified').upper()}"))
+    def pin_flow(
+        self,
+        name: str,
+        src: str,
+        dst: str,
+        spine: str,
+        protocol: str = "",
+        src_port: int = 0,
+        dst_port: int = 0,
+        forward_only: bool = False,
+    ) -> fpb.PinFlowResponse:
+        match = fpb.FlowMatch(
+            src_address=src,
+            dst_address=dst,
+            src_port=src_port,
+            dst_port=dst_port,
+            protocol=common_pb2.Protocol.Value(f"PROTOCOL_{(protocol or 'unspecified').upper()}"),
+        )
         pin = fpb.FlowPin(name=name, match=match, spine=spine, forward_only=forward_only)
         return self.fabric.PinFlow(fpb.PinFlowRequest(pin=pin), timeout=self.timeout)
 

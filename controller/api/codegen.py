@@ -27,17 +27,24 @@ def proto_files() -> list[Path]:
 
 def generate(out: Path) -> None:
     with tempfile.TemporaryDirectory() as raw:
-        args = ["protoc", f"-I{PROTO_DIR}", f"-I{Path(protoc.__file__).parent / '_proto'}",
-                f"--python_out={raw}", f"--pyi_out={raw}", f"--grpc_python_out={raw}",
-                *(str(p.relative_to(PROTO_DIR)) for p in proto_files())]
+        args = [
+            "protoc",
+            f"-I{PROTO_DIR}",
+            f"-I{Path(protoc.__file__).parent / '_proto'}",
+            f"--python_out={raw}",
+            f"--pyi_out={raw}",
+            f"--grpc_python_out={raw}",
+            *(str(p.relative_to(PROTO_DIR)) for p in proto_files()),
+        ]
         if protoc.main(args) != 0:
             raise SystemExit("protoc failed")
         for path in sorted(Path(raw).rglob("*")):
             if path.is_file():
                 target = out / path.relative_to(raw)
                 target.parent.mkdir(parents=True, exist_ok=True)
-                text = re.sub(r"^from (railyard\.\S+) import", rf"from {PACKAGE}.\1 import", path.read_text(),
-                              flags=re.M)
+                text = re.sub(
+                    r"^from (railyard\.\S+) import", rf"from {PACKAGE}.\1 import", path.read_text(), flags=re.M
+                )
                 target.write_text(text)
     for directory in [out, *(d for d in out.rglob("*") if d.is_dir())]:
         (directory / "__init__.py").touch()

@@ -70,7 +70,7 @@ def rpc(method):
         try:
             _check_deadline(context)
             return method(self, request, context)
-        except Exception as exc:  # noqa: BLE001 - the one place that maps errors to codes
+        except Exception as exc:
             _abort(context, method.__name__, exc)
         finally:
             _record(self, method.__name__, context, started)
@@ -88,7 +88,7 @@ def stream_guard(method):
         try:
             _check_deadline(context)
             yield from method(self, request, context)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             _abort(context, method.__name__, exc)
         finally:
             _record(self, method.__name__, context, started)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from controller.api.errors import rpc
 from controller.api.gen.railyard.v1 import common_pb2
@@ -17,8 +17,7 @@ from controller.te.load import jobs_load, link_name
 from controller.te.placement import FabricState, free_gpus_by_pod
 from controller.te.view import PortSample
 
-PROTOCOL_NAMES = {common_pb2.PROTOCOL_UNSPECIFIED: "", common_pb2.PROTOCOL_TCP: "tcp",
-                  common_pb2.PROTOCOL_UDP: "udp"}
+PROTOCOL_NAMES = {common_pb2.PROTOCOL_UNSPECIFIED: "", common_pb2.PROTOCOL_TCP: "tcp", common_pb2.PROTOCOL_UDP: "udp"}
 PROTOCOL_ENUMS = {v: k for k, v in PROTOCOL_NAMES.items()}
 
 
@@ -27,12 +26,17 @@ def pin_from_proto(service: IntentService, msg: pb.FlowPin) -> FlowPin:
         raise IntentError("pin.match", "is missing", "a FlowMatch with src_address and dst_address")
     m = msg.match
     if m.protocol not in PROTOCOL_NAMES:
-        raise IntentError("pin.match.protocol", f"unknown enum value {m.protocol}",
-                          ", ".join(common_pb2.Protocol.Name(v) for v in PROTOCOL_NAMES))
+        raise IntentError(
+            "pin.match.protocol",
+            f"unknown enum value {m.protocol}",
+            ", ".join(common_pb2.Protocol.Name(v) for v in PROTOCOL_NAMES),
+        )
     match = FlowMatch(
         parse_nic(service.fabric, m.src_address, "pin.match.src_address"),
         parse_nic(service.fabric, m.dst_address, "pin.match.dst_address"),
-        PROTOCOL_NAMES[m.protocol], m.src_port, m.dst_port,
+        PROTOCOL_NAMES[m.protocol],
+        m.src_port,
+        m.dst_port,
     )
     return FlowPin(msg.name, match, msg.spine, symmetric=not msg.forward_only)
 
@@ -40,15 +44,27 @@ def pin_from_proto(service: IntentService, msg: pb.FlowPin) -> FlowPin:
 def pin_to_proto(pin: FlowPin) -> pb.FlowPin:
     m = pin.match
     return pb.FlowPin(
-        name=pin.name, spine=pin.spine, forward_only=not pin.symmetric,
-        match=pb.FlowMatch(src_address=ad.nic_ip(m.src), dst_address=ad.nic_ip(m.dst),
-                           protocol=PROTOCOL_ENUMS[m.protocol], src_port=m.src_port, dst_port=m.dst_port),
+        name=pin.name,
+        spine=pin.spine,
+        forward_only=not pin.symmetric,
+        match=pb.FlowMatch(
+            src_address=ad.nic_ip(m.src),
+            dst_address=ad.nic_ip(m.dst),
+            protocol=PROTOCOL_ENUMS[m.protocol],
+            src_port=m.src_port,
+            dst_port=m.dst_port,
+        ),
     )
 
 
 class FabricServicer(pb_grpc.FabricServiceServicer):
-    def __init__(self, service: IntentService, metrics, connected: Callable[[], set[str]],
-                 live_ports: Callable[[], dict[Endpoint, PortSample]]) -> None:
+    def __init__(
+        self,
+        service: IntentService,
+        metrics,
+        connected: Callable[[], set[str]],
+        live_ports: Callable[[], dict[Endpoint, PortSample]],
+    ) -> None:
         self.service = service
         self.metrics = metrics
         self._connected = connected
@@ -59,42 +75,69 @@ class FabricServicer(pb_grpc.FabricServiceServicer):
         fabric, intent = self.service.fabric, self.service.snapshot()
         connected = self._connected()
         reply = pb.GetFabricResponse(
-            name=fabric.spec.name, kind=fabric.spec.kind.value, gpu_count=fabric.gpu_count,
-            rails=fabric.rails, pods=len({s.pod for s in fabric.servers}), nic_gbps=fabric.spec.rates.nic_gbps,
+            name=fabric.spec.name,
+            kind=fabric.spec.kind.value,
+            gpu_count=fabric.gpu_count,
+            rails=fabric.rails,
+            pods=len({s.pod for s in fabric.servers}),
+            nic_gbps=fabric.spec.rates.nic_gbps,
             free_gpu_count=sum(free_gpus_by_pod(fabric, FabricState(intent.jobs)).values()),
         )
         for sw in sorted(fabric.switches.values(), key=lambda s: s.name):
             rail = sw.rail if sw.rail is not None else (sw.plane if sw.plane is not None else -1)
-            reply.switches.add(name=sw.name, tier=sw.tier.value, pod=-1 if sw.pod is None else sw.pod, rail=rail,
-                               dpid=ad.dpid_hex(sw.dpid), connected=sw.name in connected,
-                               drained=sw.name in intent.drains.switches)
+            reply.switches.add(
+                name=sw.name,
+                tier=sw.tier.value,
+                pod=-1 if sw.pod is None else sw.pod,
+                rail=rail,
+                dpid=ad.dpid_hex(sw.dpid),
+                connected=sw.name in connected,
+                drained=sw.name in intent.drains.switches,
+            )
         return reply
 
     @rpc
     def ListLinks(self, request, context):
         fabric, intent = self.service.fabric, self.service.snapshot()
         if request.switch and request.switch not in fabric.switches:
-            raise IntentError("switch", f"{request.switch!r} is not a switch of this fabric",
-                              "a name from GetFabric, or empty for all")
-        links = [link for link in fabric.links
-                 if (request.include_access or not link.is_access)
-                 and (not request.switch or request.switch in (link.a.node, link.b.node))]
+            raise IntentError(
+                "switch",
+                f"{request.switch!r} is not a switch of this fabric",
+                "a name from GetFabric, or empty for all",
+            )
+        links = [
+            link
+            for link in fabric.links
+            if (request.include_access or not link.is_access)
+            and (not request.switch or request.switch in (link.a.node, link.b.node))
+        ]
         named = sorted((link_name(fabric, link), link) for link in links)
         items, token = page(named, request.page_size, request.page_token, key=lambda item: item[0])
         predicted = jobs_load(fabric, intent.jobs.values())
         live = self._live_ports()
         reply = pb.ListLinksResponse(next_page_token=token)
         for name, link in items:
-            out = reply.links.add(name=name, a_node=link.a.node, a_port=link.a.port, b_node=link.b.node,
-                                  b_port=link.b.port, capacity_bps=link.capacity_bps, access=link.is_access,
-                                  drained=name in intent.drains.links)
+            out = reply.links.add(
+                name=name,
+                a_node=link.a.node,
+                a_port=link.a.port,
+                b_node=link.b.node,
+                b_port=link.b.port,
+                capacity_bps=link.capacity_bps,
+                access=link.is_access,
+                drained=name in intent.drains.links,
+            )
             for egress in (link.a, link.b):
                 sample = live.get(egress)
                 measured = sample.tx_bps if sample else 0.0
                 d = out.directions.add(
-                    from_node=egress.node, from_port=egress.port, predicted_bps=predicted.get(egress, 0.0),
-                    measured_bps=measured, queue_bytes=sample.queue_bytes if sample else 0,
-                    utilization_ratio=max(predicted.get(egress, 0.0), measured) / link.capacity_bps)
+                    from_node=egress.node,
+                    from_port=egress.port,
+                    predicted_bps=predicted.get(egress, 0.0),
+                    measured_bps=measured,
+                    queue_bytes=sample.queue_bytes if sample else 0,
+                    utilization_ratio=max(predicted.get(egress, 0.0), measured) / link.capacity_bps,
+                )
                 if sample:
                     d.measure_time.FromNanoseconds(int(sample.observed_at * 1e9))
         return reply

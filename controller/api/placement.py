@@ -16,11 +16,17 @@ from controller.fabric import addressing as ad
 from controller.intent.service import IntentService, JobEvent, JobEventKind
 from controller.te.jobs import Job, JobError, JobRequest, Pattern
 
-PATTERNS = {pb.COLLECTIVE_PATTERN_RING: Pattern.RING, pb.COLLECTIVE_PATTERN_TREE: Pattern.TREE,
-            pb.COLLECTIVE_PATTERN_ALL_TO_ALL: Pattern.ALL_TO_ALL}
+PATTERNS = {
+    pb.COLLECTIVE_PATTERN_RING: Pattern.RING,
+    pb.COLLECTIVE_PATTERN_TREE: Pattern.TREE,
+    pb.COLLECTIVE_PATTERN_ALL_TO_ALL: Pattern.ALL_TO_ALL,
+}
 PATTERN_ENUMS = {v: k for k, v in PATTERNS.items()}
-EVENT_KINDS = {JobEventKind.PLACED: pb.JobEvent.KIND_PLACED, JobEventKind.MOVED: pb.JobEvent.KIND_PATHS_MOVED,
-               JobEventKind.RELEASED: pb.JobEvent.KIND_RELEASED}
+EVENT_KINDS = {
+    JobEventKind.PLACED: pb.JobEvent.KIND_PLACED,
+    JobEventKind.MOVED: pb.JobEvent.KIND_PATHS_MOVED,
+    JobEventKind.RELEASED: pb.JobEvent.KIND_RELEASED,
+}
 MAX_WATCHERS = 4  # each watch holds a server thread
 WATCH_QUEUE = 1024
 
@@ -30,29 +36,55 @@ def request_from_proto(msg: pb.PlaceJobRequest) -> JobRequest:
         name = pb.CollectivePattern.Name(msg.pattern) if msg.pattern in pb.CollectivePattern.values() else msg.pattern
         raise JobError("pattern", f"{name} is not a pattern", ", ".join(pb.CollectivePattern.Name(v) for v in PATTERNS))
     return JobRequest(
-        job_id=msg.job_id, gpu_count=msg.gpu_count, pattern=PATTERNS[msg.pattern], flow_gbps=msg.flow_bandwidth_gbps,
-        gpus_per_server=msg.gpus_per_server, servers=tuple(msg.servers), max_pods=msg.max_pods,
-        exclusive=msg.exclusive_servers, request_id=msg.request_id,
+        job_id=msg.job_id,
+        gpu_count=msg.gpu_count,
+        pattern=PATTERNS[msg.pattern],
+        flow_gbps=msg.flow_bandwidth_gbps,
+        gpus_per_server=msg.gpus_per_server,
+        servers=tuple(msg.servers),
+        max_pods=msg.max_pods,
+        exclusive=msg.exclusive_servers,
+        request_id=msg.request_id,
     )
 
 
 def job_to_proto(fabric: Fabric, job: Job) -> pb.Job:
     r = job.request
     request = pb.PlaceJobRequest(
-        job_id=r.job_id, gpu_count=r.gpu_count, gpus_per_server=r.gpus_per_server, servers=list(r.servers),
-        pattern=PATTERN_ENUMS[r.pattern], flow_bandwidth_gbps=r.flow_gbps, max_pods=r.max_pods,
-        exclusive_servers=r.exclusive, request_id=r.request_id,
+        job_id=r.job_id,
+        gpu_count=r.gpu_count,
+        gpus_per_server=r.gpus_per_server,
+        servers=list(r.servers),
+        pattern=PATTERN_ENUMS[r.pattern],
+        flow_bandwidth_gbps=r.flow_gbps,
+        max_pods=r.max_pods,
+        exclusive_servers=r.exclusive,
+        request_id=r.request_id,
     )
-    out = pb.Job(job_id=job.job_id, request=request, pods=list(job.pods),
-                 predicted_max_utilization_ratio=job.predicted_max_utilization)
+    out = pb.Job(
+        job_id=job.job_id,
+        request=request,
+        pods=list(job.pods),
+        predicted_max_utilization_ratio=job.predicted_max_utilization,
+    )
     out.place_time.FromNanoseconds(int(job.placed_at * 1e9))
     for gpu in job.gpus:
         nic = gpu.nic
-        out.gpus.add(rank=gpu.rank, server=ad.server_name(nic.pod, nic.server), pod=nic.pod, rail=nic.rail,
-                     nic_address=ad.nic_ip(nic), leaf=fabric.attachment(nic).node)
+        out.gpus.add(
+            rank=gpu.rank,
+            server=ad.server_name(nic.pod, nic.server),
+            pod=nic.pod,
+            rail=nic.rail,
+            nic_address=ad.nic_ip(nic),
+            leaf=fabric.attachment(nic).node,
+        )
     for flow in job.flows:
-        out.flows.add(src_address=ad.nic_ip(flow.src), dst_address=ad.nic_ip(flow.dst),
-                      bandwidth_gbps=flow.demand_bps / 1e9, spine=flow.via)
+        out.flows.add(
+            src_address=ad.nic_ip(flow.src),
+            dst_address=ad.nic_ip(flow.dst),
+            bandwidth_gbps=flow.demand_bps / 1e9,
+            spine=flow.via,
+        )
     return out
 
 
@@ -88,7 +120,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
     def WatchJobs(self, request, context):
         if not self._watchers.acquire(blocking=False):
             context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"at most {MAX_WATCHERS} concurrent WatchJobs streams")
-        events: "queue.Queue[JobEvent | None]" = queue.Queue(maxsize=WATCH_QUEUE)
+        events: queue.Queue[JobEvent | None] = queue.Queue(maxsize=WATCH_QUEUE)
         overflow = threading.Event()
 
         def listener(_intent, new_events):
@@ -103,16 +135,19 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         try:
             while context.is_active():
                 if overflow.is_set():
-                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                                  f"watcher fell {WATCH_QUEUE} events behind; re-list with ListJobs and watch again")
+                    context.abort(
+                        grpc.StatusCode.RESOURCE_EXHAUSTED,
+                        f"watcher fell {WATCH_QUEUE} events behind; re-list with ListJobs and watch again",
+                    )
                 try:
                     event = events.get(timeout=1.0)
                 except queue.Empty:
                     continue
                 if event is None:
                     return
-                yield pb.JobEvent(kind=EVENT_KINDS[event.kind], job=self._job(event.job),
-                                  intent_revision=event.revision)
+                yield pb.JobEvent(
+                    kind=EVENT_KINDS[event.kind], job=self._job(event.job), intent_revision=event.revision
+                )
         finally:
             self.service.unsubscribe(listener)
             self._watchers.release()

@@ -2,34 +2,45 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent import futures
-from typing import Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from controller.api.fabric import FabricServicer
-from controller.api.gen.railyard.v1 import fabric_pb2, fabric_pb2_grpc, placement_pb2, placement_pb2_grpc
-from controller.api.gen.railyard.v1 import telemetry_pb2, telemetry_pb2_grpc
+from controller.api.gen.railyard.v1 import (
+    fabric_pb2,
+    fabric_pb2_grpc,
+    placement_pb2,
+    placement_pb2_grpc,
+    telemetry_pb2,
+    telemetry_pb2_grpc,
+)
 from controller.api.placement import MAX_WATCHERS, PlacementServicer
 from controller.api.telemetry import TelemetryServicer
 from controller.errors import FieldError
-from controller.metrics import Metrics
 from controller.intent.service import IntentService
+from controller.metrics import Metrics
 from controller.telemetry.ingest import TelemetryIngest
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_CONCURRENT_RPCS = 64
 WORKERS = 8 + MAX_WATCHERS  # watch streams each hold a worker; unary calls keep 8
+
+
 class RequestError(FieldError):
     context = "request"
 
 
 SERVICE_NAMES = tuple(
     module.DESCRIPTOR.services_by_name[name].full_name
-    for module, name in ((fabric_pb2, "FabricService"), (placement_pb2, "PlacementService"),
-                         (telemetry_pb2, "TelemetryService"))
+    for module, name in (
+        (fabric_pb2, "FabricService"),
+        (placement_pb2, "PlacementService"),
+        (telemetry_pb2, "TelemetryService"),
+    )
 )
 
 
@@ -48,9 +59,12 @@ class DecodeErrorsAreInvalidArgument(grpc.ServerInterceptor):
         def decode(raw: bytes):
             try:
                 return parse(raw)
-            except Exception:  # noqa: BLE001 - DecodeError and friends, by protobuf runtime
-                raise RequestError("request", f"is not a valid {method} request message",
-                                   "a serialized protobuf message of the request type") from None
+            except Exception:
+                raise RequestError(
+                    "request",
+                    f"is not a valid {method} request message",
+                    "a serialized protobuf message of the request type",
+                ) from None
 
         def single(behavior):
             def handle(raw, context):
@@ -71,31 +85,42 @@ class DecodeErrorsAreInvalidArgument(grpc.ServerInterceptor):
             # Decoded lazily inside the servicer's loop: a bad message surfaces
             # as a RequestError there, which the servicer maps like any other.
             return grpc.stream_unary_rpc_method_handler(
-                lambda raws, context: behavior((decode(raw) for raw in raws), context), None,
-                handler.response_serializer)
+                lambda raws, context: behavior((decode(raw) for raw in raws), context),
+                None,
+                handler.response_serializer,
+            )
         return handler
 
 
 class ApiServer:
-    def __init__(self, service: IntentService, ingest: TelemetryIngest, metrics: Metrics,
-                 connected: Callable[[], set[str]], listen: str) -> None:
+    def __init__(
+        self,
+        service: IntentService,
+        ingest: TelemetryIngest,
+        metrics: Metrics,
+        connected: Callable[[], set[str]],
+        listen: str,
+    ) -> None:
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="grpc"),
             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
             interceptors=[DecodeErrorsAreInvalidArgument()],
-            options=[("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                     ("grpc.so_reuseport", 0)],
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ],
         )
         fabric_pb2_grpc.add_FabricServiceServicer_to_server(
-            FabricServicer(service, metrics, connected, ingest.fresh_ports), self.server)
+            FabricServicer(service, metrics, connected, ingest.fresh_ports), self.server
+        )
         placement_pb2_grpc.add_PlacementServiceServicer_to_server(PlacementServicer(service, metrics), self.server)
         telemetry_pb2_grpc.add_TelemetryServiceServicer_to_server(
-            TelemetryServicer(service.fabric, ingest, metrics), self.server)
+            TelemetryServicer(service.fabric, ingest, metrics), self.server
+        )
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME),
-                                            self.server)
+        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
         self.port = self.server.add_insecure_port(listen)
         if not self.port:
             raise OSError(f"cannot listen for gRPC on {listen}")
@@ -112,5 +137,3 @@ class ApiServer:
     def stop(self, grace_s: float) -> None:
         self.set_serving(False)
         self.server.stop(grace_s).wait(grace_s + 1)
-
-

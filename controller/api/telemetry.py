@@ -8,8 +8,8 @@ from controller.api.gen.railyard.v1 import telemetry_pb2 as pb
 from controller.api.gen.railyard.v1 import telemetry_pb2_grpc as pb_grpc
 from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
-from controller.telemetry.ingest import Batch, TelemetryIngest
 from controller.te.view import FlowSample, PathSample, PortSample
+from controller.telemetry.ingest import Batch, TelemetryIngest
 
 MAX_RECORDS_PER_BATCH = 10_000
 
@@ -33,17 +33,29 @@ def convert(fabric: Fabric, msg: pb.TelemetryBatch, now: float) -> tuple[Batch, 
             rejected += 1
             continue
         observed = _seconds(hop.observe_time) if hop.HasField("observe_time") else now
-        ports.append((Endpoint(hop.switch, hop.egress_port),
-                      PortSample(hop.tx_bps, hop.queue_bytes, hop.drops_total, observed, not hop.link_down)))
+        ports.append(
+            (
+                Endpoint(hop.switch, hop.egress_port),
+                PortSample(hop.tx_bps, hop.queue_bytes, hop.drops_total, observed, not hop.link_down),
+            )
+        )
     for sig in msg.paths:
         names = (sig.src_leaf, sig.spine, sig.dst_leaf, sig.bottleneck_switch)
         if not all(n in fabric.switches for n in names) or not _finite_nonnegative(sig.min_available_bps):
             rejected += 1
             continue
         observed = _seconds(sig.observe_time) if sig.HasField("observe_time") else now
-        paths.append(((sig.src_leaf, sig.spine, sig.dst_leaf),
-                      PathSample(sig.min_available_bps, sig.max_queue_bytes,
-                                 Endpoint(sig.bottleneck_switch, sig.bottleneck_port), observed)))
+        paths.append(
+            (
+                (sig.src_leaf, sig.spine, sig.dst_leaf),
+                PathSample(
+                    sig.min_available_bps,
+                    sig.max_queue_bytes,
+                    Endpoint(sig.bottleneck_switch, sig.bottleneck_port),
+                    observed,
+                ),
+            )
+        )
     for rec in msg.flows:
         try:
             ad.parse_nic_address(rec.src_address)
@@ -51,8 +63,12 @@ def convert(fabric: Fabric, msg: pb.TelemetryBatch, now: float) -> tuple[Batch, 
         except ad.AddressError:
             rejected += 1
             continue
-        if rec.protocol not in PROTOCOL_NAMES or not _finite_nonnegative(rec.rate_bps) \
-                or rec.src_port > 65535 or rec.dst_port > 65535:
+        if (
+            rec.protocol not in PROTOCOL_NAMES
+            or not _finite_nonnegative(rec.rate_bps)
+            or rec.src_port > 65535
+            or rec.dst_port > 65535
+        ):
             rejected += 1
             continue
         observed = _seconds(rec.observe_time) if rec.HasField("observe_time") else now

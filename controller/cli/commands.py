@@ -24,13 +24,17 @@ def add_parsers(sub) -> None:
     run.add_argument("--openflow-listen", default="127.0.0.1:6653", help="OpenFlow listener HOST:PORT")
     run.add_argument("--grpc-listen", default=DEFAULT_TARGET, help="gRPC API HOST:PORT")
     run.add_argument("--metrics-listen", default="127.0.0.1:9302", help="Prometheus /metrics HOST:PORT")
-    run.add_argument("--reconcile-interval", type=float, default=10.0,
-                     help="seconds between full reconcile passes (default 10)")
-    run.add_argument("--no-te", action="store_true",
-                     help="no adaptive TE: placement and pins only, elephants stay on ECMP")
+    run.add_argument(
+        "--reconcile-interval", type=float, default=10.0, help="seconds between full reconcile passes (default 10)"
+    )
+    run.add_argument(
+        "--no-te", action="store_true", help="no adaptive TE: placement and pins only, elephants stay on ECMP"
+    )
 
     for parser in _api_parsers(sub):
-        parser.add_argument("--target", default=DEFAULT_TARGET, help=f"controller gRPC address (default {DEFAULT_TARGET})")
+        parser.add_argument(
+            "--target", default=DEFAULT_TARGET, help=f"controller gRPC address (default {DEFAULT_TARGET})"
+        )
         parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
@@ -91,8 +95,14 @@ def controller_run(args) -> int:
 def _pin_row(pin) -> dict:
     m = pin.match
     proto = {0: "any", 1: "tcp", 2: "udp"}[m.protocol]
-    return {"name": pin.name, "src": f"{m.src_address}:{m.src_port or '*'}", "dst": f"{m.dst_address}:{m.dst_port or '*'}",
-            "protocol": proto, "spine": pin.spine, "symmetric": not pin.forward_only}
+    return {
+        "name": pin.name,
+        "src": f"{m.src_address}:{m.src_port or '*'}",
+        "dst": f"{m.dst_address}:{m.dst_port or '*'}",
+        "protocol": proto,
+        "spine": pin.spine,
+        "symmetric": not pin.forward_only,
+    }
 
 
 def _print(rows: list[dict], as_json: bool) -> None:
@@ -111,24 +121,44 @@ def _print(rows: list[dict], as_json: bool) -> None:
 
 
 def _job_row(job) -> dict:
-    return {"job": job.job_id, "gpus": len(job.gpus), "pattern": PATTERN_NAMES.get(job.request.pattern, "?"), "pods": ",".join(map(str, job.pods)),
-            "cross_pod_flows": sum(1 for f in job.flows if f.spine),
-            "predicted_max_util": f"{job.predicted_max_utilization_ratio:.3f}"}
+    return {
+        "job": job.job_id,
+        "gpus": len(job.gpus),
+        "pattern": PATTERN_NAMES.get(job.request.pattern, "?"),
+        "pods": ",".join(map(str, job.pods)),
+        "cross_pod_flows": sum(1 for f in job.flows if f.spine),
+        "predicted_max_util": f"{job.predicted_max_utilization_ratio:.3f}",
+    }
 
 
 def _job_detail(job) -> list[dict]:
-    return [{"rank": g.rank, "server": g.server, "pod": g.pod, "rail": g.rail, "nic": g.nic_address,
-             "leaf": g.leaf, "sends_via": ",".join(sorted({f.spine for f in job.flows
-                                                           if f.src_address == g.nic_address and f.spine})) or "-"}
-            for g in job.gpus]
+    return [
+        {
+            "rank": g.rank,
+            "server": g.server,
+            "pod": g.pod,
+            "rail": g.rail,
+            "nic": g.nic_address,
+            "leaf": g.leaf,
+            "sends_via": ",".join(sorted({f.spine for f in job.flows if f.src_address == g.nic_address and f.spine}))
+            or "-",
+        }
+        for g in job.gpus
+    ]
 
 
 def _link_row(link) -> dict:
     worst = max(link.directions, key=lambda d: d.utilization_ratio)
-    return {"link": link.name, "a": f"{link.a_node}:{link.a_port}", "b": f"{link.b_node}:{link.b_port}",
-            "gbps": f"{link.capacity_bps / 1e9:g}", "drained": link.drained,
-            "util": f"{worst.utilization_ratio:.3f}", "hot_dir": f"{worst.from_node}:{worst.from_port}",
-            "queue_bytes": max(d.queue_bytes for d in link.directions)}
+    return {
+        "link": link.name,
+        "a": f"{link.a_node}:{link.a_port}",
+        "b": f"{link.b_node}:{link.b_port}",
+        "gbps": f"{link.capacity_bps / 1e9:g}",
+        "drained": link.drained,
+        "util": f"{worst.utilization_ratio:.3f}",
+        "hot_dir": f"{worst.from_node}:{worst.from_port}",
+        "queue_bytes": max(d.queue_bytes for d in link.directions),
+    }
 
 
 def _as_json(message) -> dict:
@@ -150,8 +180,16 @@ def api_command(args) -> int:
 def _run_api(client: Client, args) -> None:
     cmd = args.cmd
     if cmd == "pin":
-        reply = client.pin_flow(args.name, args.src, args.dst, args.spine, args.protocol or "",
-                                args.src_port, args.dst_port, args.forward_only)
+        reply = client.pin_flow(
+            args.name,
+            args.src,
+            args.dst,
+            args.spine,
+            args.protocol or "",
+            args.src_port,
+            args.dst_port,
+            args.forward_only,
+        )
         _print([_pin_row(reply.pin)], args.json)
     elif cmd == "unpin":
         _print([_pin_row(client.unpin_flow(args.name).pin)], args.json)
@@ -159,8 +197,17 @@ def _run_api(client: Client, args) -> None:
         _print([_pin_row(p) for p in client.list_pins()], args.json)
     elif cmd == "place":
         servers = [s for s in args.servers.split(",") if s]
-        reply = client.place_job(args.job_id, args.gpus, args.pattern, args.flow_gbps, args.gpus_per_server,
-                                 servers, args.max_pods, args.exclusive, args.request_id)
+        reply = client.place_job(
+            args.job_id,
+            args.gpus,
+            args.pattern,
+            args.flow_gbps,
+            args.gpus_per_server,
+            servers,
+            args.max_pods,
+            args.exclusive,
+            args.request_id,
+        )
         _show_job(reply.job, args.json)
     elif cmd == "release":
         _show_job(client.release_job(args.job_id), args.json, detail=False)
@@ -176,8 +223,19 @@ def _run_api(client: Client, args) -> None:
         _print([_as_json(link) for link in links] if args.json else [_link_row(link) for link in links], args.json)
     else:
         reply = client.drain(args.kind, args.name, drained=cmd == "drain")
-        _print([_as_json(reply)] if args.json else [{"kind": args.kind, "name": args.name, "state": cmd + "ed",
-                "rerouted_jobs": ",".join(getattr(reply, "rerouted_job_ids", [])) or "-"}], args.json)
+        _print(
+            [_as_json(reply)]
+            if args.json
+            else [
+                {
+                    "kind": args.kind,
+                    "name": args.name,
+                    "state": cmd + "ed",
+                    "rerouted_jobs": ",".join(getattr(reply, "rerouted_job_ids", [])) or "-",
+                }
+            ],
+            args.json,
+        )
 
 
 def _show_job(job, as_json: bool, detail: bool = True) -> None:

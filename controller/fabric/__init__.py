@@ -12,6 +12,21 @@ def load_fabric(spec_path: str | None = None) -> Fabric:
 
 
 __all__ = [
-    "DEFAULT_SPEC", "Endpoint", "Fabric", "FabricError", "FabricSpec", "Kind", "Link", "NicId",
-    "PlaneMode", "Server", "SpecError", "Switch", "Tier", "build_fabric", "load_fabric", "load_spec", "parse_spec",
+    "DEFAULT_SPEC",
+    "Endpoint",
+    "Fabric",
+    "FabricError",
+    "FabricSpec",
+    "Kind",
+    "Link",
+    "NicId",
+    "PlaneMode",
+    "Server",
+    "SpecError",
+    "Switch",
+    "Tier",
+    "build_fabric",
+    "load_fabric",
+    "load_spec",
+    "parse_spec",
 ]

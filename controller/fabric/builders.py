@@ -74,24 +74,28 @@ def _rail_fabric(spec: FabricSpec) -> Fabric:
                 switches.append(Switch(spine, Tier.SPINE, ad.dpid("spine", 0, 0, j), index=j))
                 for pod in range(spec.pods):
                     for rail in range(spec.rails):
-                        links.append(rates.link(
-                            Endpoint(ad.leaf_name(pod, rail), n_down + 1 + j),
-                            Endpoint(spine, 1 + pod * spec.rails + rail),
-                            uplink_scale,
-                        ))
+                        links.append(
+                            rates.link(
+                                Endpoint(ad.leaf_name(pod, rail), n_down + 1 + j),
+                                Endpoint(spine, 1 + pod * spec.rails + rail),
+                                uplink_scale,
+                            )
+                        )
         else:
             for rail in range(spec.rails):
                 for j in range(spec.spines):
                     spine = ad.spine_name(j, plane=rail)
-                    switches.append(Switch(
-                        spine, Tier.SPINE, ad.dpid("spine", 0, rail, j), index=j, rail=rail, plane=rail
-                    ))
+                    switches.append(
+                        Switch(spine, Tier.SPINE, ad.dpid("spine", 0, rail, j), index=j, rail=rail, plane=rail)
+                    )
                     for pod in range(spec.pods):
-                        links.append(rates.link(
-                            Endpoint(ad.leaf_name(pod, rail), n_down + 1 + j),
-                            Endpoint(spine, 1 + pod),
-                            uplink_scale,
-                        ))
+                        links.append(
+                            rates.link(
+                                Endpoint(ad.leaf_name(pod, rail), n_down + 1 + j),
+                                Endpoint(spine, 1 + pod),
+                                uplink_scale,
+                            )
+                        )
     return Fabric(spec, tuple(switches), servers, tuple(links))
 
 

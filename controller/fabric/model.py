@@ -8,6 +8,7 @@ same model serves a 16k-GPU placement benchmark and a 2-pod Mininet run.
 from __future__ import annotations
 
 import enum
+import itertools
 from dataclasses import dataclass
 from functools import cached_property
 from typing import NamedTuple
@@ -146,8 +147,11 @@ class Fabric:
         for sw in self.switches.values():
             if sw.pod is None:
                 continue
-            ups = [Endpoint(sw.name, p) for p, link in sorted(self._ports[sw.name].items())
-                   if not link.is_access and self.switches[link.peer(sw.name).node].pod != sw.pod]
+            ups = [
+                Endpoint(sw.name, p)
+                for p, link in sorted(self._ports[sw.name].items())
+                if not link.is_access and self.switches[link.peer(sw.name).node].pod != sw.pod
+            ]
             out.setdefault(sw.pod, []).extend(ups)
         return {pod: tuple(ups) for pod, ups in out.items()}
 
@@ -175,11 +179,7 @@ class Fabric:
 
     def uplinks(self, leaf: str) -> tuple[Endpoint, ...]:
         """The leaf's own ports that face a higher tier, in port order."""
-        return tuple(
-            Endpoint(leaf, port)
-            for port, link in sorted(self.ports(leaf).items())
-            if not link.is_access
-        )
+        return tuple(Endpoint(leaf, port) for port, link in sorted(self.ports(leaf).items()) if not link.is_access)
 
     def peer(self, switch: str, port: int) -> Endpoint:
         try:
@@ -190,11 +190,7 @@ class Fabric:
     def local_nics(self, switch: str) -> dict[int, NicId]:
         """NICs directly attached to a switch, by port."""
         by_name = {addressing.nic_name(n): n for n in self.nics}
-        return {
-            port: by_name[link.peer(switch).node]
-            for port, link in self.ports(switch).items()
-            if link.is_access
-        }
+        return {port: by_name[link.peer(switch).node] for port, link in self.ports(switch).items() if link.is_access}
 
     # --- graph -------------------------------------------------------------
     @cached_property
@@ -247,8 +243,13 @@ class Fabric:
         """Every path from `here` that gets one hop closer to the target each step."""
         if dist[here] == 0:
             return [(here,)]
-        closer = sorted({link.peer(here).node for link in self._ports[here].values()
-                         if dist.get(link.peer(here).node, -1) == dist[here] - 1})
+        closer = sorted(
+            {
+                link.peer(here).node
+                for link in self._ports[here].values()
+                if dist.get(link.peer(here).node, -1) == dist[here] - 1
+            }
+        )
         return [(here, *rest) for node in closer for rest in self._descend(node, dist)]
 
     def vias(self, src: NicId, dst: NicId) -> tuple[str, ...]:
@@ -273,7 +274,9 @@ class Fabric:
             if via is None and len(paths) > 1:
                 raise FabricError(f"{a} to {b} has {len(paths)} equal-cost paths: name the one to use")
             path = paths[0]
-            cache[key] = tuple(Endpoint(here, self._port_towards[(here, there)]) for here, there in zip(path, path[1:]))
+            cache[key] = tuple(
+                Endpoint(here, self._port_towards[(here, there)]) for here, there in itertools.pairwise(path)
+            )
         return cache[key]
 
     @cached_property

@@ -1,1 +1,3 @@
-"""Intent: the only durable state (pins, jobs, drains). The pure model, the drain rule, the SQLite store and the one service that changes it."""
+"""Intent: the only durable state (pins, jobs, drains). The pure model, the
+drain rule, the SQLite store and the one service that changes it.
+"""

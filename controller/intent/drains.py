@@ -57,8 +57,10 @@ def rerouted_jobs(fabric: Fabric, intent: Intent, drains: Drains) -> dict[str, J
         for gpu in job.gpus:
             hit = drained(fabric, drains, [Endpoint(ad.nic_name(gpu.nic), 0)])
             if hit:
-                raise Conflict(f"job {job_id!r} has GPU rank {gpu.rank} ({ad.nic_address(gpu.nic)}) behind {hit}; "
-                               "release the job first")
+                raise Conflict(
+                    f"job {job_id!r} has GPU rank {gpu.rank} ({ad.nic_address(gpu.nic)}) behind {hit}; "
+                    "release the job first"
+                )
         stuck = [i for i, f in enumerate(job.flows) if drained(fabric, drains, flow_path(fabric, f))]
         if not stuck:
             continue
@@ -71,8 +73,10 @@ def rerouted_jobs(fabric: Fabric, intent: Intent, drains: Drains) -> dict[str, J
         try:
             new, _ = assign_greedy(fabric, drains, base, [job.flows[i] for i in stuck])
         except NoPath as exc:
-            raise Conflict(f"job {job_id!r}: {ad.nic_address(exc.flow.src)} -> {ad.nic_address(exc.flow.dst)} "
-                           f"would have no path: {exc}") from None
+            raise Conflict(
+                f"job {job_id!r}: {ad.nic_address(exc.flow.src)} -> {ad.nic_address(exc.flow.dst)} "
+                f"would have no path: {exc}"
+            ) from None
         flows = list(job.flows)
         for i, flow in zip(stuck, new):
             flows[i] = flow

@@ -7,9 +7,9 @@ The overlay (what the switches should hold) is derived from it elsewhere.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Mapping
 
 from controller.errors import NAME_PATTERN, NAME_RULE, Conflict, FieldError, NotFound
 from controller.fabric import Fabric, NicId
@@ -35,7 +35,7 @@ class FlowMatch:
     src_port: int = 0
     dst_port: int = 0
 
-    def reversed(self) -> "FlowMatch":
+    def reversed(self) -> FlowMatch:
         return FlowMatch(self.dst, self.src, self.protocol, self.dst_port, self.src_port)
 
     def describe(self) -> str:
@@ -64,22 +64,26 @@ class Intent:
     drains: Drains = field(default_factory=Drains)
     revision: int = 0
 
-    def with_pin(self, pin: FlowPin) -> "Intent":
+    def with_pin(self, pin: FlowPin) -> Intent:
         return replace(self, pins={**self.pins, pin.name: pin}, revision=self.revision + 1)
 
-    def without_pin(self, name: str) -> "Intent":
+    def without_pin(self, name: str) -> Intent:
         if name not in self.pins:
             raise NotFound(f"no pin named {name!r}")
         pins = dict(self.pins)
         del pins[name]
         return replace(self, pins=pins, revision=self.revision + 1)
 
-    def with_jobs(self, jobs: Mapping[str, Job], drains: Drains | None = None) -> "Intent":
+    def with_jobs(self, jobs: Mapping[str, Job], drains: Drains | None = None) -> Intent:
         """Replaces the given jobs (and the drains, if given) in one revision."""
-        return replace(self, jobs={**self.jobs, **jobs}, drains=self.drains if drains is None else drains,
-                       revision=self.revision + 1)
+        return replace(
+            self,
+            jobs={**self.jobs, **jobs},
+            drains=self.drains if drains is None else drains,
+            revision=self.revision + 1,
+        )
 
-    def without_job(self, job_id: str) -> "Intent":
+    def without_job(self, job_id: str) -> Intent:
         if job_id not in self.jobs:
             raise NotFound(f"no job {job_id!r}")
         jobs = dict(self.jobs)
@@ -87,8 +91,11 @@ class Intent:
         return replace(self, jobs=jobs, revision=self.revision + 1)
 
     def object_counts(self) -> dict[str, int]:
-        return {"pin": len(self.pins), "job": len(self.jobs),
-                "drain": len(self.drains.switches) + len(self.drains.links)}
+        return {
+            "pin": len(self.pins),
+            "job": len(self.jobs),
+            "drain": len(self.drains.switches) + len(self.drains.links),
+        }
 
     @cached_property
     def steered_pairs(self) -> frozenset[tuple[NicId, NicId]]:
@@ -104,6 +111,7 @@ class Intent:
 
 # --- validation --------------------------------------------------------------
 
+
 def parse_nic(fabric: Fabric, value: str, where: str) -> NicId:
     try:
         nic = ad.parse_nic_address(value)
@@ -113,7 +121,8 @@ def parse_nic(fabric: Fabric, value: str, where: str) -> NicId:
         fabric.access_link(nic)
     except KeyError:
         raise IntentError(
-            where, f"{value} is not a NIC of fabric {fabric.spec.name!r}",
+            where,
+            f"{value} is not a NIC of fabric {fabric.spec.name!r}",
             "a NIC address listed by `railyard fabric show`",
         ) from None
     return nic
@@ -132,8 +141,10 @@ def validate_match(fabric: Fabric, match: FlowMatch, where: str = "match") -> No
             raise IntentError(f"{where}.{name}", "a port needs a protocol", "set protocol to 'tcp' or 'udp'")
     if not fabric.equal_cost_paths(match.src, match.dst):
         raise IntentError(
-            f"{where}.dst", f"{ad.nic_address(match.dst)} is not reachable from {ad.nic_address(match.src)}"
-            " through the fabric (separate planes meet only inside a server)", "a NIC of the same plane",
+            f"{where}.dst",
+            f"{ad.nic_address(match.dst)} is not reachable from {ad.nic_address(match.src)}"
+            " through the fabric (separate planes meet only inside a server)",
+            "a NIC of the same plane",
         )
 
 
@@ -149,8 +160,9 @@ def validate_pin(fabric: Fabric, intent: Intent, pin: FlowPin) -> None:
     validate_match(fabric, pin.match)
     allowed = spines_between(fabric, pin.match.src, pin.match.dst)
     if not allowed:
-        raise IntentError("match.dst", "source and destination share a leaf; there is no spine to choose",
-                          "NICs in different pods")
+        raise IntentError(
+            "match.dst", "source and destination share a leaf; there is no spine to choose", "NICs in different pods"
+        )
     if pin.spine not in allowed:
         raise IntentError("spine", f"{pin.spine!r} is not on an equal-cost path of this flow", ", ".join(allowed))
     for match in directions(pin):
@@ -163,20 +175,28 @@ def directions(pin: FlowPin) -> tuple[FlowMatch, ...]:
     return (pin.match, pin.match.reversed()) if pin.symmetric else (pin.match,)
 
 
-
 # --- durable form (the store keeps these JSON documents) ----------------------
+
 
 def pin_to_doc(pin: FlowPin) -> dict:
     m = pin.match
     return {
-        "src": ad.nic_ip(m.src), "dst": ad.nic_ip(m.dst), "protocol": m.protocol,
-        "src_port": m.src_port, "dst_port": m.dst_port, "spine": pin.spine, "symmetric": pin.symmetric,
+        "src": ad.nic_ip(m.src),
+        "dst": ad.nic_ip(m.dst),
+        "protocol": m.protocol,
+        "src_port": m.src_port,
+        "dst_port": m.dst_port,
+        "spine": pin.spine,
+        "symmetric": pin.symmetric,
     }
 
 
 def pin_from_doc(name: str, doc: Mapping) -> FlowPin:
     match = FlowMatch(
-        ad.parse_nic_address(doc["src"]), ad.parse_nic_address(doc["dst"]), doc["protocol"],
-        int(doc["src_port"]), int(doc["dst_port"]),
+        ad.parse_nic_address(doc["src"]),
+        ad.parse_nic_address(doc["dst"]),
+        doc["protocol"],
+        int(doc["src_port"]),
+        int(doc["dst_port"]),
     )
     return FlowPin(name, match, doc["spine"], bool(doc["symmetric"]))

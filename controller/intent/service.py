@@ -12,16 +12,16 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Callable, Mapping
 
 from controller.errors import AlreadyExists, FieldError, NotFound
 from controller.fabric import Endpoint, Fabric
-from controller.intent.model import FlowPin, Intent, pin_from_doc, pin_to_doc, validate_pin
-from controller.metrics import Metrics
-from controller.intent.store import Change, IntentStore
 from controller.intent.drains import rerouted_jobs, resolve_link, resolve_switch
+from controller.intent.model import FlowPin, Intent, pin_from_doc, pin_to_doc, validate_pin
+from controller.intent.store import Change, IntentStore
+from controller.metrics import Metrics
 from controller.te.jobs import Drains, Job, JobRequest, job_from_doc, job_to_doc
 from controller.te.load import add_job, jobs_load, max_utilization
 from controller.te.placement import FabricState, Usage, place
@@ -78,9 +78,14 @@ Listener = Callable[[Intent, list[JobEvent]], None]
 
 
 class IntentService:
-    def __init__(self, fabric: Fabric, store: IntentStore, metrics: Metrics,
-                 live_load: Callable[[], Mapping[Endpoint, float]] = dict,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        fabric: Fabric,
+        store: IntentStore,
+        metrics: Metrics,
+        live_load: Callable[[], Mapping[Endpoint, float]] = dict,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.fabric = fabric
         self._store = store
         self._metrics = metrics
@@ -137,17 +142,24 @@ class IntentService:
             if existing is not None:
                 if request.request_id and existing.request.request_id == request.request_id:
                     return existing, False
-                raise AlreadyExists(f"job {request.job_id!r} already exists (placed at {existing.placed_at:.3f}); "
-                                    "release it first, or retry with its original request_id")
+                raise AlreadyExists(
+                    f"job {request.job_id!r} already exists (placed at {existing.placed_at:.3f}); "
+                    "release it first, or retry with its original request_id"
+                )
             state = FabricState(current.jobs, current.drains, self._live_load(), self._jobs_bps, self._usage)
             job = place(self.fabric, state, request, self._clock())
             new = current.with_jobs({job.job_id: job})
             self._commit(new, Change(puts={("job", job.job_id): job_to_doc(job)}))
             add_job(self.fabric, self._jobs_bps, job)
             self._usage.add(job)
-        log.info("job %s placed: %d GPUs in pods %s, %d cross-leaf flows, predicted max utilization %.3f",
-                 job.job_id, len(job.gpus), list(job.pods), sum(1 for f in job.flows if f.via),
-                 job.predicted_max_utilization)
+        log.info(
+            "job %s placed: %d GPUs in pods %s, %d cross-leaf flows, predicted max utilization %.3f",
+            job.job_id,
+            len(job.gpus),
+            list(job.pods),
+            sum(1 for f in job.flows if f.via),
+            job.predicted_max_utilization,
+        )
         self._changed(new, [JobEvent(JobEventKind.PLACED, job, new.revision)])
         return job, True
 
@@ -189,12 +201,19 @@ class IntentService:
             new = current.with_jobs(moved, drains)
             record = (f"drain-{kind}", canonical)
             puts = {("job", jid): job_to_doc(job) for jid, job in moved.items()}
-            change = Change(puts={**puts, record: {}} if drained else puts,
-                            deletes=frozenset() if drained else frozenset({record}))
+            change = Change(
+                puts={**puts, record: {}} if drained else puts, deletes=frozenset() if drained else frozenset({record})
+            )
             self._commit(new, change)
             self._jobs_bps = jobs_load(self.fabric, new.jobs.values())
-        log.info("%s %s %s; %d job(s) rerouted (revision %d)", "drained" if drained else "undrained", kind,
-                 canonical, len(moved), new.revision)
+        log.info(
+            "%s %s %s; %d job(s) rerouted (revision %d)",
+            "drained" if drained else "undrained",
+            kind,
+            canonical,
+            len(moved),
+            new.revision,
+        )
         self._changed(new, [JobEvent(JobEventKind.MOVED, job, new.revision) for job in moved.values()])
         return canonical, list(moved.values())
 

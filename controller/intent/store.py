@@ -12,9 +12,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Protocol
+from typing import Protocol
 
 SCHEMA_VERSION = 1
 
@@ -78,8 +79,9 @@ class SqliteIntentStore:
             try:
                 self._db.execute("BEGIN IMMEDIATE")
                 for (kind, name), doc in change.puts.items():
-                    self._db.execute("INSERT OR REPLACE INTO intent VALUES (?, ?, ?)",
-                                     (kind, name, json.dumps(doc, sort_keys=True)))
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO intent VALUES (?, ?, ?)", (kind, name, json.dumps(doc, sort_keys=True))
+                    )
                 for kind, name in change.deletes:
                     self._db.execute("DELETE FROM intent WHERE kind = ? AND name = ?", (kind, name))
                 self._db.execute("UPDATE meta SET value = ? WHERE key = 'revision'", (revision,))

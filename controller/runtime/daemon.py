@@ -12,30 +12,30 @@ import os
 
 os.environ.setdefault("OSKEN_HUB_TYPE", "native")  # eventlet would deadlock grpcio
 
-import faulthandler  # noqa: E402
-import gc  # noqa: E402
-import logging  # noqa: E402
-import signal  # noqa: E402
-import sys  # noqa: E402
-import threading  # noqa: E402
-from dataclasses import dataclass  # noqa: E402
-from pathlib import Path  # noqa: E402
+import faulthandler
+import gc
+import logging
+import signal
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
 
 # os-ken import order: app_manager before controller (circular import), and
 # every module that registers options before CONF() is called.
-from os_ken import cfg  # noqa: E402
-from os_ken.base import app_manager  # noqa: E402
-from os_ken.controller import controller as _ofp_controller  # noqa: E402,F401  (registers ofp-* options)
+from os_ken import cfg
+from os_ken.base import app_manager
+from os_ken.controller import controller as _ofp_controller  # noqa: F401  (registers ofp-* options)
 
-from controller.api.server import ApiServer  # noqa: E402
-from controller.errors import FieldError  # noqa: E402
-from controller.fabric import Fabric  # noqa: E402
-from controller.metrics import Metrics  # noqa: E402
-from controller.intent.service import IntentService  # noqa: E402
-from controller.southbound.reconciler import ReconcileTrigger, Reconciler  # noqa: E402
-from controller.intent.store import SqliteIntentStore  # noqa: E402
-from controller.telemetry.ingest import TelemetryIngest  # noqa: E402
-from controller.runtime.te_runner import TeRunner  # noqa: E402
+from controller.api.server import ApiServer
+from controller.errors import FieldError
+from controller.fabric import Fabric
+from controller.intent.service import IntentService
+from controller.intent.store import SqliteIntentStore
+from controller.metrics import Metrics
+from controller.runtime.te_runner import TeRunner
+from controller.southbound.reconciler import Reconciler, ReconcileTrigger
+from controller.telemetry.ingest import TelemetryIngest
 
 log = logging.getLogger("railyard")
 
@@ -52,7 +52,7 @@ class Listen:
     port: int
 
     @classmethod
-    def parse(cls, text: str, field: str) -> "Listen":
+    def parse(cls, text: str, field: str) -> Listen:
         host, sep, port = text.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
             raise ConfigError(field, f"{text!r} is not HOST:PORT", "e.g. 127.0.0.1:6653 (port 0-65535)")
@@ -91,8 +91,9 @@ class Daemon:
         self.ingest = TelemetryIngest(self.metrics)
         self.metrics.watch_links(fabric, self.ingest.fresh_ports)
         self.intent = IntentService(fabric, self.store, self.metrics, live_load=self.ingest.fresh_load)
-        self.reconciler = Reconciler(fabric, self.intent, self.metrics, config.reconcile_interval_s,
-                                     config.reply_timeout_s)
+        self.reconciler = Reconciler(
+            fabric, self.intent, self.metrics, config.reconcile_interval_s, config.reply_timeout_s
+        )
         self.te = TeRunner(fabric, self.ingest, self.intent, self.metrics, enabled=config.te_enabled)
         self.reconciler.te = self.te
         self.te.on_change(lambda: self.reconciler.request(ReconcileTrigger.TE))
@@ -110,9 +111,16 @@ class Daemon:
         # NOT_SERVING until the southbound holds the whole fabric: a scheduler
         # must not count on placements no switch enforces yet.
         threading.Thread(target=self._serve_when_ready, name="health", daemon=True).start()
-        log.info("railyard controller: fabric %s (%d switches), intent revision %d, openflow %s, grpc %s, "
-                 "metrics http://%s/metrics", self.fabric.spec.name, len(self.fabric.switches),
-                 self.intent.snapshot().revision, self.config.openflow, self.config.grpc, self.config.metrics)
+        log.info(
+            "railyard controller: fabric %s (%d switches), intent revision %d, openflow %s, grpc %s, "
+            "metrics http://%s/metrics",
+            self.fabric.spec.name,
+            len(self.fabric.switches),
+            self.intent.snapshot().revision,
+            self.config.openflow,
+            self.config.grpc,
+            self.config.metrics,
+        )
 
     def _start_openflow(self) -> None:
         cfg.CONF(args=[], project="os_ken")
@@ -156,8 +164,7 @@ class Daemon:
 
 
 def run(fabric: Fabric, config: DaemonConfig) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     daemon = Daemon(fabric, config)
     # `kill -USR1 <pid>` writes every thread's stack to the log: the first
     # thing to look at when a switch or the API seems stuck.

@@ -11,14 +11,14 @@ put them back.
 from __future__ import annotations
 
 import logging
-from dataclasses import replace
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
+from dataclasses import replace
 
 from controller.fabric import Fabric
-from controller.metrics import Metrics
 from controller.intent.service import IntentService
+from controller.metrics import Metrics
 from controller.southbound.overlay import OverlayEntry, move_from_entry
 from controller.te.engine import DecisionKind, EngineConfig, Meter, Move, TeState, step
 from controller.telemetry.ingest import TelemetryIngest
@@ -30,9 +30,17 @@ MIN_GAP_S = 0.05  # the shortest between two cycles, however fast telemetry come
 
 
 class TeRunner:
-    def __init__(self, fabric: Fabric, ingest: TelemetryIngest, intent: IntentService, metrics: Metrics,
-                 interval_s: float = DEFAULT_INTERVAL_S, config: EngineConfig = EngineConfig(),
-                 enabled: bool = True, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        fabric: Fabric,
+        ingest: TelemetryIngest,
+        intent: IntentService,
+        metrics: Metrics,
+        interval_s: float = DEFAULT_INTERVAL_S,
+        config: EngineConfig = EngineConfig(),
+        enabled: bool = True,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.fabric = fabric
         self.ingest = ingest
         self.intent = intent
@@ -100,7 +108,7 @@ class TeRunner:
                 return
             try:
                 self.cycle()
-            except Exception:  # noqa: BLE001 - one bad cycle must not stop TE
+            except Exception:
                 log.exception("te cycle failed")
                 self.metrics.errors.labels("te", "cycle_failed").inc()
 
@@ -110,11 +118,14 @@ class TeRunner:
         with self._lock:
             before = self._state
         intent = self.intent.snapshot()
-        state, decisions = step(self.fabric, before, view_flows, view_ports, now, self.config, intent.drains,
-                                intent.steered_pairs)
-        changed = (state.moves.keys() != before.moves.keys()
-                   or any(state.moves[k].via != before.moves[k].via for k in state.moves)
-                   or _meter_rates(state) != _meter_rates(before))
+        state, decisions = step(
+            self.fabric, before, view_flows, view_ports, now, self.config, intent.drains, intent.steered_pairs
+        )
+        changed = (
+            state.moves.keys() != before.moves.keys()
+            or any(state.moves[k].via != before.moves[k].via for k in state.moves)
+            or _meter_rates(state) != _meter_rates(before)
+        )
         with self._lock:
             self._state = state
             if changed:

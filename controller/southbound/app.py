@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import logging
+from typing import ClassVar
 
 from os_ken.base import app_manager
 from os_ken.controller import ofp_event
@@ -30,7 +31,7 @@ def guarded(handler):
     def wrapper(self, ev):
         try:
             handler(self, ev)
-        except Exception:  # noqa: BLE001 - see the module docstring
+        except Exception:
             log.exception("OpenFlow handler %s failed on %s", handler.__name__, type(ev).__name__)
             self.reconciler.metrics.errors.labels("southbound", "handler_exception").inc()
 
@@ -38,7 +39,7 @@ def guarded(handler):
 
 
 class RailyardApp(app_manager.OSKenApp):
-    OFP_VERSIONS = [ofproto_v1_3.OFP_VERSION]
+    OFP_VERSIONS: ClassVar[list[int]] = [ofproto_v1_3.OFP_VERSION]
 
     def __init__(self, *args, reconciler: Reconciler, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -55,19 +56,25 @@ class RailyardApp(app_manager.OSKenApp):
             self.reconciler.switch_disconnected(ev.datapath)
 
     # The replies the reconciler waits for: dumps, bundle control, barriers.
-    @set_ev_cls([ofp_event.EventOFPFlowStatsReply,  # pylint: disable=no-member
-                 ofp_event.EventOFPMeterConfigStatsReply,  # pylint: disable=no-member
-                 ofp_event.EventONFBundleCtrlMsg,  # pylint: disable=no-member
-                 ofp_event.EventOFPBarrierReply], MAIN_DISPATCHER)  # pylint: disable=no-member
+    @set_ev_cls(
+        [
+            ofp_event.EventOFPFlowStatsReply,
+            ofp_event.EventOFPMeterConfigStatsReply,
+            ofp_event.EventONFBundleCtrlMsg,
+            ofp_event.EventOFPBarrierReply,
+        ],
+        MAIN_DISPATCHER,
+    )
     @guarded
     def _reply(self, ev) -> None:
         self.reconciler.calls.deliver(ev.msg.datapath.id, ev.msg)
 
-    @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)  # pylint: disable=no-member
+    @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
     @guarded
     def _error(self, ev) -> None:
         msg = ev.msg
         if not self.reconciler.calls.deliver(msg.datapath.id, msg):
-            log.warning("switch %016x: OpenFlow error type %d code %d (xid %d)", msg.datapath.id, msg.type,
-                        msg.code, msg.xid)
+            log.warning(
+                "switch %016x: OpenFlow error type %d code %d (xid %d)", msg.datapath.id, msg.type, msg.code, msg.xid
+            )
             self.reconciler.metrics.errors.labels("southbound", "openflow_error").inc()

@@ -12,7 +12,11 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controller.southbound.overlay import (
-    COOKIE_ALL, COOKIE_PREFIX, COOKIE_PREFIX_MASK, OverlayEntry, OverlayMeter,
+    COOKIE_ALL,
+    COOKIE_PREFIX,
+    COOKIE_PREFIX_MASK,
+    OverlayEntry,
+    OverlayMeter,
 )
 
 OVERLAY_TABLE = 0
@@ -35,29 +39,47 @@ def _instructions(entry: OverlayEntry) -> list:
             actions.append(parser.OFPActionSetField(**{field: value}))
         else:
             raise ValueError(f"no OpenFlow encoding for overlay action {action!r}")
-    return meters + [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+    return [*meters, parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
 
 
 def add_flow(datapath, entry: OverlayEntry) -> parser.OFPFlowMod:
     """OFPFC_ADD: replaces an entry with the same (priority, match) in place."""
     return parser.OFPFlowMod(
-        datapath, cookie=entry.cookie, table_id=OVERLAY_TABLE, command=ofp.OFPFC_ADD,
-        priority=entry.priority, match=parser.OFPMatch(**dict(entry.match)), instructions=_instructions(entry),
+        datapath,
+        cookie=entry.cookie,
+        table_id=OVERLAY_TABLE,
+        command=ofp.OFPFC_ADD,
+        priority=entry.priority,
+        match=parser.OFPMatch(**dict(entry.match)),
+        instructions=_instructions(entry),
     )
 
 
 def delete_flow(datapath, entry: OverlayEntry) -> parser.OFPFlowMod:
     """Strict delete scoped to the entry's full cookie: never removes anyone else's entry."""
     return parser.OFPFlowMod(
-        datapath, cookie=entry.cookie, cookie_mask=COOKIE_ALL, table_id=OVERLAY_TABLE,
-        command=ofp.OFPFC_DELETE_STRICT, priority=entry.priority, match=parser.OFPMatch(**dict(entry.match)),
-        out_port=ofp.OFPP_ANY, out_group=ofp.OFPG_ANY,
+        datapath,
+        cookie=entry.cookie,
+        cookie_mask=COOKIE_ALL,
+        table_id=OVERLAY_TABLE,
+        command=ofp.OFPFC_DELETE_STRICT,
+        priority=entry.priority,
+        match=parser.OFPMatch(**dict(entry.match)),
+        out_port=ofp.OFPP_ANY,
+        out_group=ofp.OFPG_ANY,
     )
 
 
 def overlay_dump_request(datapath) -> parser.OFPFlowStatsRequest:
     return parser.OFPFlowStatsRequest(
-        datapath, 0, OVERLAY_TABLE, ofp.OFPP_ANY, ofp.OFPG_ANY, COOKIE_PREFIX, COOKIE_PREFIX_MASK, parser.OFPMatch(),
+        datapath,
+        0,
+        OVERLAY_TABLE,
+        ofp.OFPP_ANY,
+        ofp.OFPG_ANY,
+        COOKIE_PREFIX,
+        COOKIE_PREFIX_MASK,
+        parser.OFPMatch(),
     )
 
 

@@ -13,8 +13,8 @@ switch reports and what we want compare with `==`.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Iterable
 
 from controller.fabric import Fabric, Tier
 from controller.fabric import addressing as ad
@@ -85,8 +85,6 @@ class OverlayEntry:
         return EntryKey(self.priority, self.match)
 
 
-
-
 def is_railyard_meter(meter_id: int) -> bool:
     return METER_ID_BASE <= meter_id < METER_ID_BASE + METER_ID_SPAN
 
@@ -115,8 +113,9 @@ def canonical_match(match: FlowMatch) -> Match:
     return tuple(sorted(fields.items()))
 
 
-def steering_entries(fabric: Fabric, match: FlowMatch, spine: str, cookie: int,
-                     priority: int | None = None) -> list[OverlayEntry]:
+def steering_entries(
+    fabric: Fabric, match: FlowMatch, spine: str, cookie: int, priority: int | None = None
+) -> list[OverlayEntry]:
     """Entries that make `match` cross `spine`: one at each switch where the
     underlay would have hashed (a spine's or last hop's single route needs none)."""
     hops = fabric.steering_hops(match.src, match.dst, spine)
@@ -135,8 +134,12 @@ def pin_entries(fabric: Fabric, pin: FlowPin) -> list[OverlayEntry]:
 
 def job_entries(fabric: Fabric, job: Job) -> list[OverlayEntry]:
     cookie = owner_cookie("job", job.job_id)
-    return [entry for flow in job.flows if flow.via
-            for entry in steering_entries(fabric, FlowMatch(flow.src, flow.dst), flow.via, cookie)]
+    return [
+        entry
+        for flow in job.flows
+        if flow.via
+        for entry in steering_entries(fabric, FlowMatch(flow.src, flow.dst), flow.via, cookie)
+    ]
 
 
 JobEntryMemo = dict[str, tuple[Job, list[OverlayEntry]]]
@@ -201,8 +204,9 @@ def te_entries(fabric: Fabric, moves: Iterable[TeMove], meters: Iterable[TeMeter
         entries = steering_entries(fabric, match, move.via, _te_cookie(move.key), PRIORITY_TE_MOVE)
         if move.key in ids:
             leaf, meter_id = ids[move.key]
-            entries = [replace(e, actions=(f"meter:{meter_id}", *e.actions)) if e.switch == leaf else e
-                       for e in entries]
+            entries = [
+                replace(e, actions=(f"meter:{meter_id}", *e.actions)) if e.switch == leaf else e for e in entries
+            ]
         out += entries
         reverse = match.reversed()
         reverse_key = (move.key[1], move.key[0], protocol, dport, sport)
@@ -215,9 +219,21 @@ def te_entries(fabric: Fabric, moves: Iterable[TeMove], meters: Iterable[TeMeter
         _, _, protocol, sport, dport = meter.key
         match = canonical_match(FlowMatch(meter.src, meter.dst, protocol, sport, dport))
         eth_src, eth_dst = ad.local_delivery_macs(meter.dst)
-        out.append(OverlayEntry(leaf, PRIORITY_TE_MOVE, match, (
-            f"meter:{meter_id}", "dec_ttl", f"set_field:eth_src={eth_src}", f"set_field:eth_dst={eth_dst}",
-            f"output:{fabric.attachment(meter.dst).port}"), _te_cookie(meter.key)))
+        out.append(
+            OverlayEntry(
+                leaf,
+                PRIORITY_TE_MOVE,
+                match,
+                (
+                    f"meter:{meter_id}",
+                    "dec_ttl",
+                    f"set_field:eth_src={eth_src}",
+                    f"set_field:eth_dst={eth_dst}",
+                    f"output:{fabric.attachment(meter.dst).port}",
+                ),
+                _te_cookie(meter.key),
+            )
+        )
     return out
 
 
@@ -235,8 +251,13 @@ def move_from_entry(fabric: Fabric, entry: OverlayEntry, now: float) -> TeMove |
         return None  # a metered flow delivered on its own leaf: its meter comes back with the incast
     if fabric.switch(via).tier is not Tier.SPINE:
         return None  # a fat tree's edge entry points at an aggregation switch; its core is not known here
-    key = (fields["ipv4_src"], fields["ipv4_dst"], protocol, int(fields.get(f"{protocol}_src", 0)),
-           int(fields.get(f"{protocol}_dst", 0)))
+    key = (
+        fields["ipv4_src"],
+        fields["ipv4_dst"],
+        protocol,
+        int(fields.get(f"{protocol}_src", 0)),
+        int(fields.get(f"{protocol}_dst", 0)),
+    )
     if entry.cookie != _te_cookie(key):
         return None  # the ACK entry of a move: it comes back with the move itself
     try:
@@ -246,9 +267,13 @@ def move_from_entry(fabric: Fabric, entry: OverlayEntry, now: float) -> TeMove |
     return TeMove(key, src, dst, via, now, now)
 
 
-def desired_overlay(fabric: Fabric, intent: Intent, memo: JobEntryMemo | None = None,
-                    te_moves: Iterable[TeMove] = (), te_meters: Iterable[TeMeter] = ()
-                    ) -> dict[str, dict[EntryKey, OverlayEntry]]:
+def desired_overlay(
+    fabric: Fabric,
+    intent: Intent,
+    memo: JobEntryMemo | None = None,
+    te_moves: Iterable[TeMove] = (),
+    te_meters: Iterable[TeMeter] = (),
+) -> dict[str, dict[EntryKey, OverlayEntry]]:
     """Every switch of the fabric appears, with an empty table if it needs nothing,
     so reconciliation also clears switches that no longer carry any pin.
 

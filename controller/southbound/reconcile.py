@@ -12,8 +12,8 @@ deletions go the other way round, ingress first.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from controller.fabric import Fabric, Tier
 from controller.southbound.overlay import EntryKey, OverlayEntry, OverlayMeter

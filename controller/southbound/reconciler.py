@@ -19,12 +19,17 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from controller.fabric import Fabric
-from controller.metrics import RESULTS, Metrics
 from controller.intent.service import IntentService
+from controller.metrics import RESULTS, Metrics
 from controller.southbound import ofcodec
 from controller.southbound.overlay import JobEntryMemo, OverlayMeter, desired_meters, desired_overlay
 from controller.southbound.reconcile import (
-    MeterDelta, SwitchDelta, diff_meters, diff_table, order_for_adds, order_for_deletes,
+    MeterDelta,
+    SwitchDelta,
+    diff_meters,
+    diff_table,
+    order_for_adds,
+    order_for_deletes,
 )
 from controller.southbound.switches import SWITCH_ERROR_REASONS, CallTable, SwitchError, SwitchSession
 
@@ -51,8 +56,14 @@ _STOP = Trigger(None)
 
 
 class Reconciler:
-    def __init__(self, fabric: Fabric, intent: IntentService, metrics: Metrics,
-                 interval_s: float = 10.0, reply_timeout_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        fabric: Fabric,
+        intent: IntentService,
+        metrics: Metrics,
+        interval_s: float = 10.0,
+        reply_timeout_s: float = 5.0,
+    ) -> None:
         self.fabric = fabric
         self.intent = intent
         self.metrics = metrics
@@ -61,7 +72,7 @@ class Reconciler:
         self.calls = CallTable()
         self._sessions: dict[str, SwitchSession] = {}
         self._lock = threading.Lock()
-        self._triggers: "queue.Queue[Trigger]" = queue.Queue()
+        self._triggers: queue.Queue[Trigger] = queue.Queue()
         self._thread: threading.Thread | None = None
         self._by_dpid = {sw.dpid: sw.name for sw in fabric.switches.values()}
         # Set once every switch of the fabric has connected and been reconciled:
@@ -140,7 +151,7 @@ class Reconciler:
                 first = self._triggers.get(timeout=max(0.0, next_periodic - time.monotonic()))
             except queue.Empty:
                 first = Trigger(ReconcileTrigger.PERIODIC)
-            batch = [first] + self._drain()
+            batch = [first, *self._drain()]
             if _STOP in batch:
                 return
             if any(t.reason is ReconcileTrigger.PERIODIC for t in batch):
@@ -242,11 +253,21 @@ class Reconciler:
                 self.fabric_ready.set()
         changed = sorted(n for n in deltas if not deltas[n].empty or not meter_deltas[n].empty)
         if changed:
-            log.info("reconcile (%s): %s in %.1f ms", reason, ", ".join(
-                f"{n} +{len(deltas[n].adds)} -{len(deltas[n].deletes)}"
-                + (f" meters +{len(meter_deltas[n].adds)} ~{len(meter_deltas[n].changes)} "
-                   f"-{len(meter_deltas[n].deletes)}" if not meter_deltas[n].empty else "")
-                for n in changed), elapsed * 1e3)
+            log.info(
+                "reconcile (%s): %s in %.1f ms",
+                reason,
+                ", ".join(
+                    f"{n} +{len(deltas[n].adds)} -{len(deltas[n].deletes)}"
+                    + (
+                        f" meters +{len(meter_deltas[n].adds)} ~{len(meter_deltas[n].changes)} "
+                        f"-{len(meter_deltas[n].deletes)}"
+                        if not meter_deltas[n].empty
+                        else ""
+                    )
+                    for n in changed
+                ),
+                elapsed * 1e3,
+            )
         return ok
 
     def _meters(self, session: SwitchSession, mods: list[tuple[str, OverlayMeter]]) -> bool:

@@ -61,7 +61,9 @@ class UnexpectedReply(SwitchError):
     reason = "unexpected_reply"
 
 
-SWITCH_ERROR_REASONS = tuple(kind.reason for kind in (SwitchTimeout, SwitchDisconnected, SwitchRefused, UnexpectedReply))
+SWITCH_ERROR_REASONS = tuple(
+    kind.reason for kind in (SwitchTimeout, SwitchDisconnected, SwitchRefused, UnexpectedReply)
+)
 
 
 @dataclass(eq=False)  # identity semantics: calls are collected in sets
@@ -69,7 +71,7 @@ class Call:
     """Replies for a set of xids, fed by the app thread."""
 
     xids: frozenset[int]
-    replies: "queue.Queue"
+    replies: queue.Queue
 
 
 class CallTable:
@@ -156,14 +158,18 @@ class SwitchSession:
             self._calls.close(self.dpid, call)
 
     def dump_overlay(self) -> dict[EntryKey, OverlayEntry]:
-        entries = (ofcodec.entry_from_stats(self.name, stats)
-                   for stats in self._multipart(ofcodec.overlay_dump_request(self.datapath), "overlay dump"))
+        entries = (
+            ofcodec.entry_from_stats(self.name, stats)
+            for stats in self._multipart(ofcodec.overlay_dump_request(self.datapath), "overlay dump")
+        )
         return {entry.key: entry for entry in entries}
 
     def dump_meters(self) -> dict[int, OverlayMeter]:
         """Railyard's meters only (its id range)."""
-        meters = (ofcodec.meter_from_stats(self.name, stats)
-                  for stats in self._multipart(ofcodec.meter_dump_request(self.datapath), "meter dump"))
+        meters = (
+            ofcodec.meter_from_stats(self.name, stats)
+            for stats in self._multipart(ofcodec.meter_dump_request(self.datapath), "meter dump")
+        )
         return {m.meter_id: m for m in meters if is_railyard_meter(m.meter_id)}
 
     def send_confirmed(self, mods: list, what: str) -> None:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import enum
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from controller.errors import NAME_PATTERN, NAME_RULE, FieldError
 from controller.fabric import Fabric, NicId
@@ -90,13 +90,18 @@ def validate_request(fabric: Fabric, req: JobRequest) -> None:
     if req.servers and not req.gpu_count:
         raise JobError("gpu_count", "is 0", "1 or more, with or without explicit servers")
     if not 1 <= req.gpu_count <= fabric.gpu_count:
-        raise JobError("gpu_count", f"{req.gpu_count} is out of range", f"1 to {fabric.gpu_count} (GPUs in fabric {spec.name!r})")
+        raise JobError(
+            "gpu_count", f"{req.gpu_count} is out of range", f"1 to {fabric.gpu_count} (GPUs in fabric {spec.name!r})"
+        )
     if not 0 <= req.gpus_per_server <= rails:
         raise JobError("gpus_per_server", f"{req.gpus_per_server} is out of range", f"0 (auto) to {rails} (rails)")
     k = req.per_server(rails)
     if req.gpu_count % k:
-        raise JobError("gpu_count", f"{req.gpu_count} GPUs do not fill whole servers at {k} per server",
-                       f"a multiple of {k} (or set gpus_per_server to a divisor of {req.gpu_count} up to {rails})")
+        raise JobError(
+            "gpu_count",
+            f"{req.gpu_count} GPUs do not fill whole servers at {k} per server",
+            f"a multiple of {k} (or set gpus_per_server to a divisor of {req.gpu_count} up to {rails})",
+        )
     if not isinstance(req.pattern, Pattern):
         raise JobError("pattern", f"{req.pattern!r} is not a pattern", ", ".join(p.value for p in Pattern))
     if not math.isfinite(req.flow_gbps) or not 0 <= req.flow_gbps <= spec.rates.nic_gbps:
@@ -108,25 +113,39 @@ def validate_request(fabric: Fabric, req: JobRequest) -> None:
         known = {s.name for s in fabric.servers}
         for i, name in enumerate(req.servers):
             if name not in known:
-                raise JobError(f"servers[{i}]", f"{name!r} is not a server of fabric {spec.name!r}",
-                               "names listed by `railyard fabric show --addresses`")
+                raise JobError(
+                    f"servers[{i}]",
+                    f"{name!r} is not a server of fabric {spec.name!r}",
+                    "names listed by `railyard fabric show --addresses`",
+                )
         if len(set(req.servers)) != len(req.servers):
             raise JobError("servers", "names a server twice", "distinct server names")
         if len(req.servers) != req.server_count(rails):
-            raise JobError("servers", f"{len(req.servers)} servers given for {req.gpu_count} GPUs at {k} per server",
-                           f"exactly {req.server_count(rails)} servers")
+            raise JobError(
+                "servers",
+                f"{len(req.servers)} servers given for {req.gpu_count} GPUs at {k} per server",
+                f"exactly {req.server_count(rails)} servers",
+            )
     if len(req.request_id) > 128:
         raise JobError("request_id", f"{len(req.request_id)} characters", "at most 128")
 
 
 # --- durable form ---------------------------------------------------------------
 
+
 def job_to_doc(job: Job) -> dict:
     r = job.request
     return {
-        "request": {"gpu_count": r.gpu_count, "pattern": r.pattern.value, "flow_gbps": r.flow_gbps,
-                    "gpus_per_server": r.gpus_per_server, "servers": list(r.servers), "max_pods": r.max_pods,
-                    "exclusive": r.exclusive, "request_id": r.request_id},
+        "request": {
+            "gpu_count": r.gpu_count,
+            "pattern": r.pattern.value,
+            "flow_gbps": r.flow_gbps,
+            "gpus_per_server": r.gpus_per_server,
+            "servers": list(r.servers),
+            "max_pods": r.max_pods,
+            "exclusive": r.exclusive,
+            "request_id": r.request_id,
+        },
         "gpus": [[g.rank, ad.nic_ip(g.nic)] for g in job.gpus],
         "flows": [[ad.nic_ip(f.src), ad.nic_ip(f.dst), f.demand_bps, f.via] for f in job.flows],
         "predicted_max_utilization": job.predicted_max_utilization,
@@ -136,14 +155,24 @@ def job_to_doc(job: Job) -> dict:
 
 def job_from_doc(job_id: str, doc: Mapping) -> Job:
     r = doc["request"]
-    request = JobRequest(job_id, int(r["gpu_count"]), Pattern(r["pattern"]), float(r["flow_gbps"]),
-                         int(r["gpus_per_server"]), tuple(r["servers"]), int(r["max_pods"]), bool(r["exclusive"]),
-                         str(r["request_id"]))
+    request = JobRequest(
+        job_id,
+        int(r["gpu_count"]),
+        Pattern(r["pattern"]),
+        float(r["flow_gbps"]),
+        int(r["gpus_per_server"]),
+        tuple(r["servers"]),
+        int(r["max_pods"]),
+        bool(r["exclusive"]),
+        str(r["request_id"]),
+    )
     return Job(
         request,
         tuple(Gpu(int(rank), ad.parse_nic_address(addr)) for rank, addr in doc["gpus"]),
-        tuple(JobFlow(ad.parse_nic_address(s), ad.parse_nic_address(d), float(bps), str(via))
-              for s, d, bps, via in doc["flows"]),
+        tuple(
+            JobFlow(ad.parse_nic_address(s), ad.parse_nic_address(d), float(bps), str(via))
+            for s, d, bps, via in doc["flows"]
+        ),
         float(doc["predicted_max_utilization"]),
         float(doc["placed_at"]),
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import operator
 from collections import defaultdict
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 from controller.fabric import Endpoint, Fabric, Link
 from controller.te.jobs import Drains, Job, JobFlow

@@ -17,8 +17,8 @@ costs in proportion to its own flows.
 from __future__ import annotations
 
 import zlib
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
-from typing import Mapping, Sequence
 
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.te.jobs import Drains, JobFlow
@@ -81,8 +81,9 @@ def _vias_or_fail(fabric: Fabric, drains: Drains, flow: JobFlow) -> list[str]:
     return vias
 
 
-def assign_greedy(fabric: Fabric, drains: Drains, base: Mapping[Endpoint, float],
-                  flows: Sequence[JobFlow]) -> tuple[list[JobFlow], Layer]:
+def assign_greedy(
+    fabric: Fabric, drains: Drains, base: Mapping[Endpoint, float], flows: Sequence[JobFlow]
+) -> tuple[list[JobFlow], Layer]:
     """Gives every flow that crosses spines a `via` (flows sharing a leaf keep
     via ''); returns the flows, in input order, and their load layer."""
     layer = Layer(fabric, base)
@@ -92,8 +93,13 @@ def assign_greedy(fabric: Fabric, drains: Drains, base: Mapping[Endpoint, float]
         if _same_leaf(fabric, flow):
             chosen = replace(flow, via="")
         else:
-            chosen = replace(flow, via=min(_vias_or_fail(fabric, drains, flow), key=lambda v: (
-                layer.peak(fabric.egress_path(flow.src, flow.dst, v), flow.demand_bps), v)))
+            chosen = replace(
+                flow,
+                via=min(
+                    _vias_or_fail(fabric, drains, flow),
+                    key=lambda v: (layer.peak(fabric.egress_path(flow.src, flow.dst, v), flow.demand_bps), v),
+                ),
+            )
         layer.add(flow_path(fabric, chosen), chosen.demand_bps)
         placed[i] = chosen
     return improve(fabric, drains, layer, placed), layer
@@ -132,8 +138,9 @@ def improve(fabric: Fabric, drains: Drains, layer: Layer, flows: list[JobFlow]) 
     return flows
 
 
-def assign_hashed(fabric: Fabric, drains: Drains, base: Mapping[Endpoint, float],
-                  flows: Sequence[JobFlow]) -> tuple[list[JobFlow], Layer]:
+def assign_hashed(
+    fabric: Fabric, drains: Drains, base: Mapping[Endpoint, float], flows: Sequence[JobFlow]
+) -> tuple[list[JobFlow], Layer]:
     """What ECMP would do: a fixed hash of the NIC pair picks the spine. The
     naive baseline, and a candidate the placer also evaluates."""
     layer = Layer(fabric, base)

@@ -8,7 +8,7 @@ fabric carries.
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from controller.fabric import NicId
 from controller.te.jobs import JobFlow, Pattern

@@ -13,8 +13,8 @@ candidates, a placement is never predicted worse than that naive one.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.te.jobs import Drains, Gpu, Job, JobFlow, JobRequest, validate_request
@@ -37,7 +37,7 @@ class FabricState:
     # jobs_load(jobs), when the caller keeps it up to date (the service does):
     # recomputing it per request would cost more than the placement itself.
     jobs_bps: Mapping[Endpoint, float] | None = None
-    usage: "Usage | None" = None  # Usage.of(jobs), likewise
+    usage: Usage | None = None  # Usage.of(jobs), likewise
 
     def base_load(self, fabric: Fabric) -> Mapping[Endpoint, float]:
         predicted = self.jobs_bps if self.jobs_bps is not None else jobs_load(fabric, self.jobs.values())
@@ -53,7 +53,7 @@ class Usage:
     exclusive: dict[ServerKey, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, jobs) -> "Usage":
+    def of(cls, jobs) -> Usage:
         usage = cls()
         for job in jobs:
             usage.add(job)
@@ -112,15 +112,16 @@ def available_servers(fabric: Fabric, state: FabricState, request: JobRequest) -
 SINGLE_POD_CANDIDATES = 2
 
 
-def _candidates(avail: dict[int, list[ServerKey]], m: int, max_pods: int, pod_load: Mapping[int, float],
-                measured: bool) -> tuple[list[list[ServerKey]], list[ServerKey] | None]:
+def _candidates(
+    avail: dict[int, list[ServerKey]], m: int, max_pods: int, pod_load: Mapping[int, float], measured: bool
+) -> tuple[list[list[ServerKey]], list[ServerKey] | None]:
     """(candidate server sets, the first-fit set if it is allowed)."""
     # Single pods that fit, the ones with the most headroom first. A job inside
     # one pod loads only its servers' access links, which carry no placed
     # demand while free: single pods differ only in measured traffic, and
     # without any, one candidate stands for them all.
     fitting = sorted((p for p, servers in avail.items() if len(servers) >= m), key=lambda p: (pod_load.get(p, 0.0), p))
-    candidates = [avail[p][:m] for p in fitting[:SINGLE_POD_CANDIDATES if measured else 1]]
+    candidates = [avail[p][:m] for p in fitting[: SINGLE_POD_CANDIDATES if measured else 1]]
     packed: list[ServerKey] = []
     for pod in sorted(avail, key=lambda p: (-len(avail[p]), pod_load.get(p, 0.0), p)):
         packed += avail[pod][: m - len(packed)]
@@ -135,8 +136,7 @@ def _candidates(avail: dict[int, list[ServerKey]], m: int, max_pods: int, pod_lo
     return allowed, first_fit if first_fit in allowed else None
 
 
-def _routings(fabric: Fabric, drains: Drains, base: Mapping[Endpoint, float], flows: list[JobFlow],
-              hashed_too: bool):
+def _routings(fabric: Fabric, drains: Drains, base: Mapping[Endpoint, float], flows: list[JobFlow], hashed_too: bool):
     """Yields (flows with their spines, predicted peak on the links they touch)
     for min-max routing, and also for ECMP-hash routing if asked. Flows inside
     one leaf have no choice, so their load is laid down once and shared."""
@@ -172,7 +172,7 @@ def _free_summary(fabric: Fabric, state: FabricState, avail: dict[int, list[Serv
     free = sum(free_by_pod.values())
     where = ", ".join(f"pod {p}: {n}" for p, n in sorted(free_by_pod.items()) if n) or "none"
     fits = ", ".join(f"pod {p}: {len(s)}" for p, s in sorted(avail.items()) if s) or "none"
-    return (f"free GPUs: {free} ({where}); servers with rails 0-{k - 1} free: {fits}")
+    return f"free GPUs: {free} ({where}); servers with rails 0-{k - 1} free: {fits}"
 
 
 def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -> Job:
@@ -190,8 +190,10 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
         free = {key for servers in avail.values() for key in servers}
         busy = [name for name, key in zip(request.servers, keys) if key not in free]
         if busy:
-            raise NoCapacity(f"{wanted}: server(s) {', '.join(busy)} lack free, undrained rails 0-{k - 1}; "
-                             + _free_summary(fabric, state, avail, k))
+            raise NoCapacity(
+                f"{wanted}: server(s) {', '.join(busy)} lack free, undrained rails 0-{k - 1}; "
+                + _free_summary(fabric, state, avail, k)
+            )
         candidates, first_fit = [keys], None
     else:
         candidates, first_fit = _candidates(avail, m, request.max_pods, pod_load, bool(state.measured_bps))

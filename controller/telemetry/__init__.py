@@ -1,1 +1,3 @@
-"""Telemetry ingest: validated samples from agents, through a bounded queue, into the live link view."""
+"""Telemetry ingest: validated samples from agents, through a bounded queue,
+into the live link view.
+"""

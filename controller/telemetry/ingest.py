@@ -8,12 +8,13 @@ queue's bounded memory and never delays placement.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from controller.fabric import Endpoint
 from controller.metrics import Metrics
@@ -46,7 +47,7 @@ class TelemetryIngest:
         self.clock = clock
         self.view = LinkView()
         self._lock = threading.Lock()
-        self._queue: "queue.Queue[Batch | None]" = queue.Queue(maxsize=capacity)
+        self._queue: queue.Queue[Batch | None] = queue.Queue(maxsize=capacity)
         self._thread = threading.Thread(target=self._run, name="telemetry", daemon=True)
         self._last_sweep = 0.0
         self.arrived = threading.Event()  # set after each batch is in the view: TE runs on fresh data
@@ -55,10 +56,8 @@ class TelemetryIngest:
         self._thread.start()
 
     def stop(self) -> None:
-        try:
+        with contextlib.suppress(queue.Full):
             self._queue.put_nowait(None)
-        except queue.Full:
-            pass
 
     def submit(self, batch: Batch) -> None:
         try:

@@ -1,1 +1,3 @@
-"""The telemetry agent: samples the emulated switches and streams telemetry to the controller."""
+"""The telemetry agent: samples the emulated switches and streams telemetry to
+the controller.
+"""

@@ -26,9 +26,9 @@ import re
 import subprocess
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator
 
 import grpc
 
@@ -90,7 +90,9 @@ def parse_dp_flow(line: str, ports: dict[int, str]) -> tuple[str, FlowCounters] 
     nbytes = re.search(r"bytes:(\d+)", stats)
     if not in_port or not nbytes:
         return None
-    fields = {kind: dict(kv.split("=", 1) for kv in body.split(",") if "=" in kv) for kind, body in _FIELD.findall(match)}
+    fields = {
+        kind: dict(kv.split("=", 1) for kv in body.split(",") if "=" in kv) for kind, body in _FIELD.findall(match)
+    }
     ip = fields.get("ipv4")
     if not ip or "dst" not in ip:
         return None
@@ -103,9 +105,14 @@ def parse_dp_flow(line: str, ports: dict[int, str]) -> tuple[str, FlowCounters] 
 
     out = stats.rsplit("actions:", 1)[-1].rsplit(",", 1)[-1].strip()
     return ports.get(int(in_port.group(1)), ""), FlowCounters(
-        ip.get("src", "").split("/")[0], ip["dst"].split("/")[0], proto,
-        port(l4.get("src", "")), port(l4.get("dst", "")),
-        int(nbytes.group(1)), ports.get(int(out), "") if out.isdigit() else "")
+        ip.get("src", "").split("/")[0],
+        ip["dst"].split("/")[0],
+        proto,
+        port(l4.get("src", "")),
+        port(l4.get("dst", "")),
+        int(nbytes.group(1)),
+        ports.get(int(out), "") if out.isdigit() else "",
+    )
 
 
 class FabricSampler:
@@ -115,7 +122,8 @@ class FabricSampler:
         self.fabric = fabric
         self.ports = {
             Endpoint(name, port): ad.switch_port_name(name, port)
-            for name in fabric.switches for port in fabric.ports(name)
+            for name in fabric.switches
+            for port in fabric.ports(name)
         }
         # A flow is counted where it enters the fabric: a leaf's server-facing
         # port, which also names the sending NIC. The leaf's local delivery
@@ -200,19 +208,30 @@ class TelemetryCollector:
                 continue
             delta = counters.tx_bytes - prior.tx_bytes
             rates[egress] = max(delta, 0) * 8 / dt * self._scale(egress)
-            hop = batch.hops.add(switch=egress.node, egress_port=egress.port, tx_bps=rates[egress],
-                                 queue_bytes=counters.queue_bytes, tx_bytes_total=counters.tx_bytes,
-                                 drops_total=counters.drops, link_down=not counters.up)
+            hop = batch.hops.add(
+                switch=egress.node,
+                egress_port=egress.port,
+                tx_bps=rates[egress],
+                queue_bytes=counters.queue_bytes,
+                tx_bytes_total=counters.tx_bytes,
+                drops_total=counters.drops,
+                link_down=not counters.up,
+            )
             hop.observe_time.FromNanoseconds(int(now * 1e9))
         for src_leaf, via, dst_leaf, hops in self._paths:
             if not all(h in rates for h in hops):
                 continue
             available = {h: self.fabric.link_at(h).capacity_bps - rates[h] for h in hops}
             bottleneck = min(hops, key=lambda h: available[h])
-            sig = batch.paths.add(src_leaf=src_leaf, spine=via, dst_leaf=dst_leaf,
-                                  min_available_bps=max(available[bottleneck], 0.0),
-                                  max_queue_bytes=max(ports[h].queue_bytes for h in hops),
-                                  bottleneck_switch=bottleneck.node, bottleneck_port=bottleneck.port)
+            sig = batch.paths.add(
+                src_leaf=src_leaf,
+                spine=via,
+                dst_leaf=dst_leaf,
+                min_available_bps=max(available[bottleneck], 0.0),
+                max_queue_bytes=max(ports[h].queue_bytes for h in hops),
+                bottleneck_switch=bottleneck.node,
+                bottleneck_port=bottleneck.port,
+            )
             sig.observe_time.FromNanoseconds(int(now * 1e9))
         self._add_flows(batch, now)
         return batch
@@ -237,8 +256,15 @@ class TelemetryCollector:
                 # bytes came since, a lower bound on its rate one dump early.
                 # Capped at the NIC rate, in case it was only missed before.
                 rate = min(rate, self.fabric.spec.rates.nic_gbps * 1e9)
-            rec = batch.flows.add(src_address=key[0], dst_address=key[1], protocol=PROTOCOLS.get(key[2], 0),
-                                  src_port=key[3], dst_port=key[4], bytes_total=total, rate_bps=rate)
+            rec = batch.flows.add(
+                src_address=key[0],
+                dst_address=key[1],
+                protocol=PROTOCOLS.get(key[2], 0),
+                src_port=key[3],
+                dst_port=key[4],
+                bytes_total=total,
+                rate_bps=rate,
+            )
             if key in egress:
                 rec.ingress_leaf, rec.ingress_egress_port = egress[key]
             rec.observe_time.FromNanoseconds(int(now * 1e9))
@@ -274,11 +300,13 @@ class TelemetryAgent:
                     client.telemetry.ReportTelemetry(self._batches())
                 backoff = 0.5
             except grpc.RpcError as exc:
-                log.warning("telemetry stream ended: %s %s; retrying in %.1f s", exc.code().name, exc.details(), backoff)
+                log.warning(
+                    "telemetry stream ended: %s %s; retrying in %.1f s", exc.code().name, exc.details(), backoff
+                )
                 self.stop_event.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
 
-    def start(self) -> "TelemetryAgent":
+    def start(self) -> TelemetryAgent:
         self._thread = threading.Thread(target=self.run, name="telemetry-agent", daemon=True)
         self._thread.start()
         return self

@@ -1,1 +1,3 @@
-"""Pure flow-level model of the fabric: max-min fair rates and the optimum a scenario is judged against."""
+"""Pure flow-level model of the fabric: max-min fair rates and the optimum a
+scenario is judged against.
+"""

@@ -13,8 +13,8 @@ equal-demand permutations scenarios use.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.te.jobs import Drains, JobFlow
@@ -40,8 +40,9 @@ class Optimum:
         return sum(self.rates_bps)
 
 
-def max_min_rates(capacity: dict[Endpoint, float], paths: Sequence[Sequence[Endpoint]],
-                  demands: Sequence[float]) -> list[float]:
+def max_min_rates(
+    capacity: dict[Endpoint, float], paths: Sequence[Sequence[Endpoint]], demands: Sequence[float]
+) -> list[float]:
     """Progressive filling over `paths` (egress lists) with per-flow demand caps."""
     n = len(paths)
     rates = [0.0] * n
@@ -54,8 +55,7 @@ def max_min_rates(capacity: dict[Endpoint, float], paths: Sequence[Sequence[Endp
             for e in paths[i]:
                 users.setdefault(e, []).append(i)
         # The next level every active flow can reach together.
-        step = min([remaining[e] / len(fl) for e, fl in users.items()] +
-                   [demands[i] - rates[i] for i in active])
+        step = min([remaining[e] / len(fl) for e, fl in users.items()] + [demands[i] - rates[i] for i in active])
         step = max(step, 0.0)
         for i in active:
             rates[i] += step
@@ -67,8 +67,9 @@ def max_min_rates(capacity: dict[Endpoint, float], paths: Sequence[Sequence[Endp
     return rates
 
 
-def optimum(fabric: Fabric, flows: Sequence[ModelFlow], emulated: bool = True,
-            dead_links: Sequence[str] = ()) -> Optimum:
+def optimum(
+    fabric: Fabric, flows: Sequence[ModelFlow], emulated: bool = True, dead_links: Sequence[str] = ()
+) -> Optimum:
     """Best max-min allocation over routings; capacities in emulated units by
     default. `dead_links` ("switch:port", either end) carry nothing: the
     optimum after a failure."""
@@ -84,8 +85,10 @@ def optimum(fabric: Fabric, flows: Sequence[ModelFlow], emulated: bool = True,
     if combos <= EXHAUSTIVE_LIMIT:
         candidates = itertools.product(*choices)
     else:
-        equal = [JobFlow(f.src, f.dst, min(f.demand_bps, fabric.link_at(fabric.nic_egress(f.src)).capacity_bps))
-                 for f in flows]
+        equal = [
+            JobFlow(f.src, f.dst, min(f.demand_bps, fabric.link_at(fabric.nic_egress(f.src)).capacity_bps))
+            for f in flows
+        ]
         placed, _ = assign_greedy(fabric, Drains(), {}, equal)
         candidates = [tuple(p.via for p in placed)]
     best: Optimum | None = None

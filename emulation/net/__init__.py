@@ -1,1 +1,3 @@
-"""Building and tearing down the emulated fabric: Mininet/OVS bridges, namespaces, links and shaping, the ECMP underlay, cleanup."""
+"""Building and tearing down the emulated fabric: Mininet/OVS bridges,
+namespaces, links and shaping, the ECMP underlay, cleanup.
+"""

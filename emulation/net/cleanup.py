@@ -10,6 +10,7 @@ What counts as ours:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -46,8 +47,9 @@ def kill_namespace_processes(netns_inodes: set[int], spare: set[int] = frozenset
     return killed
 
 
-def teardown(fabric: Fabric | None = None, netns_inodes: set[int] = frozenset(),
-             fabric_name: str | None = None) -> TeardownReport:
+def teardown(
+    fabric: Fabric | None = None, netns_inodes: set[int] = frozenset(), fabric_name: str | None = None
+) -> TeardownReport:
     """Idempotent: safe to call on a fabric that is half up, down, or never existed.
 
     `netns_inodes` are recorded while the servers are alive: a stray process
@@ -116,10 +118,8 @@ def _processes():
 
 
 def _kill(pid: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
 
 
 def _alive(pid: int) -> bool:

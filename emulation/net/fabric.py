@@ -66,7 +66,7 @@ class EmulatedFabric:
         self.netns_inodes: set[int] = set()
 
     # --- lifecycle ---------------------------------------------------------
-    def __enter__(self) -> "EmulatedFabric":
+    def __enter__(self) -> EmulatedFabric:
         self.start()
         return self
 
@@ -144,15 +144,22 @@ class EmulatedFabric:
             if a.port == 0:  # access link: NIC <-> leaf port
                 nic = nic_by_name[a.node]
                 net.addLink(
-                    nodes[nic_server[a.node]], nodes[b.node],
-                    port1=nic.rail, port2=b.port,
-                    intfName1=a.node, intfName2=ad.switch_port_name(b.node, b.port),
+                    nodes[nic_server[a.node]],
+                    nodes[b.node],
+                    port1=nic.rail,
+                    port2=b.port,
+                    intfName1=a.node,
+                    intfName2=ad.switch_port_name(b.node, b.port),
                     addr1=ad.nic_mac(nic),
                 )
             else:
                 net.addLink(
-                    nodes[a.node], nodes[b.node], port1=a.port, port2=b.port,
-                    intfName1=ad.switch_port_name(a.node, a.port), intfName2=ad.switch_port_name(b.node, b.port),
+                    nodes[a.node],
+                    nodes[b.node],
+                    port1=a.port,
+                    port2=b.port,
+                    intfName1=ad.switch_port_name(a.node, a.port),
+                    intfName2=ad.switch_port_name(b.node, b.port),
                 )
         self.net = net
         net.build()
@@ -194,7 +201,9 @@ class EmulatedFabric:
             by_prefix.setdefault((nic.rail, nic.pod), []).append(nic)
         for server in self.fabric.servers:
             pid = self.host_pids[server.name]
-            netns.run(pid, ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"])
+            netns.run(
+                pid, ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]
+            )
             ip_lines, tc_lines = [], []
             for nic in server.nics:
                 intf = ad.nic_name(nic)
@@ -220,9 +229,7 @@ class EmulatedFabric:
 
     def _wait_ports_attached(self, timeout: float = 30.0) -> None:
         wanted = {
-            ad.switch_port_name(name, port): port
-            for name in self.fabric.switches
-            for port in self.fabric.ports(name)
+            ad.switch_port_name(name, port): port for name in self.fabric.switches for port in self.fabric.ports(name)
         }
         deadline = time.monotonic() + timeout
         while True:
@@ -236,6 +243,4 @@ class EmulatedFabric:
 
     def _install_underlay(self) -> None:
         for name, table in build_underlay(self.fabric).items():
-            ovs.add_groups_and_flows(
-                name, [g.ofctl() for g in table.groups], [f.ofctl() for f in table.flows]
-            )
+            ovs.add_groups_and_flows(name, [g.ofctl() for g in table.groups], [f.ofctl() for f in table.flows])

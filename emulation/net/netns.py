@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import subprocess
-from typing import Sequence
+from collections.abc import Sequence
 
 from controller.errors import HostError
 
@@ -26,8 +26,9 @@ def popen(pid: int | None, args: Sequence[str], **kwargs) -> subprocess.Popen:
     return subprocess.Popen(_prefix(pid) + list(args), **kwargs)
 
 
-def run(pid: int | None, args: Sequence[str], *, timeout: float = 30.0, check: bool = True,
-        stdin: str | None = None) -> str:
+def run(
+    pid: int | None, args: Sequence[str], *, timeout: float = 30.0, check: bool = True, stdin: str | None = None
+) -> str:
     proc = subprocess.run(_prefix(pid) + list(args), input=stdin, capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         where = "root namespace" if pid is None else f"namespace of pid {pid}"

@@ -115,8 +115,10 @@ _METER_STATS = re.compile(r"meter:(\d+) .*?bands:\s*\n((?:\s*\d+: packet_count:\
 def meter_band_packets(bridge: str) -> dict[int, int]:
     """meter id -> packets its bands dropped, for every meter of the bridge."""
     out = run(["ovs-ofctl", "-O", "OpenFlow13", "meter-stats", bridge])
-    return {int(m.group(1)): sum(int(n) for n in re.findall(r"packet_count:(\d+)", m.group(2)))
-            for m in _METER_STATS.finditer(out)}
+    return {
+        int(m.group(1)): sum(int(n) for n in re.findall(r"packet_count:(\d+)", m.group(2)))
+        for m in _METER_STATS.finditer(out)
+    }
 
 
 _PORT_STATS = re.compile(
@@ -133,7 +135,7 @@ class PortStats:
     tx_bytes: int
     tx_dropped: int
 
-    def __sub__(self, other: "PortStats") -> "PortStats":
+    def __sub__(self, other: PortStats) -> PortStats:
         return PortStats(*(getattr(self, f.name) - getattr(other, f.name) for f in fields(self)))
 
 

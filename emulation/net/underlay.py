@@ -37,10 +37,7 @@ class SelectGroup:
         # watch_port: a bucket whose port is down is skipped, as a BGP fabric
         # withdraws the routes of a failed uplink; the hash re-spreads over the rest.
         buckets = ",".join(f"bucket=bucket_id:{i},watch_port:{p},actions=output:{p}" for i, p in enumerate(self.ports))
-        return (
-            f"group_id={self.group_id},type=select,selection_method=hash,"
-            f"fields({','.join(HASH_FIELDS)}),{buckets}"
-        )
+        return f"group_id={self.group_id},type=select,selection_method=hash,fields({','.join(HASH_FIELDS)}),{buckets}"
 
 
 @dataclass(frozen=True)
@@ -104,9 +101,9 @@ def _switch_underlay(fabric: Fabric, switch: str) -> SwitchUnderlay:
         hop_sets = {hops for _, hops in members}
         covers_prefix = len(members) == sum(1 for n in fabric.nics if (n.rail, n.pod) == (rail, pod))
         if len(hop_sets) == 1 and covers_prefix:
-            flows.append(FlowEntry(
-                PRIORITY_REMOTE_PREFIX, f"ip,nw_dst={ad.leaf_prefix(rail, pod)}", forward(members[0][1])
-            ))
+            flows.append(
+                FlowEntry(PRIORITY_REMOTE_PREFIX, f"ip,nw_dst={ad.leaf_prefix(rail, pod)}", forward(members[0][1]))
+            )
         else:
             for nic, hops in members:
                 flows.append(FlowEntry(PRIORITY_REMOTE_HOST, f"ip,nw_dst={ad.nic_address(nic)}/32", forward(hops)))

@@ -1,1 +1,3 @@
-"""Processes run beside the fabric: the controller daemon as a child process, a local Prometheus."""
+"""Processes run beside the fabric: the controller daemon as a child process, a
+local Prometheus.
+"""

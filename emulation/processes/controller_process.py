@@ -34,7 +34,7 @@ class Ports:
     metrics: int
 
     @classmethod
-    def pick(cls) -> "Ports":
+    def pick(cls) -> Ports:
         return cls(free_port(), free_port(), free_port())
 
     @property
@@ -61,8 +61,15 @@ def total(samples: Samples, name: str, **labels: str) -> float:
 
 
 class ControllerProcess:
-    def __init__(self, spec_path: str | Path | None, store: Path, ports: Ports, log_path: Path,
-                 reconcile_interval_s: float = 1.0, te: bool = True) -> None:
+    def __init__(
+        self,
+        spec_path: str | Path | None,
+        store: Path,
+        ports: Ports,
+        log_path: Path,
+        reconcile_interval_s: float = 1.0,
+        te: bool = True,
+    ) -> None:
         self.spec_path = spec_path
         self.store = store
         self.ports = ports
@@ -71,12 +78,24 @@ class ControllerProcess:
         self.te = te
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> "ControllerProcess":
-        args = [sys.executable, "-m", "controller.cli", "controller", "run", "--store", str(self.store),
-                "--openflow-listen", f"127.0.0.1:{self.ports.openflow}",
-                "--grpc-listen", f"127.0.0.1:{self.ports.grpc}",
-                "--metrics-listen", f"127.0.0.1:{self.ports.metrics}",
-                "--reconcile-interval", str(self.reconcile_interval_s)]
+    def start(self) -> ControllerProcess:
+        args = [
+            sys.executable,
+            "-m",
+            "controller.cli",
+            "controller",
+            "run",
+            "--store",
+            str(self.store),
+            "--openflow-listen",
+            f"127.0.0.1:{self.ports.openflow}",
+            "--grpc-listen",
+            f"127.0.0.1:{self.ports.grpc}",
+            "--metrics-listen",
+            f"127.0.0.1:{self.ports.metrics}",
+            "--reconcile-interval",
+            str(self.reconcile_interval_s),
+        ]
         if self.spec_path:
             args += ["--spec", str(self.spec_path)]
         if not self.te:
@@ -112,7 +131,9 @@ class ControllerProcess:
                 reconciles = total(samples, "railyard_reconcile_runs_total", trigger="connect")
                 if (is_serving or not serving) and connected >= switches and reconciles >= 1:
                     return samples
-                last_error = f"serving={is_serving} connected={connected:g}/{switches} connect-reconciles={reconciles:g}"
+                last_error = (
+                    f"serving={is_serving} connected={connected:g}/{switches} connect-reconciles={reconciles:g}"
+                )
             except OSError as exc:
                 last_error = str(exc)
             time.sleep(0.1)

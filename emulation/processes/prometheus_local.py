@@ -19,8 +19,9 @@ DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 
 
 class LocalPrometheus:
-    def __init__(self, targets: list[str], port: int, scrape_interval_s: float = 1.0,
-                 workdir: Path | None = None) -> None:
+    def __init__(
+        self, targets: list[str], port: int, scrape_interval_s: float = 1.0, workdir: Path | None = None
+    ) -> None:
         self.targets = targets
         self.port = port
         self.scrape_interval_s = scrape_interval_s
@@ -31,7 +32,7 @@ class LocalPrometheus:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> "LocalPrometheus":
+    def start(self) -> LocalPrometheus:
         config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
         interval = f"{self.scrape_interval_s:g}s"
         config["global"].update(scrape_interval=interval, evaluation_interval=interval)
@@ -39,11 +40,17 @@ class LocalPrometheus:
         shutil.copy(DEPLOY / "alerts.yml", self.workdir / "alerts.yml")
         (self.workdir / "prometheus.yml").write_text(yaml.safe_dump(config))
         with open(self.workdir / "prometheus.log", "ab") as log:
-            self.proc = subprocess.Popen([
-                "prometheus", f"--config.file={self.workdir / 'prometheus.yml'}",
-                f"--storage.tsdb.path={self.workdir / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
-                "--storage.tsdb.retention.time=1d",
-            ], stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [
+                    "prometheus",
+                    f"--config.file={self.workdir / 'prometheus.yml'}",
+                    f"--storage.tsdb.path={self.workdir / 'data'}",
+                    f"--web.listen-address=127.0.0.1:{self.port}",
+                    "--storage.tsdb.retention.time=1d",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -1,1 +1,3 @@
-"""Scenarios: the YAML format (shipped files beside this module), the runner (ECMP, then TE) and the report."""
+"""Scenarios: the YAML format (shipped files beside this module), the runner
+(ECMP, then TE) and the report.
+"""

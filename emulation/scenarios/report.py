@@ -55,26 +55,41 @@ def mode_figures(fabric: Fabric, run: ModeRun, best: Optimum, scenario: Scenario
     backlog = queues.get(bottleneck, [])
     peak = max((q for s in run.samples for q in s.queue_bytes.values()), default=0)
     return {
-        "flows": [{"flow": r.flow.five_tuple, "goodput_mbps": r.steady_bps / 1e6,
-                   "optimum_mbps": o / 1e6, "min_interval_mbps": min(r.interval_bps, default=0.0) / 1e6,
-                   # Only the planned duration: a flow stopped late reports empty tail intervals.
-                   "longest_zero_s": longest_zero_run_s(r.interval_bps[: int(duration_s)]), "error": r.error}
-                  for r, o in zip(run.results, best.rates_bps)],
+        "flows": [
+            {
+                "flow": r.flow.five_tuple,
+                "goodput_mbps": r.steady_bps / 1e6,
+                "optimum_mbps": o / 1e6,
+                "min_interval_mbps": min(r.interval_bps, default=0.0) / 1e6,
+                # Only the planned duration: a flow stopped late reports empty tail intervals.
+                "longest_zero_s": longest_zero_run_s(r.interval_bps[: int(duration_s)]),
+                "error": r.error,
+            }
+            for r, o in zip(run.results, best.rates_bps)
+        ],
         "aggregate_mbps": sum(goodput) / 1e6,
         "optimum_mbps": best.aggregate_bps / 1e6,
         "fraction_of_optimum": sum(goodput) / best.aggregate_bps if best.aggregate_bps else 0.0,
         "jain_fairness": jain(share),
-        "max_spine_tier_utilization": {"mean_of_peaks": statistics.fmean(peaks) if peaks else 0.0,
-                                       "peak": max(peaks, default=0.0)},
-        "bottleneck_queue": {"port": f"{bottleneck.node}:{bottleneck.port}" if bottleneck else "",
-                             "p50_bytes": percentile(backlog, 0.5), "p99_bytes": percentile(backlog, 0.99),
-                             "steady_from_s": steady_from, "peak_bytes_any_port_any_time": peak},
+        "max_spine_tier_utilization": {
+            "mean_of_peaks": statistics.fmean(peaks) if peaks else 0.0,
+            "peak": max(peaks, default=0.0),
+        },
+        "bottleneck_queue": {
+            "port": f"{bottleneck.node}:{bottleneck.port}" if bottleneck else "",
+            "p50_bytes": percentile(backlog, 0.5),
+            "p99_bytes": percentile(backlog, 0.99),
+            "steady_from_s": steady_from,
+            "peak_bytes_any_port_any_time": peak,
+        },
         "drops": run.drops,
         "policed": run.policed,
         **({"incast": incast_figures(scenario, share)} if scenario.pattern == "incast" else {}),
         "te_decisions": run.te_decisions,
-        "collision_to_fix_s": {"median": statistics.median(run.te_reaction_s) if run.te_reaction_s else None,
-                               "all": run.te_reaction_s},
+        "collision_to_fix_s": {
+            "median": statistics.median(run.te_reaction_s) if run.te_reaction_s else None,
+            "all": run.te_reaction_s,
+        },
         "flow_mods": run.flow_mods,
     }
 
@@ -82,9 +97,12 @@ def mode_figures(fabric: Fabric, run: ModeRun, best: Optimum, scenario: Scenario
 def incast_figures(scenario: Scenario, share: list[float]) -> dict:
     """The incast scenario's flows are its senders, then the bystander (if any);
     `share` is each flow's goodput over its max-min optimum, its fair share."""
-    senders, rest = share[: scenario.fan_in], share[scenario.fan_in:]
-    return {"senders_jain": jain(senders), "senders_min_share": min(senders, default=0.0),
-            "bystander_share": rest[0] if rest else None}
+    senders, rest = share[: scenario.fan_in], share[scenario.fan_in :]
+    return {
+        "senders_jain": jain(senders),
+        "senders_min_share": min(senders, default=0.0),
+        "bystander_share": rest[0] if rest else None,
+    }
 
 
 def build_report(fabric: Fabric, scenario: Scenario, seed: int, runs: dict[str, ModeRun]) -> dict:
@@ -92,7 +110,10 @@ def build_report(fabric: Fabric, scenario: Scenario, seed: int, runs: dict[str, 
     (identical in both runs), after any failures the scenario injects."""
     best = scenario_optimum(fabric, runs["te"].flows, scenario)
     return {
-        "scenario": scenario.name, "description": scenario.description, "fabric": fabric.spec.name, "seed": seed,
+        "scenario": scenario.name,
+        "description": scenario.description,
+        "fabric": fabric.spec.name,
+        "seed": seed,
         "duration_s": scenario.duration_s,
         "optimum": {"aggregate_mbps": best.aggregate_bps / 1e6, "vias": list(best.vias)},
         "modes": {mode: mode_figures(fabric, run, best, scenario) for mode, run in runs.items()},
@@ -106,32 +127,49 @@ def table(report: dict) -> str:
         ("fraction of optimum", lambda m: f"{m['fraction_of_optimum']:.1%}"),
         ("Jain's fairness", lambda m: f"{m['jain_fairness']:.3f}"),
         ("spine-tier utilization (mean peak)", lambda m: f"{m['max_spine_tier_utilization']['mean_of_peaks']:.2f}"),
-        ("bottleneck queue p50/p99 (KB, steady)", lambda m: f"{m['bottleneck_queue']['p50_bytes'] / 1e3:.0f} / "
-                                                            f"{m['bottleneck_queue']['p99_bytes'] / 1e3:.0f}"),
-        ("queue peak, any port, any time (KB)",
-         lambda m: f"{m['bottleneck_queue']['peak_bytes_any_port_any_time'] / 1e3:.0f}"),
+        (
+            "bottleneck queue p50/p99 (KB, steady)",
+            lambda m: (
+                f"{m['bottleneck_queue']['p50_bytes'] / 1e3:.0f} / {m['bottleneck_queue']['p99_bytes'] / 1e3:.0f}"
+            ),
+        ),
+        (
+            "queue peak, any port, any time (KB)",
+            lambda m: f"{m['bottleneck_queue']['peak_bytes_any_port_any_time'] / 1e3:.0f}",
+        ),
         ("drops at queues (packets)", lambda m: f"{m['drops']}"),
         ("policed by meters (packets)", lambda m: f"{m['policed']}"),
         ("reroutes", lambda m: f"{m['te_decisions'].get('reroute', 0):.0f}" if m["te_decisions"] else "-"),
-        ("collision-to-fix median (s)", lambda m: "-" if m["collision_to_fix_s"]["median"] is None
-         else f"{m['collision_to_fix_s']['median']:.2f}"),
+        (
+            "collision-to-fix median (s)",
+            lambda m: "-" if m["collision_to_fix_s"]["median"] is None else f"{m['collision_to_fix_s']['median']:.2f}",
+        ),
     ]
     if "incast" in next(iter(modes.values())):
         rows += [
             ("incast senders: Jain's fairness", lambda m: f"{m['incast']['senders_jain']:.3f}"),
-            ("bystander: share of its fair rate", lambda m: "-" if m["incast"]["bystander_share"] is None
-             else f"{m['incast']['bystander_share']:.1%}"),
+            (
+                "bystander: share of its fair rate",
+                lambda m: "-" if m["incast"]["bystander_share"] is None else f"{m['incast']['bystander_share']:.1%}",
+            ),
         ]
-    lines = [f"{report['scenario']} on {report['fabric']}, seed {report['seed']}: optimum "
-             f"{report['optimum']['aggregate_mbps']:.1f} Mb/s", ""]
+    lines = [
+        f"{report['scenario']} on {report['fabric']}, seed {report['seed']}: optimum "
+        f"{report['optimum']['aggregate_mbps']:.1f} Mb/s",
+        "",
+    ]
     width = max(len(r[0]) for r in rows)
     lines.append(f"{'':{width}}  " + "  ".join(f"{m.upper():>14}" for m in modes))
     for label, fmt in rows:
         lines.append(f"{label:{width}}  " + "  ".join(f"{fmt(modes[m]):>14}" for m in modes))
     lines.append("")
-    lines.append("per flow (Mb/s): " + "; ".join(
-        f"{f['flow']}: " + " / ".join(f"{modes[m]['flows'][i]['goodput_mbps']:.1f}" for m in modes)
-        for i, f in enumerate(next(iter(modes.values()))["flows"])))
+    lines.append(
+        "per flow (Mb/s): "
+        + "; ".join(
+            f"{f['flow']}: " + " / ".join(f"{modes[m]['flows'][i]['goodput_mbps']:.1f}" for m in modes)
+            for i, f in enumerate(next(iter(modes.values()))["flows"])
+        )
+    )
     return "\n".join(lines)
 
 
@@ -159,12 +197,18 @@ def _plots(report: dict, runs: dict[str, ModeRun], fabric: Fabric, path: Path) -
     x = range(len(flows))
     width = 0.8 / len(modes)
     for i, mode in enumerate(modes):
-        axes[0].bar([j + i * width for j in x], [f["goodput_mbps"] for f in report["modes"][mode]["flows"]],
-                    width, label=mode.upper())
-    axes[0].plot([j + 0.4 - width / 2 for j in x], [f["optimum_mbps"] for f in flows], "k_", markersize=18,
-                 label="optimum")
-    axes[0].set_xticks([j + 0.4 - width / 2 for j in x],
-                       [f["flow"].replace(" -> ", "\n-> ") for f in flows], fontsize=6)
+        axes[0].bar(
+            [j + i * width for j in x],
+            [f["goodput_mbps"] for f in report["modes"][mode]["flows"]],
+            width,
+            label=mode.upper(),
+        )
+    axes[0].plot(
+        [j + 0.4 - width / 2 for j in x], [f["optimum_mbps"] for f in flows], "k_", markersize=18, label="optimum"
+    )
+    axes[0].set_xticks(
+        [j + 0.4 - width / 2 for j in x], [f["flow"].replace(" -> ", "\n-> ") for f in flows], fontsize=6
+    )
     axes[0].set_title(f"{report['scenario']}: per-flow goodput (seed {report['seed']})")
     axes[0].set_ylabel("Mb/s")
     axes[0].legend()
@@ -173,8 +217,11 @@ def _plots(report: dict, runs: dict[str, ModeRun], fabric: Fabric, path: Path) -
         samples = runs[mode].samples
         ax = axes[1 + i]
         for e in uplinks:
-            ax.plot([s.t for s in samples], [s.tx_bps.get(e, 0.0) / fabric.link_at(e).emulated_bps for s in samples],
-                    label=f"{e.node}:{e.port}")
+            ax.plot(
+                [s.t for s in samples],
+                [s.tx_bps.get(e, 0.0) / fabric.link_at(e).emulated_bps for s in samples],
+                label=f"{e.node}:{e.port}",
+            )
         ax.set_title(f"{mode.upper()}: leaf uplink utilization")
         ax.set_ylim(0, 1.15)
         ax.legend(fontsize=6, ncol=4)

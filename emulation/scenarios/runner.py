@@ -10,9 +10,9 @@ import re
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
@@ -20,12 +20,12 @@ from controller.metrics import TE_DECISIONS
 from controller.southbound.overlay import is_railyard_meter
 from controller.te.jobs import JobRequest, Pattern
 from controller.te.placement import FabricState, place
-from emulation.net import netns, ovs
-from emulation.processes.controller_process import ControllerProcess, Ports, total
-from emulation.net.fabric import EmulatedFabric
-from emulation.model.optimum import ModelFlow, Optimum, optimum
-from emulation.scenarios.spec import Scenario, incast_pairs, permutation_pairs
 from emulation.agent.telemetry_agent import FabricSampler, TelemetryAgent, read_queues
+from emulation.model.optimum import ModelFlow, Optimum, optimum
+from emulation.net import netns, ovs
+from emulation.net.fabric import EmulatedFabric
+from emulation.processes.controller_process import ControllerProcess, Ports, total
+from emulation.scenarios.spec import Scenario, incast_pairs, permutation_pairs
 from emulation.traffic.iperf import FlowResult, FlowSpec, TrafficRun, make_flows
 
 log = logging.getLogger(__name__)
@@ -64,8 +64,10 @@ def scenario_flows(fabric: Fabric, scenario: Scenario, seed: int, client=None) -
         return make_flows(permutation_pairs(fabric), scenario.protocol, seed=seed, rate_bps=rate)
     if scenario.pattern == "incast":
         senders, bystander = incast_pairs(fabric, scenario.fan_in, seed)
-        flows = [replace(f, start_s=scenario.incast_start_s)
-                 for f in make_flows(senders, scenario.protocol, seed=seed, rate_bps=rate)]
+        flows = [
+            replace(f, start_s=scenario.incast_start_s)
+            for f in make_flows(senders, scenario.protocol, seed=seed, rate_bps=rate)
+        ]
         if scenario.bystander and bystander:
             (extra,) = make_flows([bystander], "tcp", seed=seed + 1)
             flows.append(FlowSpec(extra.src, extra.dst, "tcp", extra.src_port, 5299))
@@ -99,21 +101,27 @@ def _drops() -> int:
 def _policed(fabric: Fabric) -> int:
     """Packets Railyard's meters dropped at the sending leaves (a TE run's
     meters are still in place here: they outlive the incast by seconds)."""
-    return sum(n for switch in fabric.switches for meter_id, n in ovs.meter_band_packets(switch).items()
-               if is_railyard_meter(meter_id))
+    return sum(
+        n
+        for switch in fabric.switches
+        for meter_id, n in ovs.meter_band_packets(switch).items()
+        if is_railyard_meter(meter_id)
+    )
 
 
 _DECISION = re.compile(r"te (collision|reroute) \S+ at ([\d.]+)")
 
 
-def run_mode(fabric: Fabric, spec_path, scenario: Scenario, seed: int, mode: str, workdir: Path,
-             progress: Callable[[str], None]) -> ModeRun:
+def run_mode(
+    fabric: Fabric, spec_path, scenario: Scenario, seed: int, mode: str, workdir: Path, progress: Callable[[str], None]
+) -> ModeRun:
     """ECMP: the fabric alone (its underlay), no controller. TE: the daemon and
     the telemetry agent attached, placement through the API."""
     te = mode == "te"
     ports = Ports.pick()
-    ctl = ControllerProcess(spec_path, workdir / f"{mode}.db", ports, workdir / f"controller-{mode}.log",
-                            reconcile_interval_s=2.0)
+    ctl = ControllerProcess(
+        spec_path, workdir / f"{mode}.db", ports, workdir / f"controller-{mode}.log", reconcile_interval_s=2.0
+    )
     run = None
     with EmulatedFabric(fabric, controller=ports.controller_target) as emu:
         agent = None
@@ -138,8 +146,10 @@ def run_mode(fabric: Fabric, spec_path, scenario: Scenario, seed: int, mode: str
             # Bounded: a flow whose path died may never finish on its own.
             while time.time() - start < scenario.duration_s + 1 and any(p.poll() is None for p in traffic.clients):
                 time.sleep(1.0)
-                progress(f"{scenario.name} [{mode}] {min(time.time() - start, scenario.duration_s):4.1f}"
-                         f"/{scenario.duration_s:g} s")
+                progress(
+                    f"{scenario.name} [{mode}] {min(time.time() - start, scenario.duration_s):4.1f}"
+                    f"/{scenario.duration_s:g} s"
+                )
             run.results = traffic.wait(grace_s=5.0)
             stop.set()
             sampler.join(timeout=5)
@@ -149,14 +159,17 @@ def run_mode(fabric: Fabric, spec_path, scenario: Scenario, seed: int, mode: str
                 return run
             agent.stop()
             samples = ctl.metrics()
-            run.te_decisions = {k: total(samples, "railyard_te_decisions_total", kind=k)
-                                for k in TE_DECISIONS}
+            run.te_decisions = {k: total(samples, "railyard_te_decisions_total", kind=k) for k in TE_DECISIONS}
             run.flow_mods = total(samples, "railyard_flow_mods_total")
             commit = total(samples, "railyard_te_reaction_seconds_sum") / max(
-                total(samples, "railyard_te_reaction_seconds_count"), 1)
+                total(samples, "railyard_te_reaction_seconds_count"), 1
+            )
             log_text = (workdir / f"controller-{mode}.log").read_text(errors="replace")
-            run.te_reaction_s = [float(at) - start + commit for kind, at in _DECISION.findall(log_text)
-                                 if kind == "reroute" and float(at) >= start]
+            run.te_reaction_s = [
+                float(at) - start + commit
+                for kind, at in _DECISION.findall(log_text)
+                if kind == "reroute" and float(at) >= start
+            ]
         finally:
             if agent is not None:
                 agent.stop()
@@ -176,11 +189,15 @@ def _link_down(fabric: Fabric, link: str) -> None:
 def scenario_optimum(fabric: Fabric, flows: list[FlowSpec], scenario: Scenario | None = None) -> Optimum:
     """The max-min optimum; for a scenario with failures, of the fabric after them."""
     dead = [event.link for event in scenario.events] if scenario else []
-    return optimum(fabric, [ModelFlow(f.src, f.dst, f.rate_bps if f.protocol == "udp" else float("inf"))
-                            for f in flows], dead_links=dead)
+    return optimum(
+        fabric,
+        [ModelFlow(f.src, f.dst, f.rate_bps if f.protocol == "udp" else float("inf")) for f in flows],
+        dead_links=dead,
+    )
 
 
-def run_scenario(fabric: Fabric, spec_path, scenario: Scenario, seed: int,
-                 progress: Callable[[str], None] = lambda _: None) -> dict[str, ModeRun]:
+def run_scenario(
+    fabric: Fabric, spec_path, scenario: Scenario, seed: int, progress: Callable[[str], None] = lambda _: None
+) -> dict[str, ModeRun]:
     with tempfile.TemporaryDirectory(prefix="railyard-scenario-") as tmp:
         return {mode: run_mode(fabric, spec_path, scenario, seed, mode, Path(tmp), progress) for mode in MODES}

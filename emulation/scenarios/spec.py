@@ -98,15 +98,31 @@ def load_scenario(name_or_path: str) -> Scenario:
         raise ScenarioError("traffic.fan_in", f"got {fan_in!r}", "an integer >= 2")
     incast_start = traffic.get("incast_start_s", 0)
     if not isinstance(incast_start, (int, float)) or not 0 <= incast_start <= duration - 3:
-        raise ScenarioError("traffic.incast_start_s", f"got {incast_start!r}",
-                            f"0 to {duration - 3:g} (the senders need 3 s of the run)")
+        raise ScenarioError(
+            "traffic.incast_start_s",
+            f"got {incast_start!r}",
+            f"0 to {duration - 3:g} (the senders need 3 s of the run)",
+        )
     fabric = doc.get("fabric")
     if fabric is not None and not (isinstance(fabric, str) and _spec_file(fabric)):
-        raise ScenarioError("fabric", f"no spec {fabric!r}",
-                            ", ".join(sorted(p.name for p in SPECS_DIR.glob("*.yaml"))) + ", or a spec path")
-    return Scenario(str(doc.get("name", path.stem)), str(doc.get("description", "")), float(duration), pattern,
-                    protocol, fan_in, bool(traffic.get("bystander", False)), str(traffic.get("collective", "ring")),
-                    tuple(events), float(incast_start), fabric)
+        raise ScenarioError(
+            "fabric",
+            f"no spec {fabric!r}",
+            ", ".join(sorted(p.name for p in SPECS_DIR.glob("*.yaml"))) + ", or a spec path",
+        )
+    return Scenario(
+        str(doc.get("name", path.stem)),
+        str(doc.get("description", "")),
+        float(duration),
+        pattern,
+        protocol,
+        fan_in,
+        bool(traffic.get("bystander", False)),
+        str(traffic.get("collective", "ring")),
+        tuple(events),
+        float(incast_start),
+        fabric,
+    )
 
 
 def permutation_pairs(fabric: Fabric) -> list[tuple[NicId, NicId]]:
@@ -117,8 +133,9 @@ def permutation_pairs(fabric: Fabric) -> list[tuple[NicId, NicId]]:
     return [(n, NicId(n.rail, pods[(pods.index(n.pod) + 1) % len(pods)], n.server)) for n in fabric.nics]
 
 
-def incast_pairs(fabric: Fabric, fan_in: int, seed: int
-                 ) -> tuple[list[tuple[NicId, NicId]], tuple[NicId, NicId] | None]:
+def incast_pairs(
+    fabric: Fabric, fan_in: int, seed: int
+) -> tuple[list[tuple[NicId, NicId]], tuple[NicId, NicId] | None]:
     """(senders -> one receiver, a bystander pair), all on one rail (a server
     reaches another rail through its NIC on that rail anyway). Senders sit
     in other pods, so the incast crosses the spine tier where routing has a
@@ -131,8 +148,11 @@ def incast_pairs(fabric: Fabric, fan_in: int, seed: int
     dst = on_rail[-1]
     remote = [n for n in on_rail if n.pod != dst.pod]
     if len(remote) < fan_in:
-        raise ScenarioError("traffic.fan_in", f"{fan_in} senders on rail {rail} outside the receiver's pod",
-                            f"at most {len(remote)} on fabric {fabric.spec.name!r}")
+        raise ScenarioError(
+            "traffic.fan_in",
+            f"{fan_in} senders on rail {rail} outside the receiver's pod",
+            f"at most {len(remote)} on fabric {fabric.spec.name!r}",
+        )
     senders, spare = remote[:fan_in], remote[fan_in:]
     leaf = fabric.attachment(dst).node
     beside = [n for n in on_rail if n != dst and fabric.attachment(n).node == leaf]

@@ -10,11 +10,7 @@ from emulation.traffic.iperf import FlowSpec
 
 def port_counters(fabric: Fabric) -> dict[Endpoint, PortStats]:
     """Live counters of every switch port of the fabric, as the switches report them."""
-    return {
-        Endpoint(name, port): stats
-        for name in fabric.switches
-        for port, stats in ovs.port_stats(name).items()
-    }
+    return {Endpoint(name, port): stats for name in fabric.switches for port, stats in ovs.port_stats(name).items()}
 
 
 def counter_delta(before: dict[Endpoint, PortStats], after: dict[Endpoint, PortStats]) -> dict[Endpoint, PortStats]:

@@ -19,9 +19,9 @@ import tempfile
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from controller.fabric import NicId
 from controller.fabric import addressing as ad
@@ -44,8 +44,7 @@ class FlowSpec:
     @property
     def five_tuple(self) -> str:
         return (
-            f"{ad.nic_address(self.src)}:{self.src_port} -> "
-            f"{ad.nic_address(self.dst)}:{self.dst_port}/{self.protocol}"
+            f"{ad.nic_address(self.src)}:{self.src_port} -> {ad.nic_address(self.dst)}:{self.dst_port}/{self.protocol}"
         )
 
     def ofproto_flow(self, in_port: int) -> str:
@@ -72,8 +71,9 @@ class FlowResult:
         return sum(tail) / len(tail) if tail else self.goodput_bps
 
 
-def make_flows(pairs: list[tuple[NicId, NicId]], protocol: str = "tcp", *, seed: int = 0,
-               rate_bps: float = 0.0) -> list[FlowSpec]:
+def make_flows(
+    pairs: list[tuple[NicId, NicId]], protocol: str = "tcp", *, seed: int = 0, rate_bps: float = 0.0
+) -> list[FlowSpec]:
     """Flows for (src, dst) pairs, source ports drawn from `seed` (ECMP entropy)."""
     if protocol not in ("tcp", "udp"):
         raise ValueError(f"protocol: got {protocol!r}; allowed: tcp, udp")
@@ -108,12 +108,27 @@ class TrafficRun:
 
     started = 0.0  # monotonic time the clients were started
 
-    def start(self) -> "TrafficRun":
+    def start(self) -> TrafficRun:
         for i, flow in enumerate(self.flows):
-            self.servers.append(self.popen_in(flow.dst, [
-                "iperf3", "-s", "-1", "-J", "-B", ad.nic_ip(flow.dst), "-p", str(flow.dst_port),
-                "--logfile", str(self.tmp / f"server-{i}.json"),
-            ], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            self.servers.append(
+                self.popen_in(
+                    flow.dst,
+                    [
+                        "iperf3",
+                        "-s",
+                        "-1",
+                        "-J",
+                        "-B",
+                        ad.nic_ip(flow.dst),
+                        "-p",
+                        str(flow.dst_port),
+                        "--logfile",
+                        str(self.tmp / f"server-{i}.json"),
+                    ],
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
         self._wait_listening()
         self.started = time.monotonic()
         for i, flow in enumerate(self.flows):
@@ -127,9 +142,22 @@ class TrafficRun:
 
     def _start_client(self, i: int, flow: FlowSpec) -> None:
         args = [
-            "iperf3", "-c", ad.nic_ip(flow.dst), "-B", ad.nic_ip(flow.src),
-            "-p", str(flow.dst_port), "--cport", str(flow.src_port), "-t", f"{self.duration_s - flow.start_s:g}",
-            "-i", "1", "-J", "--logfile", str(self.tmp / f"client-{i}.json"),
+            "iperf3",
+            "-c",
+            ad.nic_ip(flow.dst),
+            "-B",
+            ad.nic_ip(flow.src),
+            "-p",
+            str(flow.dst_port),
+            "--cport",
+            str(flow.src_port),
+            "-t",
+            f"{self.duration_s - flow.start_s:g}",
+            "-i",
+            "1",
+            "-J",
+            "--logfile",
+            str(self.tmp / f"client-{i}.json"),
         ]
         if flow.protocol == "udp":
             args += ["-u", "-b", str(int(flow.rate_bps)), "-l", str(UDP_PAYLOAD_BYTES)]
@@ -141,8 +169,9 @@ class TrafficRun:
         while pending and time.monotonic() < deadline:
             for i in list(pending):
                 flow = self.flows[i]
-                out = self.popen_in(flow.dst, ["ss", "-Hltn", f"sport = :{flow.dst_port}"],
-                                    stdout=subprocess.PIPE, text=True).communicate()[0]
+                out = self.popen_in(
+                    flow.dst, ["ss", "-Hltn", f"sport = :{flow.dst_port}"], stdout=subprocess.PIPE, text=True
+                ).communicate()[0]
                 if out.strip():
                     pending.discard(i)
             time.sleep(0.05)

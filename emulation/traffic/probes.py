@@ -25,9 +25,15 @@ def unreachable_pairs(emu: EmulatedFabric, pairs: list[tuple[NicId, NicId]] | No
     """Ping every pair (in parallel, per source); return the pairs that failed."""
     pairs = pairs if pairs is not None else rail_pairs(emu.fabric)
     procs = [
-        (pair, emu.popen(pair[0], [
-            "ping", "-c", "2", "-i", "0.2", "-W", "2", "-I", ad.nic_ip(pair[0]), ad.nic_ip(pair[1])
-        ], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        (
+            pair,
+            emu.popen(
+                pair[0],
+                ["ping", "-c", "2", "-i", "0.2", "-W", "2", "-I", ad.nic_ip(pair[0]), ad.nic_ip(pair[1])],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            ),
+        )
         for pair in pairs
     ]
     return [pair for pair, proc in procs if proc.wait(timeout=30) != 0]
@@ -93,8 +99,14 @@ def run_elephants(emu: EmulatedFabric, flows: list[FlowSpec], duration_s: float 
     return ElephantRun(tuple(flows), tuple(results), tuple(choice), uplinks, nic_rate, duration_s, collisions)
 
 
-def steer_by_source_port(emu: EmulatedFabric, pairs: list[tuple[NicId, NicId]], *, seed: int = 0,
-                         want_collision: bool = False, tries: int = 64) -> list[FlowSpec]:
+def steer_by_source_port(
+    emu: EmulatedFabric,
+    pairs: list[tuple[NicId, NicId]],
+    *,
+    seed: int = 0,
+    want_collision: bool = False,
+    tries: int = 64,
+) -> list[FlowSpec]:
     """TCP flows whose source ports make the leaves' own ECMP hash spread them
     evenly over the uplinks (or, with want_collision, stack the first two).
 

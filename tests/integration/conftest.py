@@ -38,8 +38,8 @@ def emu(demo_fabric):
 def fabric_and_controller(demo_fabric, tmp_path_factory):
     """The demo fabric with the real controller daemon (a child process, fresh store) attached."""
     from emulation.net import ovs
-    from emulation.processes.controller_process import ControllerProcess, Ports
     from emulation.net.fabric import EmulatedFabric
+    from emulation.processes.controller_process import ControllerProcess, Ports
 
     ovs.check_running()
     tmp = tmp_path_factory.mktemp("controller")

@@ -18,8 +18,11 @@ def railyard_entries(switch: str) -> dict[str, dict]:
         if cookie >> 48 != 0x5259:
             continue
         match = re.search(r"priority=\d+,(\S+) actions=", line).group(1)
-        found[match] = {"cookie": cookie, "duration_s": float(re.search(r"duration=([\d.]+)s", line).group(1)),
-                        "actions": line.split("actions=")[1]}
+        found[match] = {
+            "cookie": cookie,
+            "duration_s": float(re.search(r"duration=([\d.]+)s", line).group(1)),
+            "actions": line.split("actions=")[1],
+        }
     return found
 
 

@@ -16,18 +16,39 @@ from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
 from emulation.processes.controller_process import total
 from tests.integration.helpers import clear_intent
 
-ALLOWED = {grpc.StatusCode.OK, grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND,
-           grpc.StatusCode.ALREADY_EXISTS, grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.RESOURCE_EXHAUSTED}
+ALLOWED = {
+    grpc.StatusCode.OK,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.ALREADY_EXISTS,
+    grpc.StatusCode.FAILED_PRECONDITION,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
 UNARY = [f"/railyard.v1.PlacementService/{m}" for m in ("PlaceJob", "ReleaseJob", "GetJob", "ListJobs")] + [
-    f"/railyard.v1.FabricService/{m}" for m in ("GetFabric", "ListLinks", "DrainLink", "UndrainLink", "DrainSwitch",
-                                                 "UndrainSwitch", "PinFlow", "UnpinFlow", "ListPins")]
+    f"/railyard.v1.FabricService/{m}"
+    for m in (
+        "GetFabric",
+        "ListLinks",
+        "DrainLink",
+        "UndrainLink",
+        "DrainSwitch",
+        "UndrainSwitch",
+        "PinFlow",
+        "UnpinFlow",
+        "ListPins",
+    )
+]
 
 
 def state_of(client):
     fabric = client.get_fabric()
-    return (tuple(client.list_jobs()), tuple(client.list_pins()), fabric.free_gpu_count,
-            tuple((s.name, s.drained) for s in fabric.switches),
-            tuple((link.name, link.drained) for link in client.list_links(include_access=True)))
+    return (
+        tuple(client.list_jobs()),
+        tuple(client.list_pins()),
+        fabric.free_gpu_count,
+        tuple((s.name, s.drained) for s in fabric.switches),
+        tuple((link.name, link.drained) for link in client.list_links(include_access=True)),
+    )
 
 
 def call_raw(channel, method, payload: bytes):
@@ -94,7 +115,11 @@ def test_adversarial_values_get_specific_errors(ctl, baseline):
                 assert "allowed" in err.value.details(), (fields, err.value.details())
         calls = [
             (client.placement.ListJobs, ppb.ListJobsRequest(page_size=-5), grpc.StatusCode.INVALID_ARGUMENT),
-            (client.placement.ListJobs, ppb.ListJobsRequest(page_token="!!not-a-token"), grpc.StatusCode.INVALID_ARGUMENT),
+            (
+                client.placement.ListJobs,
+                ppb.ListJobsRequest(page_token="!!not-a-token"),
+                grpc.StatusCode.INVALID_ARGUMENT,
+            ),
             (client.placement.GetJob, ppb.GetJobRequest(job_id="ghost"), grpc.StatusCode.NOT_FOUND),
             (client.placement.ReleaseJob, ppb.ReleaseJobRequest(job_id="ghost"), grpc.StatusCode.NOT_FOUND),
             (client.fabric.ListLinks, fpb.ListLinksRequest(switch="ghost"), grpc.StatusCode.INVALID_ARGUMENT),
@@ -102,9 +127,17 @@ def test_adversarial_values_get_specific_errors(ctl, baseline):
             (client.fabric.DrainLink, fpb.DrainLinkRequest(link="ryl0r0:999"), grpc.StatusCode.NOT_FOUND),
             (client.fabric.DrainSwitch, fpb.DrainSwitchRequest(switch="ghost"), grpc.StatusCode.NOT_FOUND),
             (client.fabric.PinFlow, fpb.PinFlowRequest(), grpc.StatusCode.INVALID_ARGUMENT),
-            (client.fabric.PinFlow, fpb.PinFlowRequest(pin=fpb.FlowPin(
-                name="p", spine="rys0", match=fpb.FlowMatch(src_address="10.0.0.1", dst_address="10.0.1.1",
-                                                            protocol=42))), grpc.StatusCode.INVALID_ARGUMENT),
+            (
+                client.fabric.PinFlow,
+                fpb.PinFlowRequest(
+                    pin=fpb.FlowPin(
+                        name="p",
+                        spine="rys0",
+                        match=fpb.FlowMatch(src_address="10.0.0.1", dst_address="10.0.1.1", protocol=42),
+                    )
+                ),
+                grpc.StatusCode.INVALID_ARGUMENT,
+            ),
             (client.fabric.UnpinFlow, fpb.UnpinFlowRequest(name="ghost"), grpc.StatusCode.NOT_FOUND),
         ]
         for call, request, code in calls:

@@ -14,10 +14,10 @@ import pytest
 from controller.api.errors import FIELD_METADATA_KEY
 from controller.fabric import NicId
 from emulation.net import ovs
+from emulation.net.underlay import build_underlay
 from emulation.processes.controller_process import total
 from emulation.traffic.counters import ecmp_uplink
 from emulation.traffic.iperf import FlowSpec, TrafficRun
-from emulation.net.underlay import build_underlay
 from tests.integration.helpers import SPINE_OF_UPLINK, railyard_entries, uplink_bytes, window
 
 A, B = NicId(0, 0, 0), NicId(0, 1, 0)  # rail 0, pod 0 -> pod 1: crosses a spine
@@ -33,8 +33,9 @@ def emu(fabric_and_controller):
 
 def pin(ctl, spine, name="elephant-1", flow=FLOW, forward_only=False):
     with ctl.client() as client:
-        client.pin_flow(name, "10.0.0.1", "10.0.1.1", spine, flow.protocol, flow.src_port, flow.dst_port,
-                        forward_only=forward_only)
+        client.pin_flow(
+            name, "10.0.0.1", "10.0.1.1", spine, flow.protocol, flow.src_port, flow.dst_port, forward_only=forward_only
+        )
     ctl.wait_reconciles(1)
 
 
@@ -175,8 +176,15 @@ def test_metrics_pass_promtool_and_follow_naming(ctl):
     check = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
     names = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE railyard_")}
-    for required in ("railyard_switches_connected", "railyard_flow_mods_total", "railyard_bundle_commits_total",
-                     "railyard_reconcile_runs_total", "railyard_reconcile_duration_seconds",
-                     "railyard_overlay_entries_desired", "railyard_overlay_entries_installed",
-                     "railyard_intent_objects", "railyard_errors_total"):
+    for required in (
+        "railyard_switches_connected",
+        "railyard_flow_mods_total",
+        "railyard_bundle_commits_total",
+        "railyard_reconcile_runs_total",
+        "railyard_reconcile_duration_seconds",
+        "railyard_overlay_entries_desired",
+        "railyard_overlay_entries_installed",
+        "railyard_intent_objects",
+        "railyard_errors_total",
+    ):
         assert required in names or required.removesuffix("_total") in names

@@ -8,8 +8,8 @@ from controller.fabric import NicId
 from controller.fabric import addressing as ad
 from emulation.net import netns, ovs
 from emulation.traffic.counters import counter_delta, ecmp_uplink, port_counters
-from emulation.traffic.probes import rail_pairs, run_elephants, steer_by_source_port, unreachable_pairs
 from emulation.traffic.iperf import TrafficRun, make_flows
+from emulation.traffic.probes import rail_pairs, run_elephants, steer_by_source_port, unreachable_pairs
 
 
 def test_every_nic_reaches_every_nic_of_its_rail(emu):
@@ -20,13 +20,20 @@ def test_every_nic_reaches_every_nic_of_its_rail(emu):
 
 
 def test_bridges_are_userspace_secure_openflow13_and_tagged(emu):
-    rows = json.loads(ovs.run([
-        "ovs-vsctl", "--format=json", "--columns=name,datapath_type,fail_mode,protocols,external_ids,other_config",
-        "list", "Bridge",
-    ]))["data"]
+    rows = json.loads(
+        ovs.run(
+            [
+                "ovs-vsctl",
+                "--format=json",
+                "--columns=name,datapath_type,fail_mode,protocols,external_ids,other_config",
+                "list",
+                "Bridge",
+            ]
+        )
+    )["data"]
     bridges = {row[0]: row for row in rows}
     for switch in emu.fabric.switches.values():
-        name, dp_type, fail_mode, protocols, external_ids, other_config = bridges[switch.name]
+        _name, dp_type, fail_mode, protocols, external_ids, other_config = bridges[switch.name]
         assert dp_type == "netdev" and fail_mode == "secure"
         assert "OpenFlow13" in json.dumps(protocols)
         assert dict(external_ids[1])["railyard-fabric"] == emu.fabric.spec.name

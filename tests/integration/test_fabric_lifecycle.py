@@ -18,8 +18,13 @@ FOREIGN = "foreignbr0"  # deliberately not an "ry" name, as a neighbour's bridge
 
 def railyard_up(state_dir):
     env = dict(os.environ, RAILYARD_STATE_DIR=str(state_dir))
-    return subprocess.Popen([sys.executable, "-m", "controller.cli", "fabric", "up"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "controller.cli", "fabric", "up"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def wait_for(predicate, timeout, what):
@@ -44,8 +49,9 @@ def test_fabric_down_removes_only_railyard_state(tmp_path, foreign_bridge, demo_
     up = railyard_up(state_dir)
     state_file = state_dir / f"fabric-{demo_fabric.spec.name}.json"
     try:
-        wait_for(lambda: state_file.exists() and set(demo_fabric.switches) <= set(ovs.railyard_bridges()),
-                 60, "fabric up")
+        wait_for(
+            lambda: state_file.exists() and set(demo_fabric.switches) <= set(ovs.railyard_bridges()), 60, "fabric up"
+        )
         wait_for(lambda: all(ovs.dump_flows(s) for s in demo_fabric.switches), 30, "underlay installed")
         state = json.loads(state_file.read_text())
         host_pids = list(state["hosts"].values())
@@ -54,9 +60,12 @@ def test_fabric_down_removes_only_railyard_state(tmp_path, foreign_bridge, demo_
         stray = netns.popen(host_pids[0], ["sleep", "300"])
 
         down = subprocess.run(
-                [sys.executable, "-m", "controller.cli", "fabric", "down"],
-                env=dict(os.environ, RAILYARD_STATE_DIR=str(state_dir)), capture_output=True, text=True, timeout=120,
-            )
+            [sys.executable, "-m", "controller.cli", "fabric", "down"],
+            env=dict(os.environ, RAILYARD_STATE_DIR=str(state_dir)),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert down.returncode == 0, down.stderr
         up.wait(timeout=30)
         stray.wait(timeout=10)
@@ -83,7 +92,10 @@ def test_fabric_down_removes_only_railyard_state(tmp_path, foreign_bridge, demo_
 def test_fabric_down_with_nothing_up_is_a_no_op(tmp_path, foreign_bridge):
     result = subprocess.run(
         [sys.executable, "-m", "controller.cli", "fabric", "down"],
-        env=dict(os.environ, RAILYARD_STATE_DIR=str(tmp_path)), capture_output=True, text=True, timeout=60,
+        env=dict(os.environ, RAILYARD_STATE_DIR=str(tmp_path)),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0 and "removed 0 Railyard bridges" in result.stdout
     assert FOREIGN in ovs.all_bridges()

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from emulation.agent.telemetry_agent import TelemetryAgent
 from emulation.processes.controller_process import free_port
 from emulation.processes.prometheus_local import LocalPrometheus
 from emulation.scenarios.runner import scenario_flows
 from emulation.scenarios.spec import load_scenario
-from emulation.agent.telemetry_agent import TelemetryAgent
 from emulation.traffic.iperf import TrafficRun
 
 DASHBOARDS = sorted((Path(__file__).resolve().parents[2] / "grafana" / "dashboards").glob("*.json"))

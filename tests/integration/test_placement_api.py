@@ -67,15 +67,27 @@ def test_ring_job_across_pods_is_steered_released_and_survives_restart(emu, ctl)
     entries = job_entries()
     for flow in flows:
         leaf = fabric.attachment(ad.parse_nic_address(flow.src_address)).node
-        steering = [e for m, e in entries[leaf].items() if f"nw_src={flow.src_address}," in m + ","
-                    and f"nw_dst={flow.dst_address}" in m]
+        steering = [
+            e
+            for m, e in entries[leaf].items()
+            if f"nw_src={flow.src_address}," in m + "," and f"nw_dst={flow.dst_address}" in m
+        ]
         assert [e["actions"] for e in steering] == [f"dec_ttl,output:{UPLINK_OF_SPINE[flow.spine]}"]
     assert sum(len(e) for e in entries.values()) == 4
 
     # Real traffic follows: three UDP flows per cross-pod pair, source ports that ECMP would spread.
-    specs = [FlowSpec(ad.parse_nic_address(f.src_address), ad.parse_nic_address(f.dst_address), "udp",
-                      41000 + 7 * i + k, 4791 + i * 3 + k, rate_bps=12e6)
-             for i, f in enumerate(flows) for k in range(3)]
+    specs = [
+        FlowSpec(
+            ad.parse_nic_address(f.src_address),
+            ad.parse_nic_address(f.dst_address),
+            "udp",
+            41000 + 7 * i + k,
+            4791 + i * 3 + k,
+            rate_bps=12e6,
+        )
+        for i, f in enumerate(flows)
+        for k in range(3)
+    ]
     run = TrafficRun(emu.popen, specs, duration_s=5).start()
     try:
         time.sleep(1.5)

@@ -44,8 +44,11 @@ def test_dashboards_have_stable_unique_uids_and_use_the_provisioned_datasource()
 @pytest.mark.skipif(not PROMTOOL, reason="promtool not installed (make setup installs it)")
 def test_promtool_accepts_config_and_rules_and_the_rule_unit_tests_pass():
     deploy = ROOT / "deploy" / "prometheus"
-    for args in (["check", "config", "prometheus.yml"], ["check", "rules", "alerts.yml"],
-                 ["test", "rules", "alerts_test.yml"]):
+    for args in (
+        ["check", "config", "prometheus.yml"],
+        ["check", "rules", "alerts.yml"],
+        ["test", "rules", "alerts_test.yml"],
+    ):
         result = subprocess.run([PROMTOOL, *args], cwd=deploy, capture_output=True, text=True)
         assert result.returncode == 0, result.stdout + result.stderr
 
@@ -80,6 +83,9 @@ def test_compose_kubernetes_and_systemd_files_parse_and_reference_only_files_tha
     assert "[Service]" in unit and "railyard controller run" in unit
     docker = shutil.which("docker")
     if docker and subprocess.run([docker, "compose", "version"], capture_output=True).returncode == 0:
-        check = subprocess.run([docker, "compose", "-f", str(deploy / "docker-compose.yml"), "config", "-q"],
-                               capture_output=True, text=True)
+        check = subprocess.run(
+            [docker, "compose", "-f", str(deploy / "docker-compose.yml"), "config", "-q"],
+            capture_output=True,
+            text=True,
+        )
         assert check.returncode == 0, check.stderr

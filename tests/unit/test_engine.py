@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from controller.fabric import Endpoint, NicId, build_fabric, load_fabric, parse_spec
 from controller.fabric import addressing as ad
-from controller.te.engine import EngineConfig, Elephant, TeState, estimate_demands, step
+from controller.te.engine import Elephant, EngineConfig, TeState, estimate_demands, step
 from controller.te.view import FlowSample, PortSample
 
 FABRIC = load_fabric()  # 2 pods x 2 servers x 2 rails, spines rys0/rys1; uplinks 400G (= NIC)
@@ -39,10 +39,12 @@ class World:
             share = min(self.fabric.capacity_bps[e] / len(load[e]) for e in self.fabric.egress_path(s, d, via or None))
             jitter = 1 + (rng.uniform(-noise, noise) if rng else 0.0)
             rates[k] = share * jitter
-        flows = {k: FlowSample(rates[k], 0, now, self.fabric.egress_path(s, d, via or None)[1])
-                 for k, (s, d, via) in paths.items()}
+        flows = {
+            k: FlowSample(rates[k], 0, now, self.fabric.egress_path(s, d, via or None)[1])
+            for k, (s, d, via) in paths.items()
+        }
         ports = {}
-        for e, users in load.items():
+        for e, _users in load.items():
             tx = sum(rates[k] for k, (s, d, v) in paths.items() if e in self.fabric.egress_path(s, d, v or None))
             ports[e] = PortSample(tx, 0, 0, now)
         return flows, ports
@@ -78,7 +80,9 @@ def test_a_collision_is_found_and_resolved_in_one_cycle():
     flows, ports = world.telemetry(100.2, state.moves)
     assert all(s.rate_bps == 400 * G for s in flows.values())
     state2, decisions = step(FABRIC, state, flows, ports, 100.2)
-    assert not [d for d in decisions if d.kind in ("collision", "reroute")] and state2.moves.keys() == state.moves.keys()
+    assert (
+        not [d for d in decisions if d.kind in ("collision", "reroute")] and state2.moves.keys() == state.moves.keys()
+    )
 
 
 def test_noisy_telemetry_does_not_make_flows_flap():
@@ -106,8 +110,10 @@ def test_moves_expire_when_the_flow_goes_quiet():
 def test_incast_is_recognized_and_senders_get_the_fair_share():
     dst = NicId(0, 1, 0)
     senders = [NicId(0, 0, 0), NicId(0, 0, 1), NicId(0, 1, 1)]
-    world = World(FABRIC, {flow_key(s, dst, 41000 + i): (s, dst, "rys0" if s.pod != dst.pod else "")
-                           for i, s in enumerate(senders)})
+    world = World(
+        FABRIC,
+        {flow_key(s, dst, 41000 + i): (s, dst, "rys0" if s.pod != dst.pod else "") for i, s in enumerate(senders)},
+    )
     flows, ports = world.telemetry(100.0, {})
     state, decisions = step(FABRIC, TeState(), flows, ports, 100.0)
     (incast,) = [d for d in decisions if d.kind == "incast"]
@@ -122,28 +128,39 @@ def test_incast_is_recognized_and_senders_get_the_fair_share():
 
 def test_demand_estimation_matches_hedera():
     a, b, c = NicId(0, 0, 0), NicId(0, 0, 1), NicId(0, 1, 0)
-    e = [Elephant(("x", "1", "tcp", 1, 1), a, c, 0, ""), Elephant(("x", "2", "tcp", 2, 2), a, b, 0, ""),
-         Elephant(("x", "3", "tcp", 3, 3), b, c, 0, "")]
+    e = [
+        Elephant(("x", "1", "tcp", 1, 1), a, c, 0, ""),
+        Elephant(("x", "2", "tcp", 2, 2), a, b, 0, ""),
+        Elephant(("x", "3", "tcp", 3, 3), b, c, 0, ""),
+    ]
     d = estimate_demands(e, 1.0)
     # a splits its NIC between c and b; c's two senders are capped at 1/2 each; b sends 1/2 to c.
     assert [round(d[x.key], 3) for x in e] == [0.5, 0.5, 0.5]
 
 
-FAT = build_fabric(parse_spec("pods: 2\nservers_per_pod: 4\nrails: 1\nspines: 4\n"
-                              "rates: {nic_gbps: 100, emulated_nic_mbps: 10}\n"))
+FAT = build_fabric(
+    parse_spec("pods: 2\nservers_per_pod: 4\nrails: 1\nspines: 4\nrates: {nic_gbps: 100, emulated_nic_mbps: 10}\n")
+)
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=4, unique_by=lambda p: p[0]),
-       st.integers(0, 2**16))
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.integers(0, 3)), min_size=1, max_size=4, unique_by=lambda p: p[0]),
+    st.integers(0, 2**16),
+)
 def test_engine_never_leaves_a_link_over_capacity_when_a_feasible_assignment_exists(pairs, seed):
     # Permutation-like elephants from pod 0 to pod 1 with distinct senders and receivers:
     # 4 spines x 100G uplinks, so one elephant per spine is always feasible.
     pairs = list({dst: (src, dst) for src, dst in pairs}.values())
     rng = random.Random(seed)
-    flows = {flow_key(NicId(0, 0, s), NicId(0, 1, d), 40000 + s): (NicId(0, 0, s), NicId(0, 1, d),
-                                                                   rng.choice(["rys0", "rys1"]))
-             for s, d in pairs}
+    flows = {
+        flow_key(NicId(0, 0, s), NicId(0, 1, d), 40000 + s): (
+            NicId(0, 0, s),
+            NicId(0, 1, d),
+            rng.choice(["rys0", "rys1"]),
+        )
+        for s, d in pairs
+    }
     world = World(FAT, flows)
     cfg = EngineConfig(hysteresis_s=0.0, max_moves_per_cycle=8)
     state = TeState()
@@ -183,8 +200,10 @@ def incast_world():
     """Three senders in pod 0 (two remote on rys0/rys1, one beside the receiver) into one NIC."""
     dst = NicId(0, 1, 0)
     senders = {NicId(0, 0, 0): "rys0", NicId(0, 0, 1): "rys1", NicId(0, 1, 1): ""}
-    flows = {(ad.nic_ip(s), ad.nic_ip(dst), "udp", 41000 + i, 4791): (s, dst, via)
-             for i, (s, via) in enumerate(senders.items())}
+    flows = {
+        (ad.nic_ip(s), ad.nic_ip(dst), "udp", 41000 + i, 4791): (s, dst, via)
+        for i, (s, via) in enumerate(senders.items())
+    }
     return World(FABRIC, flows), dst
 
 
@@ -195,7 +214,7 @@ def offered(world, now):
 
 
 def test_incast_senders_are_metered_to_the_fair_share_and_pinned_where_they_are():
-    world, dst = incast_world()
+    world, _dst = incast_world()
     state, decisions = step(FABRIC, TeState(), *offered(world, 100.0), 100.0)
     assert [d.kind for d in decisions if d.kind == "incast"] == ["incast"]
     assert set(state.meters) == set(world.flows)

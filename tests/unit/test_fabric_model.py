@@ -3,7 +3,8 @@
 import itertools
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from controller.fabric import NicId, PlaneMode, Tier, build_fabric, load_spec, parse_spec
 from controller.fabric import addressing as ad
@@ -76,8 +77,8 @@ def test_oversubscription_sets_uplink_capacity():
     uplink = fabric.ports(leaf)[9]
     # 8 x 400G down over 2 uplinks at 2:1 -> each uplink 8*400/(2*2) = 800G
     assert uplink.capacity_bps == pytest.approx(800e9)
-    down = sum(l.capacity_bps for l in fabric.ports(leaf).values() if l.is_access)
-    up = sum(l.capacity_bps for l in fabric.ports(leaf).values() if not l.is_access)
+    down = sum(link.capacity_bps for link in fabric.ports(leaf).values() if link.is_access)
+    up = sum(link.capacity_bps for link in fabric.ports(leaf).values() if not link.is_access)
     assert down / up == pytest.approx(2.0)
     assert uplink.emulated_bps == pytest.approx(100e6)
 

@@ -19,7 +19,7 @@ GOOD = {
 def spec_text(**changes):
     import yaml
 
-    doc = {k: v for k, v in GOOD.items()}
+    doc = dict(GOOD.items())
     for key, value in changes.items():
         if value is None:
             doc.pop(key, None)

@@ -8,9 +8,9 @@ from controller.api import codegen
 from controller.errors import Conflict, NotFound
 from controller.fabric import NicId, load_fabric
 from controller.intent.model import FlowMatch, FlowPin, IntentError
-from controller.metrics import Metrics
 from controller.intent.service import IntentService
 from controller.intent.store import Change, SqliteIntentStore, StoreError
+from controller.metrics import Metrics
 
 FABRIC = load_fabric()
 A, B, C = NicId(0, 0, 0), NicId(0, 1, 0), NicId(0, 1, 1)
@@ -80,9 +80,16 @@ def test_stored_pins_the_fabric_cannot_honour_are_skipped_not_lost(tmp_path):
 
     store = SqliteIntentStore(tmp_path / "i.db")
     good = FlowPin("good", FlowMatch(A, B), "rys0")
-    store.apply(Change(puts={("pin", "good"): pin_to_doc(good),
-                             ("pin", "gone"): pin_to_doc(good) | {"spine": "rys7"},
-                             ("pin", "junk"): {"src": "x"}}), 3)
+    store.apply(
+        Change(
+            puts={
+                ("pin", "good"): pin_to_doc(good),
+                ("pin", "gone"): pin_to_doc(good) | {"spine": "rys7"},
+                ("pin", "junk"): {"src": "x"},
+            }
+        ),
+        3,
+    )
     store.close()
     svc = service(tmp_path / "i.db")
     assert list(svc.snapshot().pins) == ["good"]

@@ -27,8 +27,12 @@ def test_permutation_optimum_is_every_nic_at_line_rate():
 
 def test_incast_optimum_shares_the_receiver_fairly():
     dst = NicId(0, 1, 0)
-    flows = [ModelFlow(NicId(0, 0, 0), dst), ModelFlow(NicId(0, 0, 1), dst), ModelFlow(NicId(0, 1, 1), dst),
-             ModelFlow(NicId(1, 0, 0), NicId(1, 1, 0))]  # a bystander on another rail
+    flows = [
+        ModelFlow(NicId(0, 0, 0), dst),
+        ModelFlow(NicId(0, 0, 1), dst),
+        ModelFlow(NicId(0, 1, 1), dst),
+        ModelFlow(NicId(1, 0, 0), NicId(1, 1, 0)),
+    ]  # a bystander on another rail
     best = optimum(FABRIC, flows)
     assert best.rates_bps[:3] == pytest.approx([50e6 / 3] * 3)
     assert best.rates_bps[3] == pytest.approx(50e6)

@@ -8,7 +8,12 @@ from controller.errors import Conflict, NotFound
 from controller.fabric import DEFAULT_SPEC, NicId, build_fabric, load_spec, parse_spec
 from controller.intent.model import FlowMatch, FlowPin, Intent, IntentError, spines_between, validate_pin
 from controller.southbound.overlay import (
-    COOKIE_PREFIX_MASK, PRIORITY_PIN_FLOW, PRIORITY_PIN_PAIR, desired_overlay, is_railyard_cookie, owner_cookie,
+    COOKIE_PREFIX_MASK,
+    PRIORITY_PIN_FLOW,
+    PRIORITY_PIN_PAIR,
+    desired_overlay,
+    is_railyard_cookie,
+    owner_cookie,
 )
 from controller.southbound.reconcile import apply_delta, diff_table, order_for_adds, order_for_deletes
 
@@ -35,8 +40,14 @@ def test_pin_steers_on_both_source_leaves_only():
     (rev,) = overlay["ryl1r0"].values()
     # leaf ports: 1..2 servers, then uplink to spine j at 3 + j
     assert fwd.actions == ("dec_ttl", "output:3") and rev.actions == ("dec_ttl", "output:3")
-    assert dict(fwd.match) == {"eth_type": 0x0800, "ipv4_src": "10.0.0.1", "ipv4_dst": "10.0.1.1",
-                               "ip_proto": 6, "tcp_src": 40000, "tcp_dst": 5201}
+    assert dict(fwd.match) == {
+        "eth_type": 0x0800,
+        "ipv4_src": "10.0.0.1",
+        "ipv4_dst": "10.0.1.1",
+        "ip_proto": 6,
+        "tcp_src": 40000,
+        "tcp_dst": 5201,
+    }
     assert dict(rev.match)["tcp_src"] == 5201 and dict(rev.match)["ipv4_src"] == "10.0.1.1"
     assert fwd.priority == PRIORITY_PIN_FLOW and is_railyard_cookie(fwd.cookie)
 
@@ -61,7 +72,10 @@ def test_adding_and_removing_pins():
     delta = diff_table("ryl0r0", d_two["ryl0r0"], d_one["ryl0r0"])
     (added,) = delta.adds
     assert added.priority == PRIORITY_PIN_PAIR and dict(added.match) == {
-        "eth_type": 0x0800, "ipv4_src": "10.0.0.1", "ipv4_dst": "10.0.1.2"}
+        "eth_type": 0x0800,
+        "ipv4_src": "10.0.0.1",
+        "ipv4_dst": "10.0.1.2",
+    }
     assert not delta.deletes
     assert diff_table("ryl1r0", d_two["ryl1r0"], d_one["ryl1r0"]).empty  # not symmetric: nothing back
 
@@ -125,15 +139,18 @@ def test_fat_tree_pin_steers_edge_and_agg_and_orders_make_before_break():
     assert [FAT_TREE.switch(s).tier.value for s in order_for_deletes(FAT_TREE, overlay)] == ["leaf", "agg"]
 
 
-@pytest.mark.parametrize("bad, field", [
-    (pin(name="Bad Name"), "name"),
-    (pin(spine="rys9"), "spine"),
-    (pin(dst=A), "match.dst"),
-    (pin(protocol="sctp"), "match.protocol"),
-    (pin(sport=70000), "match.src_port"),
-    (pin(protocol="", sport=5), "match.src_port"),
-    (pin(dst=NicId(0, 0, 1)), "match.dst"),  # same leaf: no spine to choose
-])
+@pytest.mark.parametrize(
+    "bad, field",
+    [
+        (pin(name="Bad Name"), "name"),
+        (pin(spine="rys9"), "spine"),
+        (pin(dst=A), "match.dst"),
+        (pin(protocol="sctp"), "match.protocol"),
+        (pin(sport=70000), "match.src_port"),
+        (pin(protocol="", sport=5), "match.src_port"),
+        (pin(dst=NicId(0, 0, 1)), "match.dst"),  # same leaf: no spine to choose
+    ],
+)
 def test_invalid_pins_name_the_field(bad, field):
     with pytest.raises(IntentError) as err:
         validate_pin(FABRIC, Intent(), bad)
@@ -174,7 +191,12 @@ def test_steered_pairs_cover_both_directions_of_symmetric_pins():
 
 def test_incast_meters_ride_on_the_ingress_entry_in_the_switch_units():
     from controller.southbound.overlay import (
-        METER_ID_BASE, METER_ID_SPAN, desired_meters, is_railyard_meter, meter_ids, te_entries,
+        METER_ID_BASE,
+        METER_ID_SPAN,
+        desired_meters,
+        is_railyard_meter,
+        meter_ids,
+        te_entries,
     )
     from controller.te.engine import Meter, Move
 
@@ -189,15 +211,19 @@ def test_incast_meters_ride_on_the_ingress_entry_in_the_switch_units():
     assert by_switch["ryl0r0"].actions == (f"meter:{ids[remote][1]}", "dec_ttl", "output:4")
     # The local sender is delivered by the entry that meters it, as the leaf's underlay would.
     assert by_switch["ryl1r0"].actions == (
-        f"meter:{ids[local][1]}", "dec_ttl", "set_field:eth_src=02:52:00:01:ff:fe",
-        "set_field:eth_dst=02:52:00:01:00:01", f"output:{FABRIC.attachment(dst).port}")
+        f"meter:{ids[local][1]}",
+        "dec_ttl",
+        "set_field:eth_src=02:52:00:01:ff:fe",
+        "set_field:eth_dst=02:52:00:01:00:01",
+        f"output:{FABRIC.attachment(dst).port}",
+    )
     assert dict(by_switch["ryl1r0"].match)["ip_proto"] == 17 and "udp_src" not in dict(by_switch["ryl1r0"].match)
     # 100 Gb/s of a 400 Gb/s NIC emulated at 50 Mb/s: 12.5 Mb/s on the switch.
     switch_meters = desired_meters(FABRIC, meters)
     assert {m.rate_kbps for table in switch_meters.values() for m in table.values()} == {12500}
     assert set(switch_meters["ryl0r0"]) == {ids[remote][1]} and set(switch_meters["ryl1r0"]) == {ids[local][1]}
     # Same set, same ids; one more meter does not renumber the others.
-    more = meters + [Meter(("10.0.0.2", "10.0.1.2", "udp", 41001, 4792), NicId(0, 0, 1), dst, 100e9, 1.0)]
+    more = [*meters, Meter(("10.0.0.2", "10.0.1.2", "udp", 41001, 4792), NicId(0, 0, 1), dst, 100e9, 1.0)]
     assert meter_ids(FABRIC, list(reversed(meters))) == ids
     assert {k: v for k, v in meter_ids(FABRIC, more).items() if k in ids} == ids
 

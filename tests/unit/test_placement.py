@@ -6,9 +6,9 @@ from hypothesis import strategies as st
 
 from controller.errors import Conflict
 from controller.fabric import NicId, build_fabric, parse_spec
+from controller.intent.drains import rerouted_jobs
 from controller.intent.model import Intent
 from controller.southbound.overlay import desired_overlay
-from controller.intent.drains import rerouted_jobs
 from controller.te.jobs import Drains, JobError, JobFlow, JobRequest, Pattern
 from controller.te.load import jobs_load, max_utilization
 from controller.te.paths import assign_hashed
@@ -17,8 +17,12 @@ from controller.te.placement import FabricState, NoCapacity, place
 
 RATES = "rates: {nic_gbps: 400, emulated_nic_mbps: 30}\n"
 FABRICS = {
-    "shared": build_fabric(parse_spec("pods: 3\nservers_per_pod: 4\nrails: 2\nspines: 2\noversubscription: 2\n" + RATES)),
-    "per-rail": build_fabric(parse_spec("pods: 3\nservers_per_pod: 3\nrails: 4\nspines: 2\nplane_mode: per-rail\n" + RATES)),
+    "shared": build_fabric(
+        parse_spec("pods: 3\nservers_per_pod: 4\nrails: 2\nspines: 2\noversubscription: 2\n" + RATES)
+    ),
+    "per-rail": build_fabric(
+        parse_spec("pods: 3\nservers_per_pod: 3\nrails: 4\nspines: 2\nplane_mode: per-rail\n" + RATES)
+    ),
 }
 
 
@@ -37,9 +41,13 @@ def free_servers(fabric, jobs, req):
     used = set(used_nics(jobs))
     exclusive = {(g.nic.pod, g.nic.server) for j in jobs.values() if j.request.exclusive for g in j.gpus}
     busy = {(n.pod, n.server) for n in used}
-    return [(s.pod, s.index) for s in fabric.servers
-            if (s.pod, s.index) not in exclusive and not (req.exclusive and (s.pod, s.index) in busy)
-            and all(NicId(r, s.pod, s.index) not in used for r in range(k))]
+    return [
+        (s.pod, s.index)
+        for s in fabric.servers
+        if (s.pod, s.index) not in exclusive
+        and not (req.exclusive and (s.pod, s.index) in busy)
+        and all(NicId(r, s.pod, s.index) not in used for r in range(k))
+    ]
 
 
 def fits(fabric, jobs, req):
@@ -70,9 +78,14 @@ def request_strategy(fabric):
     per_server = st.sampled_from([0] + [k for k in range(1, rails + 1) if rails % k == 0])
     return st.builds(
         lambda k, servers, pattern, gbps, exclusive, max_pods: JobRequest(
-            "job", (k or rails) * servers, pattern, gbps, k, (), max_pods, exclusive),
-        per_server, st.integers(1, 5), st.sampled_from(list(Pattern)), st.sampled_from([0.0, 25.0, 100.0, 200.0]),
-        st.booleans(), st.sampled_from([0, 0, 1, 2]),
+            "job", (k or rails) * servers, pattern, gbps, k, (), max_pods, exclusive
+        ),
+        per_server,
+        st.integers(1, 5),
+        st.sampled_from(list(Pattern)),
+        st.sampled_from([0.0, 25.0, 100.0, 200.0]),
+        st.booleans(),
+        st.sampled_from([0, 0, 1, 2]),
     )
 
 
@@ -90,8 +103,9 @@ def test_placement_invariants_over_request_sequences(name, data):
             assert set(used_nics(jobs)) == before - freed  # release frees exactly what was taken
             continue
         req = data.draw(request_strategy(fabric), label="request")
-        req = JobRequest(f"j{step}", req.gpu_count, req.pattern, req.flow_gbps, req.gpus_per_server, (),
-                         req.max_pods, req.exclusive)
+        req = JobRequest(
+            f"j{step}", req.gpu_count, req.pattern, req.flow_gbps, req.gpus_per_server, (), req.max_pods, req.exclusive
+        )
         naive = first_fit_peak(fabric, jobs, req)
         try:
             job = place(fabric, FabricState(dict(jobs)), req, now=float(step))
@@ -174,5 +188,8 @@ def test_draining_a_spine_moves_flows_and_the_last_spine_is_refused():
 def test_ring_flows_follow_server_order():
     flows = pattern_flows(Pattern.RING, [(1, 0), (0, 1), (0, 0)], 1, 5.0)
     assert [(f.src.pod, f.src.server, f.dst.pod, f.dst.server) for f in flows] == [
-        (0, 0, 0, 1), (0, 1, 1, 0), (1, 0, 0, 0)]
+        (0, 0, 0, 1),
+        (0, 1, 1, 0),
+        (1, 0, 0, 0),
+    ]
     assert all(isinstance(f, JobFlow) and f.demand_bps == 5.0 for f in flows)

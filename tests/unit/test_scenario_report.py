@@ -2,9 +2,9 @@
 
 import pytest
 
-from controller.fabric import NicId, load_fabric
-from emulation.scenarios.spec import ScenarioError, available, incast_pairs, load_scenario, permutation_pairs
+from controller.fabric import load_fabric
 from emulation.scenarios.report import jain, longest_zero_run_s, percentile
+from emulation.scenarios.spec import ScenarioError, available, incast_pairs, load_scenario, permutation_pairs
 
 FABRIC = load_fabric()
 
@@ -38,7 +38,7 @@ def test_bad_scenarios_name_the_field(tmp_path):
 def test_traffic_patterns_cross_pods_and_converge():
     pairs = permutation_pairs(FABRIC)
     assert len(pairs) == len(FABRIC.nics) and all(a.pod != b.pod and a.rail == b.rail for a, b in pairs)
-    with pytest.raises(ScenarioError, match="fan_in.*at most 2"):
+    with pytest.raises(ScenarioError, match=r"fan_in.*at most 2"):
         incast_pairs(FABRIC, 3, seed=1)  # the demo fabric has 2 NICs per rail outside any pod
     three_pod = load_fabric(load_scenario("incast").spec_path())
     senders, bystander = incast_pairs(three_pod, 3, seed=1)
@@ -50,7 +50,7 @@ def test_traffic_patterns_cross_pods_and_converge():
     assert src.pod != dst.pod and src not in {s for s, _ in senders}
     assert all(s.pod != dst.pod for s, _ in senders)  # the incast crosses the spine tier
     assert beside != dst and three_pod.attachment(beside).node == three_pod.attachment(dst).node
-    assert len({n.rail for pair in senders + [bystander] for n in pair}) == 1
+    assert len({n.rail for pair in [*senders, bystander] for n in pair}) == 1
 
 
 def test_report_arithmetic():

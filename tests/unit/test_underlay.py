@@ -68,7 +68,7 @@ def test_every_same_rail_pair_is_delivered_on_every_branch(name):
                 continue
             reached = deliveries(fabric, tables, src, dst)
             assert reached, (src, dst)
-            for nic, hops, actions in reached:
+            for nic, _hops, actions in reached:
                 assert nic == ad.nic_name(dst)
                 assert f"set_field:{ad.nic_mac(dst)}->eth_dst" in actions
                 assert "dec_ttl" in actions

@@ -7,5 +7,15 @@ from controller.te.engine.cycle import step
 from controller.te.engine.elephants import estimate_demands, find_elephants
 from controller.te.engine.state import Decision, DecisionKind, Elephant, EngineConfig, Meter, Move, TeState
 
-__all__ = ["Decision", "DecisionKind", "Elephant", "EngineConfig", "Meter", "Move", "TeState", "estimate_demands",
-           "find_elephants", "step"]
+__all__ = [
+    "Decision",
+    "DecisionKind",
+    "Elephant",
+    "EngineConfig",
+    "Meter",
+    "Move",
+    "TeState",
+    "estimate_demands",
+    "find_elephants",
+    "step",
+]

@@ -31,11 +31,10 @@ tables (their cookie says "te") after a restart, and expire when the flow
 goes quiet.
 """
 
-
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Mapping
 
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.fabric import addressing as ad
@@ -49,10 +48,16 @@ from controller.te.load import drained, link_name
 from controller.te.view import FlowKey, FlowSample, PortSample
 
 
-def step(fabric: Fabric, state: TeState, flows: Mapping[FlowKey, FlowSample],
-         ports: Mapping[Endpoint, PortSample], now: float, cfg: EngineConfig = EngineConfig(),
-         drains: Drains = Drains(), steered: frozenset[tuple[NicId, NicId]] = frozenset()
-         ) -> tuple[TeState, list[Decision]]:
+def step(
+    fabric: Fabric,
+    state: TeState,
+    flows: Mapping[FlowKey, FlowSample],
+    ports: Mapping[Endpoint, PortSample],
+    now: float,
+    cfg: EngineConfig = EngineConfig(),
+    drains: Drains = Drains(),
+    steered: frozenset[tuple[NicId, NicId]] = frozenset(),
+) -> tuple[TeState, list[Decision]]:
     """`steered`: NIC pairs a pin or a placed job already steers. Their flows
     count as load but are never moved: that intent outranks adaptive TE."""
     decisions: list[Decision] = []
@@ -60,10 +65,15 @@ def step(fabric: Fabric, state: TeState, flows: Mapping[FlowKey, FlowSample],
     nic_bps = fabric.spec.rates.nic_gbps * 1e9
     # A link telemetry reports down is treated like a drain: no elephant is
     # placed on it, and those on it must move now, hysteresis or not.
-    down = frozenset(link_name(fabric, fabric.link_at(e)) for e, s in ports.items()
-                     if not s.up and now - s.observed_at <= cfg.max_age_s)
-    decisions += [Decision(DecisionKind.LINK_DOWN, name, "telemetry reports no carrier", now)
-                  for name in sorted(down - state.down)]
+    down = frozenset(
+        link_name(fabric, fabric.link_at(e))
+        for e, s in ports.items()
+        if not s.up and now - s.observed_at <= cfg.max_age_s
+    )
+    decisions += [
+        Decision(DecisionKind.LINK_DOWN, name, "telemetry reports no carrier", now)
+        for name in sorted(down - state.down)
+    ]
     drains = Drains(drains.switches, drains.links | down)
 
     elephants = find_elephants(fabric, flows, moves, now, cfg)
@@ -98,19 +108,31 @@ def step(fabric: Fabric, state: TeState, flows: Mapping[FlowKey, FlowSample],
                     background[egress] = max(background[egress] - e.rate_bps, 0.0)
 
     collided = collisions(fabric, elephants)
-    decisions += [Decision(DecisionKind.COLLISION, name, reason, now) for name, reason in sorted(collided.items())
-                  if name not in state.collisions]
+    decisions += [
+        Decision(DecisionKind.COLLISION, name, reason, now)
+        for name, reason in sorted(collided.items())
+        if name not in state.collisions
+    ]
     incasts = find_incasts(fabric, flows, fresh, now, cfg)
     meters = meter_incasts(fabric, state.meters, incasts, now, cfg)
     for dst, senders in sorted(incasts.items()):
         if ad.nic_ip(dst) not in state.incasts:
             share = meters[senders[0][0]].rate_bps
-            decisions.append(Decision(DecisionKind.INCAST, ad.nic_ip(dst), f"{len(senders)} senders into one NIC; each "
-                                      f"metered at its leaf to {share / 1e9:.1f} Gb/s", now))
-    decisions += [Decision(DecisionKind.EXPIRE, ad.nic_ip(dst), "incast over; meters removed", now)
-                  for dst in sorted({m.dst for m in state.meters.values()} - {m.dst for m in meters.values()})]
+            decisions.append(
+                Decision(
+                    DecisionKind.INCAST,
+                    ad.nic_ip(dst),
+                    f"{len(senders)} senders into one NIC; each metered at its leaf to {share / 1e9:.1f} Gb/s",
+                    now,
+                )
+            )
+    decisions += [
+        Decision(DecisionKind.EXPIRE, ad.nic_ip(dst), "incast over; meters removed", now)
+        for dst in sorted({m.dst for m in state.meters.values()} - {m.dst for m in meters.values()})
+    ]
     decisions += rebalance(fabric, drains, elephants + starved, background, moves, now, cfg, steered)
     pin_metered(fabric, meters, moves, flows, now)
     new_recent = {k: (e, now if k in seen else state.recent[k][1]) for k, e in recent.items()}
-    return TeState(moves, frozenset(ad.nic_ip(d) for d in incasts), frozenset(collided), down,
-                   new_recent, meters), decisions
+    return TeState(
+        moves, frozenset(ad.nic_ip(d) for d in incasts), frozenset(collided), down, new_recent, meters
+    ), decisions

@@ -5,15 +5,16 @@ their demands collide on. Pure."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Mapping
+from collections.abc import Mapping
 
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.te.engine.state import Elephant, EngineConfig, Move, nic_of
 from controller.te.view import FlowKey, FlowSample
 
 
-def find_elephants(fabric: Fabric, flows: Mapping[FlowKey, FlowSample], moves: Mapping[FlowKey, Move],
-                   now: float, cfg: EngineConfig) -> list[Elephant]:
+def find_elephants(
+    fabric: Fabric, flows: Mapping[FlowKey, FlowSample], moves: Mapping[FlowKey, Move], now: float, cfg: EngineConfig
+) -> list[Elephant]:
     threshold = cfg.elephant_fraction * fabric.spec.rates.nic_gbps * 1e9
     out = []
     for key, sample in sorted(flows.items()):
@@ -88,5 +89,7 @@ def collisions(fabric: Fabric, elephants: list[Elephant]) -> dict[str, str]:
         capacity = fabric.link_at(uplink).capacity_bps
         demand = sum(e.demand_bps for e in members)
         if len(members) >= 2 and demand > capacity * 1.05 and len(fabric.vias(members[0].src, members[0].dst)) > 1:
-            out[f"{uplink.node}:{uplink.port}"] = f"{len(members)} elephants, demand {demand / capacity:.2f} of the uplink"
+            out[f"{uplink.node}:{uplink.port}"] = (
+                f"{len(members)} elephants, demand {demand / capacity:.2f} of the uplink"
+            )
     return out

@@ -4,7 +4,7 @@ metered at its ingress leaf to a fair share of that NIC. Pure."""
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Mapping
+from collections.abc import Mapping
 
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.te.engine.elephants import ingress_next_hop
@@ -12,8 +12,13 @@ from controller.te.engine.state import EngineConfig, Meter, Move, nic_of
 from controller.te.view import FlowKey, FlowSample, PortSample
 
 
-def incasts(fabric: Fabric, flows: Mapping[FlowKey, FlowSample], ports: Mapping[Endpoint, PortSample],
-             now: float, cfg: EngineConfig) -> dict[NicId, list[tuple[FlowKey, NicId]]]:
+def incasts(
+    fabric: Fabric,
+    flows: Mapping[FlowKey, FlowSample],
+    ports: Mapping[Endpoint, PortSample],
+    now: float,
+    cfg: EngineConfig,
+) -> dict[NicId, list[tuple[FlowKey, NicId]]]:
     """Receivers in incast -> their senders' flows (key, source NIC). The
     offered load is the larger of what the receiver's port sends and what its
     senders' flows measure at their ingress (before any meter of ours)."""
@@ -42,8 +47,13 @@ def incasts(fabric: Fabric, flows: Mapping[FlowKey, FlowSample], ports: Mapping[
     return out
 
 
-def meter_incasts(fabric: Fabric, old: Mapping[FlowKey, Meter], incasts: Mapping[NicId, list[tuple[FlowKey, NicId]]],
-                   now: float, cfg: EngineConfig) -> dict[FlowKey, Meter]:
+def meter_incasts(
+    fabric: Fabric,
+    old: Mapping[FlowKey, Meter],
+    incasts: Mapping[NicId, list[tuple[FlowKey, NicId]]],
+    now: float,
+    cfg: EngineConfig,
+) -> dict[FlowKey, Meter]:
     """Every sender's flow into a receiver in incast metered to its share of the
     receiver's NIC. A share that barely changed keeps the old rate (no meter
     churn on noise); a meter whose receiver left incast stays for
@@ -53,8 +63,11 @@ def meter_incasts(fabric: Fabric, old: Mapping[FlowKey, Meter], incasts: Mapping
         share = cfg.incast_headroom * fabric.access_link(dst).capacity_bps / len(keys)
         for key, src in keys:
             before = old.get(key)
-            rate = before.rate_bps if before and abs(before.rate_bps - share) <= cfg.meter_rate_tolerance * share \
+            rate = (
+                before.rate_bps
+                if before and abs(before.rate_bps - share) <= cfg.meter_rate_tolerance * share
                 else share
+            )
             meters[key] = Meter(key, src, dst, rate, now)
     for key, meter in old.items():
         if key not in meters and now - meter.last_incast <= cfg.expire_after_s:
@@ -62,8 +75,13 @@ def meter_incasts(fabric: Fabric, old: Mapping[FlowKey, Meter], incasts: Mapping
     return meters
 
 
-def pin_metered(fabric: Fabric, meters: Mapping[FlowKey, Meter], moves: dict[FlowKey, Move],
-                 flows: Mapping[FlowKey, FlowSample], now: float) -> None:
+def pin_metered(
+    fabric: Fabric,
+    meters: Mapping[FlowKey, Meter],
+    moves: dict[FlowKey, Move],
+    flows: Mapping[FlowKey, FlowSample],
+    now: float,
+) -> None:
     """A meter rides on an entry at the flow's ingress leaf, and an entry there
     must also say where the flow goes: a metered flow that crosses spines and
     was not moved is pinned where the switch already sends it."""

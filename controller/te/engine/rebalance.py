@@ -4,7 +4,7 @@ make flows flap; elephants on dead links move first. Pure."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.te.engine.state import Decision, DecisionKind, Elephant, EngineConfig, Move, describe_flow
@@ -14,9 +14,16 @@ from controller.te.paths import Layer, assign_greedy, candidate_vias
 from controller.te.view import FlowKey
 
 
-def rebalance(fabric: Fabric, drains: Drains, elephants: list[Elephant], background: Mapping[Endpoint, float],
-               moves: dict[FlowKey, Move], now: float, cfg: EngineConfig,
-               steered: frozenset[tuple[NicId, NicId]] = frozenset()) -> list[Decision]:
+def rebalance(
+    fabric: Fabric,
+    drains: Drains,
+    elephants: list[Elephant],
+    background: Mapping[Endpoint, float],
+    moves: dict[FlowKey, Move],
+    now: float,
+    cfg: EngineConfig,
+    steered: frozenset[tuple[NicId, NicId]] = frozenset(),
+) -> list[Decision]:
     """Starts from where the elephants are and moves as few as it takes: while
     a spine-tier link is over capacity by the elephants' demands, move the
     flow whose move lowers its own bottleneck most (by at least min_gain),
@@ -46,8 +53,14 @@ def rebalance(fabric: Fabric, drains: Drains, elephants: list[Elephant], backgro
                 # ACKs hash on their own and may cross the dead link: pinning
                 # the flow where it is also steers its ACKs back the same way.
                 moves[e.key] = Move(e.key, e.src, e.dst, via[e.key], now, now)
-                decisions.append(Decision(DecisionKind.REROUTE, describe_flow(e.key), f"ACKs pinned via {via[e.key]}: "
-                                          "their hashed path may cross a dead link", now))
+                decisions.append(
+                    Decision(
+                        DecisionKind.REROUTE,
+                        describe_flow(e.key),
+                        f"ACKs pinned via {via[e.key]}: their hashed path may cross a dead link",
+                        now,
+                    )
+                )
             continue
         live = candidate_vias(fabric, drains, e.src, e.dst)
         if not live:
@@ -56,12 +69,20 @@ def rebalance(fabric: Fabric, drains: Drains, elephants: list[Elephant], backgro
         new = fabric.egress_path(e.src, e.dst, other)
         layer.add(old, -e.demand_bps)
         layer.add(new, e.demand_bps)
-        decisions.append(Decision(DecisionKind.REROUTE, describe_flow(e.key), f"{via[e.key]} -> {other}: path down", now))
+        decisions.append(
+            Decision(DecisionKind.REROUTE, describe_flow(e.key), f"{via[e.key]} -> {other}: path down", now)
+        )
         via[e.key] = other
         moves[e.key] = Move(e.key, e.src, e.dst, other, now, now)
     for _ in range(cfg.max_moves_per_cycle):
-        hot = sorted((x for x in layer.added if x.port and not fabric.link_at(x).is_access
-                      and layer.bps(x) > capacity[x] * (1 + 1e-9)), key=lambda x: -layer.bps(x) / capacity[x])
+        hot = sorted(
+            (
+                x
+                for x in layer.added
+                if x.port and not fabric.link_at(x).is_access and layer.bps(x) > capacity[x] * (1 + 1e-9)
+            ),
+            key=lambda x: -layer.bps(x) / capacity[x],
+        )
         best = None
         for link in hot:
             for e in movable:
@@ -86,9 +107,15 @@ def rebalance(fabric: Fabric, drains: Drains, elephants: list[Elephant], backgro
         gain, e, other, old, new = best
         layer.add(old, -e.demand_bps)
         layer.add(new, e.demand_bps)
-        decisions.append(Decision(DecisionKind.REROUTE, describe_flow(e.key),
-                                  f"{via[e.key]} -> {other}: its bottleneck -{gain:.2f} of capacity "
-                                  f"(demand {e.demand_bps / 1e9:.0f} Gb/s, measured {e.rate_bps / 1e9:.0f})", now))
+        decisions.append(
+            Decision(
+                DecisionKind.REROUTE,
+                describe_flow(e.key),
+                f"{via[e.key]} -> {other}: its bottleneck -{gain:.2f} of capacity "
+                f"(demand {e.demand_bps / 1e9:.0f} Gb/s, measured {e.rate_bps / 1e9:.0f})",
+                now,
+            )
+        )
         via[e.key] = other
         moves[e.key] = Move(e.key, e.src, e.dst, other, now, now)
     return decisions
@@ -97,4 +124,5 @@ def rebalance(fabric: Fabric, drains: Drains, elephants: list[Elephant], backgro
 def _acks_may_die(fabric: Fabric, drains: Drains, e: Elephant, via: str) -> bool:
     reverse_ok = fabric.egress_path(e.dst, e.src, via)
     return not drained(fabric, drains, reverse_ok) and any(
-        drained(fabric, drains, fabric.egress_path(e.dst, e.src, v)) for v in fabric.vias(e.dst, e.src))
+        drained(fabric, drains, fabric.egress_path(e.dst, e.src, v)) for v in fabric.vias(e.dst, e.src)
+    )

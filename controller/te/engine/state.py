@@ -3,9 +3,9 @@ meters it holds between cycles, and the decisions it reports. Pure."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Mapping
 
 from controller.fabric import NicId
 from controller.fabric import addressing as ad
