@@ -8,7 +8,7 @@ PYTHON_SYSTEM := /usr/bin/python3.11
 SEED ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: setup host venv demo test unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-scenarios observe fabric-down clean
+.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-scenarios observe fabric-down clean
 
 setup: host venv
 
@@ -28,8 +28,15 @@ $(STAMPS)/venv: pyproject.toml | host
 demo: setup
 	$(VENV)/bin/railyard demo --seed $(SEED) --out reports
 
-test: setup
+test: setup lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Lint, format, types and the layer rules (pyproject.toml holds every setting).
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
@@ -68,4 +75,4 @@ fabric-down: venv
 	$(VENV)/bin/railyard fabric down
 
 clean:
-	rm -rf $(VENV) $(STAMPS) build *.egg-info .pytest_cache bench/results reports .state
+	rm -rf $(VENV) $(STAMPS) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .import_linter_cache bench/results reports .state

@@ -32,8 +32,8 @@ import grpc
 from bench import write_result
 from controller.fabric import NicId, load_fabric
 from controller.fabric.spec import SPECS_DIR
-from controller.te.jobs import Drains, JobRequest, Pattern
-from controller.te.load import add_job, max_utilization
+from controller.te.jobs import Drains, Job, JobRequest, Pattern
+from controller.te.load import Load, add_job, max_utilization
 from controller.te.paths import assign_hashed
 from controller.te.patterns import pattern_flows
 from controller.te.placement import FabricState, NoCapacity, available_servers, place
@@ -76,7 +76,10 @@ def naive(fabric, state: FabricState, request: JobRequest, tier) -> tuple[float,
 
 def percentiles(samples: list[float]) -> dict:
     ordered = sorted(samples)
-    at = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def at(q: float) -> float:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
     return {
         "n": len(ordered),
         "p50_ms": at(0.50) * 1e3,
@@ -89,7 +92,8 @@ def percentiles(samples: list[float]) -> dict:
 
 def run_core(fabric, stream: list[JobRequest], seed: int) -> dict:
     rng = random.Random(seed + 1)
-    jobs, load = {}, {}
+    jobs: dict[str, Job] = {}
+    load: Load = {}
     ours, baseline, quality, spine_quality = [], [], [], []
     tier = fabric.spine_tier
     releases = refusals = 0

@@ -10,6 +10,7 @@ import argparse
 import json
 import platform
 import statistics
+from typing import Any
 
 from bench import write_result
 from controller.fabric import load_fabric
@@ -27,7 +28,7 @@ def main() -> None:
     parser.add_argument("--out", default="bench/results/scenarios.json")
     args = parser.parse_args()
     ovs.check_running()
-    results = {"benchmark": "scenarios", "host": platform.node(), "scenarios": {}}
+    results: dict[str, Any] = {"benchmark": "scenarios", "host": platform.node(), "scenarios": {}}
     for name in args.scenario or ["elephant"]:
         scenario = load_scenario(name)
         spec_path = scenario.spec_path(args.spec)

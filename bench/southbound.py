@@ -25,6 +25,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import TypedDict
 
 from bench import write_result
 from controller.fabric import NicId, load_fabric
@@ -40,6 +41,12 @@ BRIDGE = "rybench0"
 BASELINE_BRIDGE = "rybench1"
 SRC, DST = NicId(0, 0, 0), NicId(0, 1, 0)
 OFCTL_FIELDS = {"eth_type": "dl_type", "ipv4_src": "nw_src", "ipv4_dst": "nw_dst", "ip_proto": "nw_proto"}
+
+
+class _Round(TypedDict):
+    install: dict[str, float]  # connect_reconcile's figures
+    steady: dict[str, float]
+    baseline_ofctl_bundle_seconds: float
 
 
 def bench_pins(count: int) -> list[FlowPin]:
@@ -109,7 +116,7 @@ def run(entries: int, repeats: int) -> dict:
     fabric = load_fabric()
     dpid = fabric.switch(LEAF).dpid
     pins = bench_pins(entries)
-    rounds = []
+    rounds: list[_Round] = []
     with tempfile.TemporaryDirectory(prefix="railyard-bench-") as tmp:
         workdir = Path(tmp)
         store = SqliteIntentStore(workdir / "intent.db")

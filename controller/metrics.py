@@ -1,6 +1,6 @@
 """Every Prometheus metric the controller exports, in one place.
 
-Naming per DESIGN.md §8: `railyard_` prefix, base units, counters end in
+Naming per ARCHITECTURE.md (metrics conventions): `railyard_` prefix, base units, counters end in
 `_total`. Labels are bounded by the fabric (switch names, fixed enums); never
 per flow, pin or IP. Label sets known up front are initialised to zero so
 dashboards and alerts see a series before the first event.
@@ -149,8 +149,8 @@ class Metrics:
             self.switch_up.labels(switch).set(0)
             self.entries_desired.labels(switch).set(0)
             self.entries_installed.labels(switch).set(0)
-            for kind in FLOW_MOD_KINDS:
-                self.flow_mods.labels(switch, kind)
+            for mod_kind in FLOW_MOD_KINDS:
+                self.flow_mods.labels(switch, mod_kind)
             for result in RESULTS:
                 self.bundles.labels(switch, result)
         for component, reason in KNOWN_ERRORS:

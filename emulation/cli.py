@@ -133,6 +133,7 @@ def observe(args) -> int:
     data.mkdir(parents=True, exist_ok=True)
     prometheus = LocalPrometheus([args.metrics], args.port, scrape_interval_s=5.0, workdir=data).start()
     print(f"Prometheus at {prometheus.url} scraping {args.metrics} (alerts: {prometheus.url}/alerts); Ctrl-C stops it")
+    assert prometheus.proc is not None  # start() returned: the process is running
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:

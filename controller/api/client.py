@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import cast
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -35,7 +36,7 @@ def _pages(call, request, field: str) -> list:
 
 
 class Client:
-    def __init__(self, target: str = DEFAULT_TARGET, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
+    def __init__(self, target: str = DEFAULT_TARGET, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> None:
         self.channel = grpc.insecure_channel(target)
         self.timeout = timeout_s
         self.fabric = fpb_grpc.FabricServiceStub(self.channel)
@@ -126,12 +127,16 @@ class Client:
         dst_port: int = 0,
         forward_only: bool = False,
     ) -> fpb.PinFlowResponse:
+        # Protocol.Value() is typed as a plain int; the number it returns is a Protocol.
+        protocol_number = cast(
+            common_pb2.Protocol, common_pb2.Protocol.Value(f"PROTOCOL_{(protocol or 'unspecified').upper()}")
+        )
         match = fpb.FlowMatch(
             src_address=src,
             dst_address=dst,
             src_port=src_port,
             dst_port=dst_port,
-            protocol=common_pb2.Protocol.Value(f"PROTOCOL_{(protocol or 'unspecified').upper()}"),
+            protocol=protocol_number,
         )
         pin = fpb.FlowPin(name=name, match=match, spine=spine, forward_only=forward_only)
         return self.fabric.PinFlow(fpb.PinFlowRequest(pin=pin), timeout=self.timeout)

@@ -197,7 +197,7 @@ def _run_api(client: Client, args) -> None:
         _print([_pin_row(p) for p in client.list_pins()], args.json)
     elif cmd == "place":
         servers = [s for s in args.servers.split(",") if s]
-        reply = client.place_job(
+        placed = client.place_job(
             args.job_id,
             args.gpus,
             args.pattern,
@@ -208,7 +208,7 @@ def _run_api(client: Client, args) -> None:
             args.exclusive,
             args.request_id,
         )
-        _show_job(reply.job, args.json)
+        _show_job(placed.job, args.json)
     elif cmd == "release":
         _show_job(client.release_job(args.job_id), args.json, detail=False)
     elif cmd == "jobs":

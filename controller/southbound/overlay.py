@@ -217,13 +217,13 @@ def te_entries(fabric: Fabric, moves: Iterable[TeMove], meters: Iterable[TeMeter
             continue  # crosses spines unpinned (the engine did not know its path): nothing safe to add
         leaf, meter_id = ids[meter.key]
         _, _, protocol, sport, dport = meter.key
-        match = canonical_match(FlowMatch(meter.src, meter.dst, protocol, sport, dport))
+        meter_match = canonical_match(FlowMatch(meter.src, meter.dst, protocol, sport, dport))
         eth_src, eth_dst = ad.local_delivery_macs(meter.dst)
         out.append(
             OverlayEntry(
                 leaf,
                 PRIORITY_TE_MOVE,
-                match,
+                meter_match,
                 (
                     f"meter:{meter_id}",
                     "dec_ttl",
@@ -243,7 +243,8 @@ def move_from_entry(fabric: Fabric, entry: OverlayEntry, now: float) -> TeMove |
         return None
     fields = dict(entry.match)
     outputs = [a for a in entry.actions if a.startswith("output:")]
-    protocol = {6: "tcp", 17: "udp"}.get(fields.get("ip_proto"), "")
+    ip_proto = fields.get("ip_proto")
+    protocol = {6: "tcp", 17: "udp"}.get(ip_proto, "") if isinstance(ip_proto, int) else ""
     if not outputs or not protocol:
         return None
     via = fabric.peer(entry.switch, int(outputs[0].split(":")[1])).node
@@ -252,8 +253,8 @@ def move_from_entry(fabric: Fabric, entry: OverlayEntry, now: float) -> TeMove |
     if fabric.switch(via).tier is not Tier.SPINE:
         return None  # a fat tree's edge entry points at an aggregation switch; its core is not known here
     key = (
-        fields["ipv4_src"],
-        fields["ipv4_dst"],
+        str(fields["ipv4_src"]),
+        str(fields["ipv4_dst"]),
         protocol,
         int(fields.get(f"{protocol}_src", 0)),
         int(fields.get(f"{protocol}_dst", 0)),

@@ -17,12 +17,13 @@ import threading
 import time
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Protocol
 
 from controller.fabric import Fabric
 from controller.intent.service import IntentService
 from controller.metrics import RESULTS, Metrics
 from controller.southbound import ofcodec
-from controller.southbound.overlay import JobEntryMemo, OverlayMeter, desired_meters, desired_overlay
+from controller.southbound.overlay import JobEntryMemo, OverlayEntry, OverlayMeter, desired_meters, desired_overlay
 from controller.southbound.reconcile import (
     MeterDelta,
     SwitchDelta,
@@ -32,6 +33,7 @@ from controller.southbound.reconcile import (
     order_for_deletes,
 )
 from controller.southbound.switches import SWITCH_ERROR_REASONS, CallTable, SwitchError, SwitchSession
+from controller.te.engine import Meter, Move
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,16 @@ class Trigger:
 
 
 _STOP = Trigger(None)
+
+
+class TePlanner(Protocol):
+    """What a pass needs of adaptive TE (the runtime's TeRunner provides it)."""
+
+    def plan(self) -> tuple[int, list[Move], list[Meter]]: ...
+
+    def adopt(self, entries: list[OverlayEntry]) -> None: ...
+
+    def applied(self, generation: int) -> None: ...
 
 
 class Reconciler:
@@ -80,7 +92,7 @@ class Reconciler:
         self.fabric_ready = threading.Event()
         self._synced: set[str] = set()  # switches reconciled since they (re)connected
         self._job_entries: JobEntryMemo = {}  # only the reconciler thread touches it
-        self.te = None  # the TE runner, when adaptive TE is on (set by the daemon)
+        self.te: TePlanner | None = None  # the TE runner, when adaptive TE is on (set by the daemon)
         for name in fabric.switches:
             for kind in SWITCH_ERROR_REASONS:
                 metrics.switch_errors.labels(name, kind)
@@ -111,6 +123,8 @@ class Reconciler:
 
     def switch_disconnected(self, datapath) -> None:
         name = self._by_dpid.get(datapath.id)
+        if name is None:
+            return  # not a switch of this fabric: switch_connected never gave it a session
         with self._lock:
             session = self._sessions.get(name)
             if session is None or session.datapath is not datapath:
@@ -181,7 +195,7 @@ class Reconciler:
         reason = next(r for r in ReconcileTrigger if r in reasons)
         if any(t.switch is None for t in batch):
             return reason, None
-        return reason, {t.switch for t in batch}
+        return reason, {t.switch for t in batch if t.switch is not None}
 
     def reconcile(self, reason: ReconcileTrigger, scope: set[str] | None = None) -> bool:
         """One pass over `scope` (None = all connected switches). True if every

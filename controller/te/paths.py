@@ -17,8 +17,9 @@ costs in proportion to its own flows.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Protocol
 
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.te.jobs import Drains, JobFlow
@@ -33,10 +34,17 @@ class NoPath(Exception):
         super().__init__(reason)
 
 
+class Loads(Protocol):
+    """Load in bps per egress port, read with `get(egress, 0.0)`: a plain
+    mapping, or a Layer, so layers stack."""
+
+    def get(self, egress: Endpoint, default: float, /) -> float: ...
+
+
 class Layer:
     """Base load plus the load of the flows placed on top of it."""
 
-    def __init__(self, fabric: Fabric, base: Mapping[Endpoint, float]) -> None:
+    def __init__(self, fabric: Fabric, base: Loads) -> None:
         self.fabric = fabric
         self.base = base
         self.added: dict[Endpoint, float] = {}
@@ -46,7 +54,7 @@ class Layer:
 
     def get(self, egress: Endpoint, default: float = 0.0) -> float:
         """A Layer reads like a load mapping, so layers stack."""
-        return self.bps(egress) + default
+        return self.base.get(egress, default) + self.added.get(egress, 0.0)
 
     def add(self, path: Sequence[Endpoint], bps: float) -> None:
         for egress in path:
@@ -81,9 +89,7 @@ def _vias_or_fail(fabric: Fabric, drains: Drains, flow: JobFlow) -> list[str]:
     return vias
 
 
-def assign_greedy(
-    fabric: Fabric, drains: Drains, base: Mapping[Endpoint, float], flows: Sequence[JobFlow]
-) -> tuple[list[JobFlow], Layer]:
+def assign_greedy(fabric: Fabric, drains: Drains, base: Loads, flows: Sequence[JobFlow]) -> tuple[list[JobFlow], Layer]:
     """Gives every flow that crosses spines a `via` (flows sharing a leaf keep
     via ''); returns the flows, in input order, and their load layer."""
     layer = Layer(fabric, base)
@@ -138,9 +144,7 @@ def improve(fabric: Fabric, drains: Drains, layer: Layer, flows: list[JobFlow]) 
     return flows
 
 
-def assign_hashed(
-    fabric: Fabric, drains: Drains, base: Mapping[Endpoint, float], flows: Sequence[JobFlow]
-) -> tuple[list[JobFlow], Layer]:
+def assign_hashed(fabric: Fabric, drains: Drains, base: Loads, flows: Sequence[JobFlow]) -> tuple[list[JobFlow], Layer]:
     """What ECMP would do: a fixed hash of the NIC pair picks the spine. The
     naive baseline, and a candidate the placer also evaluates."""
     layer = Layer(fabric, base)

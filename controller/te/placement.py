@@ -149,6 +149,8 @@ def _routings(fabric: Fabric, drains: Drains, base: Mapping[Endpoint, float], fl
             cross_at.append(i)
     cross = [flows[i] for i in cross_at]
     for assign in (assign_greedy, assign_hashed) if hashed_too else (assign_greedy,):
+        # A Layer is not a Mapping, but assign_* only read their base through
+        # .get(egress, 0.0), which a Layer answers: layers stack.
         placed, layer = assign(fabric, drains, local, cross)
         routed = list(flows)
         for i, flow in zip(cross_at, placed):

@@ -8,6 +8,7 @@ younger than `max_age_s`, so stale telemetry is never acted on.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Protocol, TypeVar
 
 from controller.fabric import Endpoint
 
@@ -47,6 +48,20 @@ class FlowSample:
 FlowKey = tuple[str, str, str, int, int]  # src address, dst address, protocol, src port, dst port
 
 
+class _Observed(Protocol):
+    @property
+    def observed_at(self) -> float: ...
+
+
+_K = TypeVar("_K")
+_S = TypeVar("_S", bound=_Observed)
+
+
+def _drop_before(table: dict[_K, _S], cutoff: float) -> None:
+    for key in [k for k, s in table.items() if s.observed_at < cutoff]:
+        del table[key]
+
+
 class LinkView:
     def __init__(self, alpha: float = EWMA_ALPHA) -> None:
         self.alpha = alpha
@@ -74,9 +89,9 @@ class LinkView:
 
     def forget_before(self, cutoff: float) -> None:
         """Drops samples older than `cutoff`: flows end, and memory stays bounded."""
-        for table in (self.ports, self.paths, self.flows):
-            for key in [k for k, s in table.items() if s.observed_at < cutoff]:
-                del table[key]
+        _drop_before(self.ports, cutoff)
+        _drop_before(self.paths, cutoff)
+        _drop_before(self.flows, cutoff)
 
     def fresh_ports(self, now: float, max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[Endpoint, PortSample]:
         return {e: s for e, s in self.ports.items() if now - s.observed_at <= max_age_s}

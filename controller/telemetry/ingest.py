@@ -72,12 +72,12 @@ class TelemetryIngest:
             if batch is None:
                 return
             with self._lock:
-                for egress, sample in batch.ports:
-                    self.view.observe_port(egress, sample)
-                for key, sample in batch.paths:
-                    self.view.observe_path(key, sample)
-                for key, sample in batch.flows:
-                    self.view.observe_flow(key, sample)
+                for egress, port_sample in batch.ports:
+                    self.view.observe_port(egress, port_sample)
+                for path_key, path_sample in batch.paths:
+                    self.view.observe_path(path_key, path_sample)
+                for flow_key, flow_sample in batch.flows:
+                    self.view.observe_flow(flow_key, flow_sample)
                 now = self.clock()
                 if now - self._last_sweep > SWEEP_INTERVAL_S:
                     self.view.forget_before(now - FORGET_AFTER_S)

@@ -97,7 +97,7 @@ def parse_dp_flow(line: str, ports: dict[int, str]) -> tuple[str, FlowCounters] 
     if not ip or "dst" not in ip:
         return None
     # The L4 key names it when ports were matched; else the IP protocol number.
-    proto = next((p for p in ("tcp", "udp") if p in fields), {"6": "tcp", "17": "udp"}.get(ip.get("proto"), ""))
+    proto = next((p for p in ("tcp", "udp") if p in fields), {"6": "tcp", "17": "udp"}.get(ip.get("proto", ""), ""))
     l4 = fields.get(proto, {})
 
     def port(value: str) -> int:

@@ -13,10 +13,11 @@ equal-demand permutations scenarios use.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
-from controller.fabric import Endpoint, Fabric, NicId
+from controller.fabric import Fabric, NicId
 from controller.te.jobs import Drains, JobFlow
 from controller.te.paths import assign_greedy
 
@@ -40,8 +41,11 @@ class Optimum:
         return sum(self.rates_bps)
 
 
+_Link = TypeVar("_Link", bound=Hashable)
+
+
 def max_min_rates(
-    capacity: dict[Endpoint, float], paths: Sequence[Sequence[Endpoint]], demands: Sequence[float]
+    capacity: Mapping[_Link, float], paths: Sequence[Sequence[_Link]], demands: Sequence[float]
 ) -> list[float]:
     """Progressive filling over `paths` (egress lists) with per-flow demand caps."""
     n = len(paths)
@@ -50,7 +54,7 @@ def max_min_rates(
     remaining = dict(capacity)
     while not all(frozen):
         active = [i for i in range(n) if not frozen[i]]
-        users: dict[Endpoint, list[int]] = {}
+        users: dict[_Link, list[int]] = {}
         for i in active:
             for e in paths[i]:
                 users.setdefault(e, []).append(i)
@@ -82,6 +86,7 @@ def optimum(
     combos = 1
     for c in choices:
         combos *= len(c)
+    candidates: Iterable[tuple[str, ...]]
     if combos <= EXHAUSTIVE_LIMIT:
         candidates = itertools.product(*choices)
     else:

@@ -17,6 +17,7 @@ import os
 import re
 import signal
 import time
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,7 +36,7 @@ class TeardownReport:
     processes: list[int] = field(default_factory=list)
 
 
-def kill_namespace_processes(netns_inodes: set[int], spare: set[int] = frozenset()) -> list[int]:
+def kill_namespace_processes(netns_inodes: AbstractSet[int], spare: AbstractSet[int] = frozenset()) -> list[int]:
     """SIGKILL every process in one of these network namespaces (never the root one)."""
     inodes = set(netns_inodes) - {netns.netns_inode(os.getpid())}
     killed = []
@@ -48,7 +49,7 @@ def kill_namespace_processes(netns_inodes: set[int], spare: set[int] = frozenset
 
 
 def teardown(
-    fabric: Fabric | None = None, netns_inodes: set[int] = frozenset(), fabric_name: str | None = None
+    fabric: Fabric | None = None, netns_inodes: AbstractSet[int] = frozenset(), fabric_name: str | None = None
 ) -> TeardownReport:
     """Idempotent: safe to call on a fabric that is half up, down, or never existed.
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Sequence
 from pathlib import Path
 
 from controller.fabric import Endpoint, Fabric
@@ -20,7 +21,7 @@ def jain(values: list[float]) -> float:
     return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
 
 
-def percentile(values: list[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
@@ -52,7 +53,7 @@ def mode_figures(fabric: Fabric, run: ModeRun, best: Optimum, scenario: Scenario
             for e, q in s.queue_bytes.items():
                 queues.setdefault(e, []).append(q)
     bottleneck = max(queues, key=lambda e: (percentile(queues[e], 0.99), sum(queues[e]))) if queues else None
-    backlog = queues.get(bottleneck, [])
+    backlog = queues[bottleneck] if bottleneck is not None else []
     peak = max((q for s in run.samples for q in s.queue_bytes.values()), default=0)
     return {
         "flows": [

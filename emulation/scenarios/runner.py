@@ -157,6 +157,7 @@ def run_mode(
             run.policed = _policed(fabric)
             if not te:
                 return run
+            assert agent is not None  # started above whenever te is on
             agent.stop()
             samples = ctl.metrics()
             run.te_decisions = {k: total(samples, "railyard_te_decisions_total", kind=k) for k in TE_DECISIONS}

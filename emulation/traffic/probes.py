@@ -113,11 +113,11 @@ def steer_by_source_port(
     Asks the switches (ofproto/trace), so it is the real hash, not a model of it.
     """
     rng = random.Random(seed)
-    load: dict[Endpoint, int] = {}
+    load: dict[Endpoint | None, int] = {}  # None: the switch's trace named no output port
     flows: list[FlowSpec] = []
-    first_port = None
+    first_port: Endpoint | None = None
     for i, (src, dst) in enumerate(pairs):
-        best = None
+        best: tuple[int, FlowSpec, Endpoint | None] | None = None
         for _ in range(tries):
             flow = FlowSpec(src, dst, "tcp", rng.randrange(20000, 60000), TCP_BASE_PORT + i)
             port = ecmp_uplink(emu.fabric, flow)
@@ -128,6 +128,7 @@ def steer_by_source_port(
                 best = (score, flow, port)
             if score == 0:
                 break
+        assert best is not None  # tries >= 1: the loop above ran
         _, flow, port = best
         if i == 0:
             first_port = port

@@ -5,6 +5,7 @@ import time
 
 from controller.fabric import Endpoint
 from emulation.net import ovs
+from emulation.net.ovs import PortStats
 from emulation.traffic.counters import counter_delta, port_counters
 
 SPINE_OF_UPLINK = {3: "rys0", 4: "rys1"}  # demo fabric: leaf port S+1+j faces spine j (S = 2 servers)
@@ -14,13 +15,18 @@ def railyard_entries(switch: str) -> dict[str, dict]:
     """Railyard-cookie entries on a switch: match text -> {cookie, duration_s, actions}."""
     found = {}
     for line in ovs.dump_flows(switch):
-        cookie = int(re.search(r"cookie=(0x[0-9a-f]+)", line).group(1), 16)
+        cookie_field = re.search(r"cookie=(0x[0-9a-f]+)", line)
+        assert cookie_field is not None, line
+        cookie = int(cookie_field.group(1), 16)
         if cookie >> 48 != 0x5259:
             continue
-        match = re.search(r"priority=\d+,(\S+) actions=", line).group(1)
+        match_field = re.search(r"priority=\d+,(\S+) actions=", line)
+        duration_field = re.search(r"duration=([\d.]+)s", line)
+        assert match_field is not None and duration_field is not None, line
+        match = match_field.group(1)
         found[match] = {
             "cookie": cookie,
-            "duration_s": float(re.search(r"duration=([\d.]+)s", line).group(1)),
+            "duration_s": float(duration_field.group(1)),
             "actions": line.split("actions=")[1],
         }
     return found
@@ -31,7 +37,7 @@ def uplink_bytes(before, after, leaf: str) -> dict[int, int]:
     return {port: delta[Endpoint(leaf, port)].tx_bytes for port in SPINE_OF_UPLINK}
 
 
-def window(fabric, seconds=2.0):
+def window(fabric, seconds=2.0) -> tuple[dict[Endpoint, PortStats], dict[Endpoint, PortStats]]:
     """Port counters at the start and end of a measurement window."""
     before = port_counters(fabric)
     time.sleep(seconds)

@@ -4,6 +4,7 @@ daemon is healthy with its state exactly as before."""
 
 import math
 from collections import Counter
+from typing import Any
 
 import grpc
 import pytest
@@ -68,7 +69,7 @@ def baseline(fabric_and_controller):
 
 
 def test_raw_bytes_get_documented_codes(ctl, baseline):
-    seen = Counter()
+    seen: Counter[grpc.StatusCode] = Counter()
     with ctl.client() as client:
         channel = client.channel
 
@@ -87,7 +88,8 @@ def test_raw_bytes_get_documented_codes(ctl, baseline):
         assert state_of(client) == baseline
 
 
-ADVERSARIAL_JOBS = [
+# Any: the values are deliberately out of range or of the wrong kind.
+ADVERSARIAL_JOBS: list[dict[str, Any]] = [
     dict(job_id="j", gpu_count=2**32 - 1, pattern=1),
     dict(job_id="j", gpu_count=2, pattern=1, flow_bandwidth_gbps=-1.0),
     dict(job_id="j", gpu_count=2, pattern=1, flow_bandwidth_gbps=math.nan),
@@ -112,7 +114,8 @@ def test_adversarial_values_get_specific_errors(ctl, baseline):
                 client.placement.PlaceJob(ppb.PlaceJobRequest(**fields), timeout=10)
             assert err.value.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.RESOURCE_EXHAUSTED), fields
             if err.value.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                assert "allowed" in err.value.details(), (fields, err.value.details())
+                # grpc-stubs type RpcError.details() as str | None; the daemon always sets details on these errors.
+                assert "allowed" in err.value.details(), (fields, err.value.details())  # type: ignore[operator]
         calls = [
             (client.placement.ListJobs, ppb.ListJobsRequest(page_size=-5), grpc.StatusCode.INVALID_ARGUMENT),
             (
@@ -133,7 +136,8 @@ def test_adversarial_values_get_specific_errors(ctl, baseline):
                     pin=fpb.FlowPin(
                         name="p",
                         spine="rys0",
-                        match=fpb.FlowMatch(src_address="10.0.0.1", dst_address="10.0.1.1", protocol=42),
+                        # 42 is deliberately no Protocol value: the stubs accept only enum members.
+                        match=fpb.FlowMatch(src_address="10.0.0.1", dst_address="10.0.1.1", protocol=42),  # type: ignore[arg-type]
                     )
                 ),
                 grpc.StatusCode.INVALID_ARGUMENT,

@@ -7,6 +7,7 @@ each leaves the intent empty again.
 
 import subprocess
 import time
+from typing import Any
 
 import grpc
 import pytest
@@ -46,7 +47,9 @@ def unpin(ctl, name="elephant-1"):
 
 
 def test_pin_moves_the_flow_to_the_chosen_uplink_and_unpin_falls_back(emu, ctl):
-    ecmp_port = ecmp_uplink(emu.fabric, FLOW).port
+    ecmp = ecmp_uplink(emu.fabric, FLOW)
+    assert ecmp is not None
+    ecmp_port = ecmp.port
     other_port = next(p for p in SPINE_OF_UPLINK if p != ecmp_port)
     run = TrafficRun(emu.popen, [FLOW], duration_s=12).start()
     try:
@@ -72,7 +75,9 @@ def test_pin_moves_the_flow_to_the_chosen_uplink_and_unpin_falls_back(emu, ctl):
 
 
 def test_kill_9_keeps_traffic_flowing_and_restart_sends_zero_flow_mods(emu, ctl):
-    ecmp_port = ecmp_uplink(emu.fabric, FLOW).port
+    ecmp = ecmp_uplink(emu.fabric, FLOW)
+    assert ecmp is not None
+    ecmp_port = ecmp.port
     other_port = next(p for p in SPINE_OF_UPLINK if p != ecmp_port)
     pin(ctl, SPINE_OF_UPLINK[other_port])
     installed = {sw: railyard_entries(sw) for sw in (SRC_LEAF, DST_LEAF)}
@@ -150,7 +155,7 @@ def test_foreign_entries_are_left_alone_and_deleted_entries_restored(emu, ctl):
 def test_bad_requests_get_specific_errors_and_change_nothing(ctl):
     with ctl.client() as client:
         revision = len(client.list_pins())
-        cases = [
+        cases: list[tuple[dict[str, Any], grpc.StatusCode, str]] = [
             (dict(spine="rys9"), grpc.StatusCode.INVALID_ARGUMENT, "spine"),
             (dict(src="10.0.0.77"), grpc.StatusCode.INVALID_ARGUMENT, "pin.match.src_address"),
             (dict(src="banana"), grpc.StatusCode.INVALID_ARGUMENT, "pin.match.src_address"),
@@ -162,8 +167,10 @@ def test_bad_requests_get_specific_errors_and_change_nothing(ctl):
             with pytest.raises(grpc.RpcError) as err:
                 client.pin_flow(**args)
             assert err.value.code() == code, overrides
-            assert dict(err.value.trailing_metadata())[FIELD_METADATA_KEY] == field
-            assert "allowed" in err.value.details()
+            # grpc-stubs type trailing metadata as _Metadatum objects; at runtime they are (key, value) tuples.
+            assert dict(err.value.trailing_metadata())[FIELD_METADATA_KEY] == field  # type: ignore[arg-type,index]
+            # grpc-stubs type RpcError.details() as str | None; the daemon always sets details on these errors.
+            assert "allowed" in err.value.details()  # type: ignore[operator]
         with pytest.raises(grpc.RpcError) as err:
             client.unpin_flow("never-pinned")
         assert err.value.code() == grpc.StatusCode.NOT_FOUND

@@ -108,6 +108,7 @@ def test_seeded_ecmp_collision_is_visible_in_port_counters(emu):
     run = run_elephants(emu, flows, duration_s=6)
     assert run.ecmp_port[0] == run.ecmp_port[1]
     hot = run.ecmp_port[0]
+    assert hot is not None
     (cold,) = [e for e in fabric.uplinks("ryl0r1") if e != hot]
     rate = run.nic_rate_bps
     assert run.uplink_bps[hot] >= 0.9 * rate

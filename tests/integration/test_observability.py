@@ -23,7 +23,9 @@ def substitute(expr: str) -> str:
 
 
 def label_values_query(query: str) -> str:
-    metric, label = re.fullmatch(r"label_values\((\w+), *(\w+)\)", query).groups()
+    found = re.fullmatch(r"label_values\((\w+), *(\w+)\)", query)
+    assert found is not None, query
+    metric, label = found.groups()
     return f"group by ({label}) ({metric})"
 
 

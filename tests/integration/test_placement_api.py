@@ -40,7 +40,7 @@ def collect(stream, events):
 
 def test_ring_job_across_pods_is_steered_released_and_survives_restart(emu, ctl):
     fabric = emu.fabric
-    events = []
+    events: list[ppb.JobEvent] = []
     with ctl.client() as client:
         watch = client.watch_jobs(timeout_s=120)
         watcher = threading.Thread(target=collect, args=(watch, events), daemon=True)
@@ -60,7 +60,8 @@ def test_ring_job_across_pods_is_steered_released_and_survives_restart(emu, ctl)
         assert err.value.code() == grpc.StatusCode.ALREADY_EXISTS
         with pytest.raises(grpc.RpcError) as err:
             client.place_job("ring-2", 2, "ring")
-        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "free GPUs: 0" in err.value.details()
+        # grpc-stubs type RpcError.details() as str | None; the daemon always sets details on these errors.
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED and "free GPUs: 0" in err.value.details()  # type: ignore[operator]
     ctl.wait_reconciles(1)
 
     # Every cross-pod flow has its entry on its source leaf, out of the uplink to its spine.
@@ -140,7 +141,8 @@ def test_drain_moves_job_flows_and_refuses_the_last_path(emu, ctl):
         assert {f.spine for f in cross_pod(moved)} == {other}
         with pytest.raises(grpc.RpcError) as err:
             client.drain("switch", other)
-        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "last path" in err.value.details()
+        # grpc-stubs type RpcError.details() as str | None; the daemon always sets details on these errors.
+        assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "last path" in err.value.details()  # type: ignore[operator]
         links = {link.name: link for link in client.list_links()}
         assert all(link.drained is False for link in links.values())
         assert {s.name for s in client.get_fabric().switches if s.drained} == {victim}

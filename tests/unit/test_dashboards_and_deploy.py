@@ -43,6 +43,7 @@ def test_dashboards_have_stable_unique_uids_and_use_the_provisioned_datasource()
 
 @pytest.mark.skipif(not PROMTOOL, reason="promtool not installed (make setup installs it)")
 def test_promtool_accepts_config_and_rules_and_the_rule_unit_tests_pass():
+    assert PROMTOOL is not None  # the skipif above
     deploy = ROOT / "deploy" / "prometheus"
     for args in (
         ["check", "config", "prometheus.yml"],

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from controller.fabric import Endpoint, NicId, build_fabric, load_fabric, parse_spec
 from controller.fabric import addressing as ad
 from controller.te.engine import Elephant, EngineConfig, TeState, estimate_demands, step
-from controller.te.view import FlowSample, PortSample
+from controller.te.view import FlowKey, FlowSample, PortSample
 
 FABRIC = load_fabric()  # 2 pods x 2 servers x 2 rails, spines rys0/rys1; uplinks 400G (= NIC)
 G = 1e9
@@ -27,9 +27,11 @@ class World:
         self.fabric = fabric
         self.flows = flows  # key -> (src, dst, via)
 
-    def telemetry(self, now, moves, noise=0.0, rng=None):
+    def telemetry(
+        self, now, moves, noise=0.0, rng=None
+    ) -> tuple[dict[FlowKey, FlowSample], dict[Endpoint, PortSample]]:
         paths = {k: (s, d, moves[k].via if k in moves else via) for k, (s, d, via) in self.flows.items()}
-        load = {}
+        load: dict[Endpoint, list[tuple[NicId, NicId]]] = {}
         for s, d, via in paths.values():
             for e in self.fabric.egress_path(s, d, via or None):
                 load.setdefault(e, []).append((s, d))
@@ -72,7 +74,7 @@ def test_a_collision_is_found_and_resolved_in_one_cycle():
     flows, ports = world.telemetry(100.0, {})
     assert all(s.rate_bps == 200 * G for s in flows.values())  # two elephants halve one uplink
     state, decisions = step(FABRIC, TeState(), flows, ports, 100.0)
-    kinds = [d.kind for d in decisions]
+    kinds: list[str] = [d.kind for d in decisions]
     assert kinds.count("collision") == 1 and decisions[0].subject == f"ryl0r0:{UPLINK['rys0']}"
     assert kinds.count("reroute") == 1
     (moved,) = state.moves.values()
@@ -207,7 +209,7 @@ def incast_world():
     return World(FABRIC, flows), dst
 
 
-def offered(world, now):
+def offered(world, now) -> tuple[dict[FlowKey, FlowSample], dict[Endpoint, PortSample]]:
     """UDP senders at line rate: flow records count before any meter, as the datapath does."""
     flows, ports = world.telemetry(now, {})
     return {k: replace(s, rate_bps=400 * G) for k, s in flows.items()}, ports

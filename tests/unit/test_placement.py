@@ -9,7 +9,7 @@ from controller.fabric import NicId, build_fabric, parse_spec
 from controller.intent.drains import rerouted_jobs
 from controller.intent.model import Intent
 from controller.southbound.overlay import desired_overlay
-from controller.te.jobs import Drains, JobError, JobFlow, JobRequest, Pattern
+from controller.te.jobs import Drains, Job, JobError, JobFlow, JobRequest, Pattern
 from controller.te.load import jobs_load, max_utilization
 from controller.te.paths import assign_hashed
 from controller.te.patterns import pattern_flows
@@ -53,7 +53,7 @@ def free_servers(fabric, jobs, req):
 def fits(fabric, jobs, req):
     """Are there enough such servers within max_pods pods?"""
     m = req.gpu_count // req.per_server(rails_of(fabric))
-    per_pod = {}
+    per_pod: dict[int, int] = {}
     for pod, _ in free_servers(fabric, jobs, req):
         per_pod[pod] = per_pod.get(pod, 0) + 1
     best = sorted(per_pod.values(), reverse=True)[: req.max_pods or None]
@@ -94,7 +94,7 @@ def request_strategy(fabric):
 @given(data=st.data())
 def test_placement_invariants_over_request_sequences(name, data):
     fabric = FABRICS[name]
-    jobs = {}
+    jobs: dict[str, Job] = {}
     for step in range(data.draw(st.integers(1, 8), label="steps")):
         if jobs and data.draw(st.booleans(), label="release?"):
             victim = data.draw(st.sampled_from(sorted(jobs)), label="release")
@@ -133,7 +133,7 @@ def test_cross_pod_flows_are_spread_evenly_over_spines():
     fabric = FABRICS["shared"]
     job = place(fabric, FabricState(), JobRequest("a2a", 16, Pattern.ALL_TO_ALL, 20.0, max_pods=2), now=0)
     assert len(job.pods) == 2
-    per_uplink = {}
+    per_uplink: dict[tuple[str, str], int] = {}
     for flow in job.flows:
         if flow.via:
             leaf = fabric.attachment(flow.src).node

@@ -44,6 +44,7 @@ def test_traffic_patterns_cross_pods_and_converge():
     senders, bystander = incast_pairs(three_pod, 3, seed=1)
     assert len({dst for _, dst in senders}) == 1 and len({src for src, _ in senders}) == 3
     (dst,) = {dst for _, dst in senders}
+    assert bystander is not None
     src, beside = bystander
     # The bystander shares the receiver's leaf (so the senders' spine downlinks),
     # not the receiver nor any sender's NIC.

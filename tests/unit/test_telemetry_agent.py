@@ -37,6 +37,8 @@ def test_a_flow_within_one_leaf_is_wildcarded_to_destination_and_protocol():
 
 
 def test_a_prefix_route_keeps_only_the_address():
-    port, counters = parse_dp_flow(TRANSIT, PORTS)
+    parsed = parse_dp_flow(TRANSIT, PORTS)
+    assert parsed is not None
+    port, counters = parsed
     assert port == "rys0-eth2" and counters.dst == "10.0.1.2" and counters.src == ""
     assert parse_dp_flow("recirc_id(0),in_port(12),eth_type(0x0806), packets:1, bytes:42, actions:1", PORTS) is None

@@ -26,7 +26,9 @@ FABRICS = {
 def lookup(table, dst):
     best = None
     for flow in table.flows:
-        net = ipaddress.IPv4Network(re.search(r"nw_dst=([\d./]+)", flow.match).group(1))
+        nw_dst = re.search(r"nw_dst=([\d./]+)", flow.match)
+        assert nw_dst is not None, flow.match
+        net = ipaddress.IPv4Network(nw_dst.group(1))
         if dst in net and (best is None or flow.priority > best.priority):
             best = flow
     return best
@@ -36,7 +38,9 @@ def next_ports(table, actions):
     if m := re.search(r"group:(\d+)", actions):
         (group,) = [g for g in table.groups if g.group_id == int(m.group(1))]
         return list(group.ports)
-    return [int(re.search(r"output:(\d+)", actions).group(1))]
+    output = re.search(r"output:(\d+)", actions)
+    assert output is not None, actions
+    return [int(output.group(1))]
 
 
 def deliveries(fabric, tables, src: NicId, dst: NicId):

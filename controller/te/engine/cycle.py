@@ -39,8 +39,7 @@ from dataclasses import replace
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.fabric import addressing as ad
 from controller.te.engine.elephants import collisions, estimate_demands, find_elephants
-from controller.te.engine.incast import incasts as find_incasts
-from controller.te.engine.incast import meter_incasts, pin_metered
+from controller.te.engine.incast import find_incasts, meter_incasts, pin_metered
 from controller.te.engine.rebalance import rebalance
 from controller.te.engine.state import Decision, DecisionKind, EngineConfig, TeState, describe_flow
 from controller.te.jobs import Drains

@@ -12,7 +12,7 @@ from controller.te.engine.state import EngineConfig, Meter, Move, nic_of
 from controller.te.view import FlowKey, FlowSample, PortSample
 
 
-def incasts(
+def find_incasts(
     fabric: Fabric,
     flows: Mapping[FlowKey, FlowSample],
     ports: Mapping[Endpoint, PortSample],
