@@ -21,6 +21,7 @@ from os_ken.controller import ofp_event
 from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.ofproto import ofproto_v1_3
 
+from controller.southbound import ofcodec
 from controller.southbound.reconciler import Reconciler
 
 log = logging.getLogger(__name__)
@@ -75,6 +76,10 @@ class RailyardApp(app_manager.OSKenApp):
         msg = ev.msg
         if not self.reconciler.calls.deliver(msg.datapath.id, msg):
             log.warning(
-                "switch %016x: OpenFlow error type %d code %d (xid %d)", msg.datapath.id, msg.type, msg.code, msg.xid
+                "switch %016x: OpenFlow error type %d code %d (xid %d)",
+                msg.datapath.id,
+                msg.type,
+                ofcodec.error_code(msg),
+                msg.xid,
             )
             self.reconciler.metrics.errors.labels("southbound", "openflow_error").inc()

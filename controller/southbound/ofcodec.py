@@ -135,3 +135,9 @@ def meter_from_stats(switch: str, stats) -> OverlayMeter:
     if stats.flags != METER_FLAGS or len(bands) != 1 or not isinstance(bands[0], parser.OFPMeterBandDrop):
         return OverlayMeter(switch, stats.meter_id, -1, -1)
     return OverlayMeter(switch, stats.meter_id, bands[0].rate, bands[0].burst_size)
+
+
+def error_code(msg: parser.OFPErrorMsg) -> int:
+    """The error's code. os-ken parses an experimenter error (OVS's ONF bundle
+    errors) with no `code`, the code being its `exp_type`."""
+    return msg.exp_type if msg.type == ofp.OFPET_EXPERIMENTER else msg.code

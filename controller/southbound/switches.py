@@ -139,7 +139,7 @@ class SwitchSession:
         if msg is None:
             raise SwitchDisconnected(self.name, f"disconnected during {what}")
         if isinstance(msg, parser.OFPErrorMsg):
-            raise SwitchRefused(self.name, what, msg.type, msg.code)
+            raise SwitchRefused(self.name, what, msg.type, ofcodec.error_code(msg))
         return msg
 
     def _multipart(self, request, what: str) -> list:

@@ -1,0 +1,357 @@
+"""Reconcile passes against fake switches (tests/fakes): real os-ken messages on
+the wire, a real IntentService over SQLite, real fabrics. No OVS, no network."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+from os_ken.ofproto import ofproto_v1_3 as ofp
+from os_ken.ofproto import ofproto_v1_3_parser as parser
+
+from controller.fabric import DEFAULT_SPEC, Fabric, NicId, Tier, build_fabric, load_spec, parse_spec
+from controller.intent.model import FlowMatch, FlowPin
+from controller.intent.service import IntentService
+from controller.intent.store import SqliteIntentStore
+from controller.metrics import Metrics
+from controller.runtime.te_runner import TeRunner
+from controller.southbound import ofcodec
+from controller.southbound.overlay import COOKIE_PREFIX, EntryKey, OverlayEntry, desired_meters, desired_overlay
+from controller.southbound.reconciler import Reconciler, ReconcileTrigger, TePlanner
+from controller.southbound.switches import CallTable, SwitchSession
+from controller.te.engine import Meter, Move
+from controller.te.jobs import JobRequest, Pattern
+from controller.telemetry.ingest import TelemetryIngest
+from tests.fakes import Applied, FakeDatapath, FakeSwitch, StaticTe
+
+FABRIC = build_fabric(load_spec(DEFAULT_SPEC))  # 2 pods x 2 servers x 2 rails; leaves ryl<pod>r<rail>, spines rys0/1
+FAT_TREE = build_fabric(parse_spec("kind: fat-tree\nk: 4\nrates: {nic_gbps: 100, emulated_nic_mbps: 20}\n"))
+
+A = NicId(rail=0, pod=0, server=0)
+B = NicId(rail=0, pod=1, server=0)
+C = NicId(rail=0, pod=1, server=1)
+STATE_READ_ONLY = {"OFPFlowStatsRequest", "OFPMeterConfigStatsRequest"}
+
+
+def tcp_pin(name: str, src: NicId, dst: NicId, spine: str, sport: int = 40000, symmetric: bool = True) -> FlowPin:
+    return FlowPin(name, FlowMatch(src, dst, "tcp", sport, 5201), spine, symmetric)
+
+
+@dataclass
+class Rig:
+    """One controller process (metrics, intent over a store file, reconciler)
+    and the fake switches it is connected to."""
+
+    fabric: Fabric
+    store: SqliteIntentStore
+    intent: IntentService
+    metrics: Metrics
+    reconciler: Reconciler
+    switches: dict[str, FakeSwitch]
+    datapaths: dict[str, FakeDatapath] = field(default_factory=dict)
+
+    def reconcile(self) -> bool:
+        return self.reconciler.reconcile(ReconcileTrigger.INTENT)
+
+    def count(self, metric: str, **labels: str) -> float:
+        return self.metrics.registry.get_sample_value(f"railyard_{metric}_total", labels) or 0.0
+
+    def sent(self, metric: str) -> float:
+        """Flow or meter mods the reconciler counted, over every switch and kind."""
+        kinds = ("add", "modify", "delete")
+        return sum(self.count(metric, switch=s, kind=k) for s in self.fabric.switches for k in kinds)
+
+    def installed(self) -> dict[str, dict[EntryKey, OverlayEntry]]:
+        """What the switches hold, read straight from their tables."""
+        return {
+            name: {e.key: e for e in (ofcodec.entry_from_stats(name, f) for f in sw.flows.values())}
+            for name, sw in self.switches.items()
+        }
+
+    def desired(self) -> dict[str, dict[EntryKey, OverlayEntry]]:
+        te = self.reconciler.te
+        _, moves, meters = te.plan() if te is not None else (0, [], [])
+        return desired_overlay(self.fabric, self.intent.snapshot(), None, moves, meters)
+
+
+def make_rig(
+    fabric: Fabric,
+    store_path: Path,
+    switches: dict[str, FakeSwitch] | None = None,
+    te: TePlanner | None = None,
+    reply_timeout_s: float = 1.0,
+) -> Rig:
+    metrics = Metrics(sorted(fabric.switches))
+    store = SqliteIntentStore(store_path)
+    intent = IntentService(fabric, store, metrics)
+    reconciler = Reconciler(fabric, intent, metrics, reply_timeout_s=reply_timeout_s)
+    reconciler.te = te  # a TeRunner in the daemon
+    if switches is None:
+        journal: list[Applied] = []  # one for all switches: the order across them is the point
+        switches = {name: FakeSwitch(name, sw.dpid, journal) for name, sw in fabric.switches.items()}
+    rig = Rig(fabric, store, intent, metrics, reconciler, switches)
+    for name, switch in switches.items():
+        rig.datapaths[name] = switch.connect(reconciler.calls.deliver, on_close=reconciler.switch_disconnected)
+        reconciler.switch_connected(rig.datapaths[name])
+    return rig
+
+
+def journal(rig: Rig) -> list[Applied]:
+    return next(iter(rig.switches.values())).journal
+
+
+def flow_mods(rig: Rig) -> list[tuple[str, str]]:
+    return [(a.switch, a.kind) for a in journal(rig) if a.kind.startswith("flow")]
+
+
+def clear(rig: Rig) -> None:
+    journal(rig).clear()
+    for switch in rig.switches.values():
+        switch.received.clear()
+        switch.replies.clear()
+
+
+def incast_plan() -> tuple[list[Move], list[Meter]]:
+    """An incast on C: a remote sender moved and metered, a local one metered (see test_overlay)."""
+    remote = ("10.0.0.1", "10.0.1.2", "udp", 41000, 4791)
+    local = ("10.0.1.1", "10.0.1.2", "udp", 0, 0)
+    return [Move(remote, A, C, "rys1", 1.0, 1.0)], [Meter(remote, A, C, 100e9, 1.0), Meter(local, B, C, 100e9, 1.0)]
+
+
+def _meter_of(applied: Applied) -> int | None:
+    return next((i.meter_id for i in applied.msg.instructions if isinstance(i, parser.OFPInstructionMeter)), None)
+
+
+def test_meters_exist_before_the_entries_that_use_them_and_go_after_them(tmp_path):
+    moves, meters = incast_plan()
+    te = StaticTe(moves, meters)
+    rig = make_rig(FABRIC, tmp_path / "intent.db", te=te)
+    assert rig.reconcile()
+    log = journal(rig)
+    metered = [(n, a) for n, a in enumerate(log) if a.kind == "flow_add" and _meter_of(a)]
+    assert {a.switch for _, a in metered} == {"ryl0r0", "ryl1r0"}
+    for n, entry in metered:
+        (added,) = [
+            i
+            for i, a in enumerate(log)
+            if a.kind == "meter_add" and (a.switch, a.msg.meter_id) == (entry.switch, _meter_of(entry))
+        ]
+        assert added < n
+    assert rig.installed() == rig.desired() and te.applied_generation == 1
+    switch_meters = {name: set(table) for name, table in desired_meters(FABRIC, meters).items() if table}
+    assert {name: set(sw.meters) for name, sw in rig.switches.items() if sw.meters} == switch_meters
+
+    # The incast is over: the entries stop naming their meters before the meters go
+    # (deleting a meter first would delete the entries that use it with it).
+    clear(rig)
+    te.meters, te.generation = [], 2
+    assert rig.reconcile()
+    kinds = [(a.switch, a.kind) for a in journal(rig)]
+    assert kinds[:2] == [("ryl0r0", "flow_add"), ("ryl1r0", "flow_delete")]
+    assert sorted(kinds[2:]) == [("ryl0r0", "meter_delete"), ("ryl1r0", "meter_delete")]  # any switch order
+    assert not any(sw.meters for sw in rig.switches.values())
+    assert rig.installed() == rig.desired() and rig.installed()["ryl0r0"]
+
+
+def steering_gaps(tables: dict[str, dict[EntryKey, OverlayEntry]]) -> list[tuple[str, str]]:
+    """(edge, agg) pairs of a fat tree where the edge steers a cross-pod flow onto
+    an agg that holds no entry for it: the agg would hash it onto any core."""
+    gaps = []
+    for name, table in tables.items():
+        if FAT_TREE.switch(name).tier is Tier.LEAF:
+            for key, entry in table.items():
+                agg = FAT_TREE.peer(name, int(entry.actions[-1].removeprefix("output:"))).node
+                if key not in tables[agg]:
+                    gaps.append((name, agg))
+    return gaps
+
+
+def replay(before: dict[str, dict[EntryKey, OverlayEntry]], log: list[Applied]):
+    """The tables after each flow mod of `log`, starting from `before`."""
+    tables = {name: dict(table) for name, table in before.items()}
+    for applied in log:
+        entry = ofcodec.entry_from_stats(applied.switch, applied.msg)
+        if applied.kind == "flow_add":
+            tables[applied.switch][entry.key] = entry
+        else:
+            tables[applied.switch].pop(entry.key)
+        yield applied, tables
+
+
+def tiers(rig: Rig, kind: str) -> list[str]:
+    return [rig.fabric.switch(a.switch).tier.value for a in journal(rig) if a.kind == kind]
+
+
+def connected_in(order: str) -> dict[str, FakeSwitch]:
+    """Switches connect in any order; the pass must not depend on it."""
+    journal: list[Applied] = []
+    names = list(FAT_TREE.switches) if order == "fabric" else list(reversed(FAT_TREE.switches))
+    return {name: FakeSwitch(name, FAT_TREE.switch(name).dpid, journal) for name in names}
+
+
+@pytest.mark.parametrize("order", ["fabric", "reversed"])
+def test_moving_a_pin_adds_downstream_first_and_deletes_ingress_first(tmp_path, order):
+    # Fat tree: a pin steers at the edge (onto an agg) and at the agg (onto a core),
+    # on both sides for a symmetric pin. rys0 hangs off agg x0 of each pod, rys3 off x1.
+    rig = make_rig(FAT_TREE, tmp_path / "intent.db", switches=connected_in(order))
+    pin = tcp_pin("f", NicId(0, 0, 0), NicId(0, 2, 0), "rys0")
+    rig.intent.pin_flow(pin)
+    assert rig.reconcile()
+    assert tiers(rig, "flow_add") == ["agg", "agg", "leaf", "leaf"]
+    before = rig.installed()
+
+    clear(rig)
+    rig.intent.pin_flow(replace(pin, spine="rys3"))
+    assert rig.reconcile()
+    assert sorted(flow_mods(rig)) == [
+        ("rya0x0", "flow_delete"),
+        ("rya0x1", "flow_add"),
+        ("rya2x0", "flow_delete"),
+        ("rya2x1", "flow_add"),
+        ("rye0x0", "flow_add"),  # same (priority, match): rewritten in place
+        ("rye2x0", "flow_add"),
+    ]
+    # Adds downstream-first, then deletes ingress-first, across switches:
+    assert [a.kind for a in journal(rig)] == ["flow_add"] * 4 + ["flow_delete"] * 2
+    assert tiers(rig, "flow_add") == ["agg", "agg", "leaf", "leaf"]
+    # So at no moment does an edge steer onto an agg without the entry: the new aggs
+    # hold theirs before the edges turn, the old ones lose theirs after.
+    for applied, tables in replay(before, journal(rig)):
+        assert not steering_gaps(tables), f"after {applied.kind} on {applied.switch}"
+    assert rig.installed() == rig.desired()
+    assert {name for name, table in rig.installed().items() if table} == {"rya0x1", "rya2x1", "rye0x0", "rye2x0"}
+
+
+@pytest.mark.parametrize("order", ["fabric", "reversed"])
+def test_removing_a_pin_deletes_at_the_ingress_first(tmp_path, order):
+    rig = make_rig(FAT_TREE, tmp_path / "intent.db", switches=connected_in(order))
+    rig.intent.pin_flow(tcp_pin("f", NicId(0, 0, 0), NicId(0, 2, 0), "rys2"))
+    assert rig.reconcile()
+    before = rig.installed()
+    clear(rig)
+    rig.intent.unpin("f")
+    assert rig.reconcile()
+    assert tiers(rig, "flow_delete") == ["leaf", "leaf", "agg", "agg"]
+    for applied, tables in replay(before, journal(rig)):
+        assert not steering_gaps(tables), f"after {applied.kind} on {applied.switch}"
+    assert not any(rig.installed().values())
+
+
+def test_a_pass_in_sync_sends_no_flow_mod_and_no_meter_mod(tmp_path):
+    moves, meters = incast_plan()
+    rig = make_rig(FABRIC, tmp_path / "intent.db", te=StaticTe(moves, meters))
+    for n, dst in enumerate((B, C)):
+        rig.intent.pin_flow(tcp_pin(f"p{n}", A, dst, "rys0", sport=40000 + n))
+    assert rig.reconcile()
+    assert len(rig.switches["ryl0r0"].flows) >= 3  # more than one dump reply's worth (stats_per_reply=2)
+    counted = {metric: rig.sent(metric) for metric in ("flow_mods", "meter_mods")}
+    assert all(counted.values())
+    clear(rig)
+
+    assert rig.reconcile()
+    assert journal(rig) == []
+    assert {m for sw in rig.switches.values() for m in sw.received} == STATE_READ_ONLY  # dumps only
+    # The dumps were split over several replies and the session read them all:
+    assert any(r.flags & ofp.OFPMPF_REPLY_MORE for r in rig.switches["ryl0r0"].replies)
+    assert {metric: rig.sent(metric) for metric in counted} == counted
+
+
+def test_a_restarted_controller_adopts_correct_tables_without_changing_them(tmp_path):
+    elephant = Move(("10.1.0.1", "10.1.1.1", "udp", 49152, 4791), NicId(1, 0, 0), NicId(1, 1, 0), "rys1", 1.0, 1.0)
+    first = make_rig(FABRIC, tmp_path / "intent.db", te=StaticTe([elephant]))
+    first.intent.pin_flow(tcp_pin("p1", A, B, "rys1"))
+    first.intent.pin_flow(FlowPin("p2", FlowMatch(A, C), "rys0", symmetric=False))
+    first.intent.place_job(JobRequest("j1", 8, Pattern.RING, 10.0))
+    assert first.reconcile()
+    before = first.installed()
+    assert sum(map(len, before.values())) >= 8
+    first.store.close()  # the old process is gone; the switches keep their tables
+
+    clear(first)
+    second = make_rig(FABRIC, tmp_path / "intent.db", switches=first.switches)
+    runner = TeRunner(FABRIC, TelemetryIngest(second.metrics), second.intent, second.metrics)
+    second.reconciler.te = runner
+    assert second.reconcile()
+
+    assert journal(second) == []
+    assert {m for sw in second.switches.values() for m in sw.received} == STATE_READ_ONLY
+    assert second.installed() == before
+    assert [(m.key, m.via) for m in runner.plan()[1]] == [(elephant.key, "rys1")]  # adopted from the table
+    assert second.reconciler.fabric_ready.is_set()
+
+
+def test_a_refused_bundle_changes_nothing_on_the_switch_and_fails_the_pass(tmp_path):
+    rig = make_rig(FABRIC, tmp_path / "intent.db")
+    pins = [tcp_pin("p1", A, B, "rys0"), FlowPin("p2", FlowMatch(A, C), "rys0", symmetric=False)]
+    for pin in pins:
+        rig.intent.pin_flow(pin)
+    assert rig.reconcile()
+    leaf = rig.switches["ryl0r0"]
+    before = dict(leaf.flows)
+    adds_before = rig.count("flow_mods", switch="ryl0r0", kind="add")
+
+    clear(rig)
+    for pin in pins:
+        rig.intent.pin_flow(replace(pin, spine="rys1"))
+    leaf.refuse_in_next_bundle = 1  # ryl0r0's bundle: two adds; the second is refused
+    assert not rig.reconcile()
+
+    assert leaf.flows == before  # not even the first add of the bundle applied
+    assert leaf.received.count("ONFBundleAddMsg") == 2
+    assert rig.count("bundle_commits", switch="ryl0r0", result="failed") == 1
+    assert rig.count("switch_errors", switch="ryl0r0", reason="refused") == 1
+    assert rig.count("flow_mods", switch="ryl0r0", kind="add") == adds_before
+    assert rig.count("reconcile_runs", trigger="intent", result="failed") == 1
+    assert rig.installed()["ryl1r0"] == rig.desired()["ryl1r0"]  # the other switch went ahead
+
+    assert rig.reconcile()  # the next pass repairs it
+    assert rig.installed() == rig.desired()
+
+
+def test_a_switch_out_of_bundles_is_refused_with_its_onf_error(tmp_path, caplog):
+    rig = make_rig(FABRIC, tmp_path / "intent.db")
+    rig.intent.pin_flow(tcp_pin("p1", A, B, "rys0"))
+    rig.switches["ryl0r0"].out_of_bundles = True  # OVS answers with an ONF experimenter error: no code
+    with caplog.at_level(logging.WARNING, logger="controller.southbound.reconciler"):
+        assert not rig.reconcile()
+    assert rig.count("switch_errors", switch="ryl0r0", reason="refused") == 1
+    assert "ryl0r0: bundle open refused: error type 65535 code 2305" in caplog.text  # ONFERR_ET_OUT_OF_BUNDLES
+    assert rig.installed()["ryl1r0"] == rig.desired()["ryl1r0"]
+
+
+def test_timeouts_and_disconnects_are_counted_apart(tmp_path):
+    rig = make_rig(FABRIC, tmp_path / "intent.db", reply_timeout_s=0.05)
+    rig.intent.pin_flow(tcp_pin("p0", A, B, "rys0"))
+    rig.intent.pin_flow(tcp_pin("p1", NicId(1, 0, 0), NicId(1, 1, 0), "rys0"))
+    rig.switches["ryl0r0"].drop_replies = True  # hung: answers nothing
+    rig.switches["ryl1r0"].hang_up = True  # the connection drops while we wait (os-ken reports it DEAD)
+    rig.datapaths["ryl0r1"].is_active = False  # already gone, os-ken has not noticed yet
+    assert not rig.reconcile()
+
+    def errors(switch: str) -> dict[str, float]:
+        return {r: rig.count("switch_errors", switch=switch, reason=r) for r in ("timeout", "disconnected")}
+
+    assert errors("ryl0r0") == {"timeout": 1, "disconnected": 0}
+    assert errors("ryl1r0") == {"timeout": 0, "disconnected": 1}
+    assert errors("ryl0r1") == {"timeout": 0, "disconnected": 1}
+    assert errors("ryl1r1") == {"timeout": 0, "disconnected": 0}
+    assert rig.count("errors", component="southbound", reason="dump_failed") == 3
+    assert rig.installed()["ryl1r1"] == rig.desired()["ryl1r1"] != {}  # the healthy switch was served
+    assert rig.reconciler.connected() == set(FABRIC.switches) - {"ryl1r0"}
+
+
+def test_only_railyard_entries_are_dumped_and_changed(tmp_path):
+    rig = make_rig(FABRIC, tmp_path / "intent.db")
+    match = (("eth_type", 0x0800), ("ipv4_dst", "10.0.1.1"), ("ipv4_src", "10.0.0.1"))
+    foreign = OverlayEntry("ryl0r0", 20000, match, ("dec_ttl", "output:3"), cookie=0x1234)
+    stale = replace(foreign, match=(*match[:1], ("ipv4_dst", "10.0.1.2"), match[2]), cookie=COOKIE_PREFIX | 42)
+    calls = CallTable()
+    session = SwitchSession("ryl0r0", rig.switches["ryl0r0"].connect(calls.deliver), calls, 1.0)
+    session.commit_bundle([ofcodec.add_flow(session.datapath, e) for e in (foreign, stale)])
+    assert session.dump_overlay() == {stale.key: stale}  # the dump is scoped to Railyard's cookie prefix
+
+    assert rig.reconcile()
+    assert flow_mods(rig)[-1] == ("ryl0r0", "flow_delete")
+    assert rig.installed()["ryl0r0"] == {foreign.key: foreign}
