@@ -164,7 +164,7 @@ def test_engine_never_leaves_a_link_over_capacity_when_a_feasible_assignment_exi
         for s, d in pairs
     }
     world = World(FAT, flows)
-    cfg = EngineConfig(hysteresis_s=0.0, max_moves_per_cycle=8)
+    cfg = EngineConfig(hysteresis_s=0.0)
     state = TeState()
     for i in range(6):
         now = 10.0 + i
@@ -195,7 +195,11 @@ def test_flows_a_pin_or_job_steers_count_as_load_but_are_never_moved():
     flows, ports = world.telemetry(100.0, {})
     pairs = frozenset((s, d) for s, d, _ in world.flows.values())
     state, decisions = step(FABRIC, TeState(), flows, ports, 100.0, steered=pairs)
-    assert [d.kind for d in decisions] == ["collision"] and state.moves == {}
+    # TE may not act on it: reported once, as a collision it cannot fix.
+    assert [d.kind for d in decisions] == ["unfixable"] and state.moves == {}
+    flows, ports = collided_world().telemetry(100.2, {})
+    state, decisions = step(FABRIC, state, flows, ports, 100.2, steered=pairs)
+    assert decisions == [] and state.unfixable == {f"ryl0r0:{UPLINK['rys0']}"}
 
 
 def incast_world():

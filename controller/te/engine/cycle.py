@@ -36,14 +36,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
+import numpy as np
+
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.fabric import addressing as ad
-from controller.te.engine.elephants import collisions, estimate_demands, find_elephants
+from controller.te.engine.elephants import find_elephants
 from controller.te.engine.incast import find_incasts, meter_incasts, pin_metered
+from controller.te.engine.links import LinkIndex, Routes, link_index
 from controller.te.engine.rebalance import rebalance
-from controller.te.engine.state import Decision, DecisionKind, EngineConfig, TeState, describe_flow
+from controller.te.engine.state import (
+    Decision,
+    DecisionKind,
+    Elephant,
+    EngineConfig,
+    Move,
+    Seen,
+    TeState,
+    describe_flow,
+)
 from controller.te.jobs import Drains
-from controller.te.load import drained, link_name
+from controller.te.load import link_name
 from controller.te.view import FlowKey, FlowSample, PortSample
 
 
@@ -59,9 +71,9 @@ def step(
 ) -> tuple[TeState, list[Decision]]:
     """`steered`: NIC pairs a pin or a placed job already steers. Their flows
     count as load but are never moved: that intent outranks adaptive TE."""
+    index = link_index(fabric)
     decisions: list[Decision] = []
     moves = dict(state.moves)
-    nic_bps = fabric.spec.rates.nic_gbps * 1e9
     # A link telemetry reports down is treated like a drain: no elephant is
     # placed on it, and those on it must move now, hysteresis or not.
     down = frozenset(
@@ -73,45 +85,39 @@ def step(
         Decision(DecisionKind.LINK_DOWN, name, "telemetry reports no carrier", now)
         for name in sorted(down - state.down)
     ]
-    drains = Drains(drains.switches, drains.links | down)
+    dead = index.dead(Drains(drains.switches, drains.links | down))
 
-    elephants = find_elephants(fabric, flows, moves, now, cfg)
+    before = state.recent
+    elephants, routes = find_elephants(fabric, index, flows, moves, before, now, cfg)
     seen = {e.key for e in elephants}
     for key, move in list(moves.items()):
         if key in seen:
-            moves[key] = replace(move, last_seen=now)
-        elif now - move.last_seen > cfg.expire_after_s:
+            continue
+        last_seen = max(move.last_seen, state.recent[key].at if key in state.recent else move.last_seen)
+        if now - last_seen > cfg.expire_after_s:
             del moves[key]
             decisions.append(Decision(DecisionKind.EXPIRE, describe_flow(key), "flow quiet; back to ECMP", now))
-    demands = estimate_demands(elephants, nic_bps)
-    elephants = [replace(e, demand_bps=demands[e.key]) for e in elephants]
+    fresh = {e: s for e, s in ports.items() if now - s.observed_at <= cfg.max_age_s}
+    background = _background(index, fresh, flows, elephants, routes, cfg)
+    decisions += _settle(dead, elephants, routes, moves, now, cfg)
     # Elephants seen lately. A flow black-holed by a failure measures ~0 at
     # once and stops looking like an elephant; it is exactly the one to move.
-    recent = {k: e for k, (e, seen_at) in state.recent.items() if now - seen_at <= cfg.expire_after_s}
-    recent.update({e.key: e for e in elephants})
-    starved = []
-    for key, e in recent.items():
-        if key in seen or not down:
-            continue
-        e = replace(e, via=moves[key].via) if key in moves else e  # where it is now, if we moved it
-        if e.via and drained(fabric, Drains(links=down), fabric.egress_path(e.src, e.dst, e.via)):
-            starved.append(e)
+    recent = dict(before)
+    for key in before.keys() - seen:
+        if now - before[key].at > cfg.expire_after_s:
+            del recent[key]
+    recent.update({e.key: Seen(e, now) for e in elephants})
+    starved, starved_routes = [], []
+    if dead.any():
+        for key in recent.keys() - seen:
+            e = recent[key].elephant
+            if key in moves:
+                e = e._replace(via=moves[key].via)  # where it is now, if we moved it
+            found = index.routes(e.src, e.dst)
+            if e.via in found.position and dead[found.hops[found.position[e.via]]].any():
+                starved.append(e)
+                starved_routes.append(found)
 
-    # Background: measured load minus what the elephants themselves send.
-    fresh = {e: s for e, s in ports.items() if now - s.observed_at <= cfg.max_age_s}
-    background = {e: s.tx_bps for e, s in fresh.items()}
-    for e in elephants:
-        if e.via:
-            for egress in fabric.egress_path(e.src, e.dst, e.via):
-                if egress in background:
-                    background[egress] = max(background[egress] - e.rate_bps, 0.0)
-
-    collided = collisions(fabric, elephants)
-    decisions += [
-        Decision(DecisionKind.COLLISION, name, reason, now)
-        for name, reason in sorted(collided.items())
-        if name not in state.collisions
-    ]
     incasts = find_incasts(fabric, flows, fresh, now, cfg)
     meters = meter_incasts(fabric, state.meters, incasts, now, cfg)
     for dst, senders in sorted(incasts.items()):
@@ -129,9 +135,97 @@ def step(
         Decision(DecisionKind.EXPIRE, ad.nic_ip(dst), "incast over; meters removed", now)
         for dst in sorted({m.dst for m in state.meters.values()} - {m.dst for m in meters.values()})
     ]
-    decisions += rebalance(fabric, drains, elephants + starved, background, moves, now, cfg, steered)
+    outcome = rebalance(
+        fabric,
+        index,
+        dead,
+        elephants + starved,
+        routes + starved_routes,
+        background,
+        moves,
+        now,
+        cfg,
+        steered,
+    )
+    decisions += [
+        Decision(DecisionKind.COLLISION, name, why, now)
+        for name, why in sorted(outcome.collisions.items())
+        if name not in state.collisions
+    ]
+    decisions += [
+        Decision(DecisionKind.UNFIXABLE, name, why, now)
+        for name, why in sorted(outcome.unfixable.items())
+        if name not in state.unfixable
+    ]
+    decisions += outcome.decisions
     pin_metered(fabric, meters, moves, flows, now)
-    new_recent = {k: (e, now if k in seen else state.recent[k][1]) for k, e in recent.items()}
     return TeState(
-        moves, frozenset(ad.nic_ip(d) for d in incasts), frozenset(collided), down, new_recent, meters
+        moves,
+        frozenset(ad.nic_ip(d) for d in incasts),
+        frozenset(outcome.collisions),
+        down,
+        recent,
+        meters,
+        frozenset(outcome.unfixable),
     ), decisions
+
+
+def _background(
+    index: LinkIndex,
+    ports: Mapping[Endpoint, PortSample],
+    flows: Mapping[FlowKey, FlowSample],
+    elephants: list[Elephant],
+    routes: list[Routes],
+    cfg: EngineConfig,
+) -> np.ndarray:
+    """Per egress, what its measured load is beyond the elephants on it:
+    mice, and flows TE does not see. Below `background_floor` of the link it
+    is measurement noise and counts as nothing."""
+    tx = np.zeros(len(index.capacity))
+    for egress, sample in ports.items():
+        i = index.ids.get(egress)
+        if i is not None:
+            tx[i] = sample.tx_bps
+    rows = [r.base + r.position[e.via] for e, r in zip(elephants, routes) if e.via in r.position]
+    if rows:
+        # This sample's rates, not the smoothed ones: the same instant as the port counters.
+        rates = [flows[e.key].rate_bps for e, r in zip(elephants, routes) if e.via in r.position]
+        tx -= index.loads(np.array(rows, dtype=np.int64), np.array(rates))
+    return np.where(tx > cfg.background_floor * index.capacity, tx, 0.0)
+
+
+def _settle(
+    dead: np.ndarray,
+    elephants: list[Elephant],
+    routes: list[Routes],
+    moves: dict[FlowKey, Move],
+    now: float,
+    cfg: EngineConfig,
+) -> list[Decision]:
+    """Once a move has had `hysteresis_s` to take effect, it is checked once
+    against the rate the flow had before: a flow that measures worse goes
+    back where it was and is held there. TE never leaves a flow worse off
+    than the hash did."""
+    out = []
+    for e, found in zip(elephants, routes):
+        move = moves.get(e.key)
+        if move is None or move.settled or now - move.moved_at < cfg.hysteresis_s:
+            continue
+        back = found.position.get(move.from_via)
+        worse = move.rate_before > 0 and e.rate_bps < move.rate_before * (1 - cfg.revert_margin)
+        if worse and back is not None and not dead[found.hops[back]].any():
+            moves[e.key] = Move(
+                e.key, e.src, e.dst, move.from_via, now, now, from_via=move.via, settled=True, held=True
+            )
+            out.append(
+                Decision(
+                    DecisionKind.REVERT,
+                    describe_flow(e.key),
+                    f"{move.via} -> {move.from_via}: measured {e.rate_bps / 1e9:.0f} Gb/s after the move, "
+                    f"{move.rate_before / 1e9:.0f} before; held",
+                    now,
+                )
+            )
+        else:
+            moves[e.key] = replace(move, settled=True)
+    return out

@@ -1,36 +1,60 @@
 """Elephants and their demand: which measured flows are big enough to steer,
-what each would send if the network were not in its way, and which uplinks
-their demands collide on. Pure."""
+and what each would send if the network were not in its way, bounded by
+what any of its paths can carry. Pure."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from controller.fabric import Endpoint, Fabric, NicId
-from controller.te.engine.state import Elephant, EngineConfig, Move, nic_of
+import numpy as np
+
+from controller.fabric import Fabric, NicId
+from controller.te.engine.links import LinkIndex, Routes
+from controller.te.engine.state import Elephant, EngineConfig, Move, Seen, nic_of
 from controller.te.view import FlowKey, FlowSample
 
 
 def find_elephants(
-    fabric: Fabric, flows: Mapping[FlowKey, FlowSample], moves: Mapping[FlowKey, Move], now: float, cfg: EngineConfig
-) -> list[Elephant]:
+    fabric: Fabric,
+    index: LinkIndex,
+    flows: Mapping[FlowKey, FlowSample],
+    moves: Mapping[FlowKey, Move],
+    recent: Mapping[FlowKey, Seen],
+    now: float,
+    cfg: EngineConfig,
+) -> tuple[list[Elephant], list[Routes]]:
+    """Fresh flow records (stale data is never acted on) at or above
+    `elephant_fraction` of the NIC rate, between NICs of this fabric on
+    different leaves: the ones an overlay entry can steer; with their routes.
+    Their rates are smoothed with what `recent` saw (one noisy sample must
+    not move a flow) and their demands are Hedera's, bounded by the widest
+    route's narrowest hop: a demand no path can carry is no demand."""
     threshold = cfg.elephant_fraction * fabric.spec.rates.nic_gbps * 1e9
-    out = []
-    for key, sample in sorted(flows.items()):
-        if now - sample.observed_at > cfg.max_age_s or sample.rate_bps < threshold:
+    oldest = now - cfg.max_age_s
+    a = cfg.smoothing
+    seen: list[tuple[FlowKey, NicId, NicId, float, str]] = []
+    routes = []
+    for key, sample in flows.items():
+        if sample.observed_at < oldest or sample.rate_bps < threshold:
             continue
         src, dst = nic_of(key[0]), nic_of(key[1])
         if src is None or dst is None:
             continue
         try:
-            if not fabric.vias(src, dst):
-                continue  # same leaf: nothing to steer
+            found = index.routes(src, dst)
         except KeyError:
             continue  # not a NIC of this fabric
-        via = moves[key].via if key in moves else ingress_next_hop(fabric, sample)
-        out.append(Elephant(key, src, dst, sample.rate_bps, via))
-    return out
+        if not found.vias:
+            continue  # same leaf: nothing to steer
+        move = moves.get(key)
+        via = move.via if move is not None else index.next_hop(sample.ingress)
+        last = recent.get(key)
+        rate = sample.rate_bps if last is None else (1 - a) * last.elephant.rate_bps + a * sample.rate_bps
+        seen.append((key, src, dst, rate, via))
+        routes.append(found)
+    demands = _hedera([s[1] for s in seen], [s[2] for s in seen], fabric.spec.rates.nic_gbps * 1e9).tolist()
+    out = [Elephant(*s, min(d, r.bottleneck_bps)) for s, d, r in zip(seen, demands, routes)]
+    return out, routes
 
 
 def ingress_next_hop(fabric: Fabric, sample: FlowSample) -> str:
@@ -40,56 +64,45 @@ def ingress_next_hop(fabric: Fabric, sample: FlowSample) -> str:
     return fabric.link_at(sample.ingress).peer(sample.ingress.node).node
 
 
-def estimate_demands(elephants: list[Elephant], nic_bps: float, rounds: int = 10) -> dict[FlowKey, float]:
+def estimate_demands(elephants: Sequence[Elephant], nic_bps: float, rounds: int = 10) -> dict[FlowKey, float]:
     """Hedera's demand estimation: senders split their NIC among flows not yet
     limited elsewhere; a receiver asked for more than its NIC gives every flow
     at least the max-min fair share and marks the cut ones receiver-limited.
     Repeated to a fixed point."""
-    demand = {e.key: 0.0 for e in elephants}
-    limited: set[FlowKey] = set()
-    by_src: dict[NicId, list[FlowKey]] = defaultdict(list)
-    by_dst: dict[NicId, list[FlowKey]] = defaultdict(list)
-    for e in elephants:
-        by_src[e.src].append(e.key)
-        by_dst[e.dst].append(e.key)
+    demands = _hedera([e.src for e in elephants], [e.dst for e in elephants], nic_bps, rounds)
+    return {e.key: float(d) for e, d in zip(elephants, demands)}
+
+
+def _hedera(srcs: list[NicId], dsts: list[NicId], nic_bps: float, rounds: int = 10) -> np.ndarray:
+    """estimate_demands as an array: arithmetic over all senders at once;
+    only oversubscribed receivers (incasts) are visited one by one."""
+    if not srcs:
+        return np.zeros(0)
+    src, dst = _dense(srcs), _dense(dsts)
+    demand = np.zeros(len(srcs))
+    limited = np.zeros(len(srcs), dtype=bool)
+    n_src = int(src.max()) + 1
     for _ in range(rounds):
-        before = dict(demand)
-        for keys in by_src.values():
-            free = [k for k in keys if k not in limited]
-            left = max(nic_bps - sum(demand[k] for k in keys if k in limited), 0.0)
-            for k in free:
-                demand[k] = left / len(free)
-        for keys in by_dst.values():
-            if sum(demand[k] for k in keys) <= nic_bps * (1 + 1e-9):
-                continue
-            total, pending = nic_bps, sorted(keys, key=lambda k: demand[k])
+        before = demand.copy()
+        held = np.bincount(src, weights=np.where(limited, demand, 0.0), minlength=n_src)
+        free = np.bincount(src, weights=~limited, minlength=n_src)
+        share = np.maximum(nic_bps - held, 0.0) / np.maximum(free, 1.0)
+        demand = np.where(limited, demand, share[src])
+        asked = np.bincount(dst, weights=demand)
+        for receiver in np.flatnonzero(asked > nic_bps * (1 + 1e-9)):
+            members = np.flatnonzero(dst == receiver)
+            total, pending = nic_bps, sorted(members, key=lambda i: demand[i])
             while pending and demand[pending[0]] < total / len(pending):
                 total -= demand[pending.pop(0)]  # small flows keep what they ask for
-            for k in pending:
-                demand[k] = total / len(pending)
-                limited.add(k)
-        if demand == before:
+            for i in pending:
+                demand[i] = total / len(pending)
+                limited[i] = True
+        if np.array_equal(demand, before):
             break
     return demand
 
 
-def uplink_of(fabric: Fabric, e: Elephant, via: str) -> Endpoint:
-    return fabric.egress_path(e.src, e.dst, via)[1]
-
-
-def collisions(fabric: Fabric, elephants: list[Elephant]) -> dict[str, str]:
-    """Uplinks carrying two or more elephants whose demands exceed them, where
-    a parallel uplink exists: 'switch:port' -> why."""
-    by_uplink: dict[Endpoint, list[Elephant]] = defaultdict(list)
-    for e in elephants:
-        if e.via:
-            by_uplink[uplink_of(fabric, e, e.via)].append(e)
-    out = {}
-    for uplink, members in sorted(by_uplink.items()):
-        capacity = fabric.link_at(uplink).capacity_bps
-        demand = sum(e.demand_bps for e in members)
-        if len(members) >= 2 and demand > capacity * 1.05 and len(fabric.vias(members[0].src, members[0].dst)) > 1:
-            out[f"{uplink.node}:{uplink.port}"] = (
-                f"{len(members)} elephants, demand {demand / capacity:.2f} of the uplink"
-            )
-    return out
+def _dense(nics: list[NicId]) -> np.ndarray:
+    """NICs -> 0..n-1, equal NICs equal numbers."""
+    numbers: dict[NicId, int] = {}
+    return np.array([numbers.setdefault(n, len(numbers)) for n in nics], dtype=np.int64)

@@ -22,19 +22,26 @@ def find_incasts(
     """Receivers in incast -> their senders' flows (key, source NIC). The
     offered load is the larger of what the receiver's port sends and what its
     senders' flows measure at their ingress (before any meter of ours)."""
+    floor = max(cfg.incast_sender_fraction * fabric.spec.rates.nic_gbps * 1e9, 1.0)
+    oldest = now - cfg.max_age_s
+    by_address: dict[str, list[FlowKey]] = defaultdict(list)
+    for key, sample in flows.items():
+        if sample.observed_at >= oldest and sample.rate_bps >= floor:
+            by_address[key[1]].append(key)
     senders: dict[NicId, list[tuple[FlowKey, NicId]]] = defaultdict(list)
     offered: dict[NicId, float] = defaultdict(float)
-    floor = max(cfg.incast_sender_fraction * fabric.spec.rates.nic_gbps * 1e9, 1.0)
-    for key, sample in sorted(flows.items()):
-        if now - sample.observed_at > cfg.max_age_s or sample.rate_bps < floor:
-            continue
-        src, dst = nic_of(key[0]), nic_of(key[1])
-        if src is not None and dst is not None and src != dst:
-            senders[dst].append((key, src))
-            offered[dst] += sample.rate_bps
+    for address, keys in by_address.items():
+        if len(keys) < cfg.incast_fan_in:
+            continue  # most receivers: parsed no further
+        dst = nic_of(address)
+        for key in keys:
+            src = nic_of(key[0])
+            if src is not None and dst is not None and src != dst:
+                senders[dst].append((key, src))
+                offered[dst] += flows[key].rate_bps
     out = {}
-    for dst, keys in senders.items():
-        if len({src for _, src in keys}) < cfg.incast_fan_in:
+    for dst, flows_in in senders.items():
+        if len({src for _, src in flows_in}) < cfg.incast_fan_in:
             continue
         try:
             egress = fabric.attachment(dst)
@@ -43,7 +50,7 @@ def find_incasts(
         port = ports.get(egress)
         load = max(offered[dst], port.tx_bps if port else 0.0)
         if load >= cfg.incast_utilization * fabric.link_at(egress).capacity_bps:
-            out[dst] = keys
+            out[dst] = sorted(flows_in)
     return out
 
 

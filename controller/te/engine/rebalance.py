@@ -1,128 +1,289 @@
-"""Rebalancing: the fewest elephant moves that bring spine-tier links back
-under capacity, with hysteresis and a minimum gain so noisy telemetry cannot
-make flows flap; elephants on dead links move first. Pure."""
+"""Rebalancing: the fewest elephant moves that bring every spine-tier link of
+the fabric back under capacity in one cycle.
+
+Loads are arrays over the fabric's egresses (LinkIndex), kept twice: by the
+elephants' demands (what they would send, bounded by what a path can carry)
+and by what they measure. A move is made only when it lowers the flow's own
+bottleneck by `min_gain` on both: a gain only the demands see is a demand no
+routing can meet, and one only the measurements see is noise. So a fabric
+whose best routing still shares a link makes no move at all, and a flow is
+never moved from where the hash put it to somewhere that measures worse.
+
+Caps are local: each leaf moves at most `max_moves_per_leaf` elephants per
+cycle (by default its uplink count), and a moved flow stays put for
+`hysteresis_s`. The work is proportional to the links over capacity, not to
+the fabric: loads are summed with one bincount, and only the elephants on a
+link over capacity are looked at one by one. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import heapq
+from collections.abc import Callable
+from dataclasses import dataclass
 
-from controller.fabric import Endpoint, Fabric, NicId
+import numpy as np
+
+from controller.fabric import Fabric, NicId
+from controller.te.engine.links import LinkIndex, Routes
 from controller.te.engine.state import Decision, DecisionKind, Elephant, EngineConfig, Move, describe_flow
-from controller.te.jobs import Drains, JobFlow
-from controller.te.load import drained
-from controller.te.paths import Layer, assign_greedy, candidate_vias
 from controller.te.view import FlowKey
+
+TOLERANCE = 1e-6  # of capacity: a link at exactly its capacity is full, not over
+
+
+@dataclass(frozen=True)
+class Outcome:
+    decisions: list[Decision]
+    collisions: dict[str, str]  # link -> why: over capacity and TE can act on it
+    unfixable: dict[str, str]  # link -> why: over capacity and no move relieves it
+
+
+class _Fleet:
+    """The cycle's elephants as arrays (route-table row, demand, rate), their
+    summed loads by demand (row 0) and as measured (row 1), and which
+    elephants each link carries (looked up only for the links worked on)."""
+
+    def __init__(
+        self, index: LinkIndex, elephants: list[Elephant], routes: list[Routes], background: np.ndarray
+    ) -> None:
+        self.index = index
+        self.elephants = elephants
+        self.routes = routes
+        self.capacity = index.capacity
+        self.bps = np.array([(e.demand_bps, e.rate_bps) for e in elephants], dtype=float).reshape(-1, 2)
+        self.rows = np.array(
+            [r.base + r.position[e.via] if e.via in r.position else -1 for e, r in zip(elephants, routes)],
+            dtype=np.int64,
+        )
+        self.both = np.stack([background, background])
+        self._members: dict[int, set[int]] = {}
+        placed = np.flatnonzero(self.rows >= 0)
+        table = index.table()
+        if len(placed):
+            self.both[0] += index.loads(self.rows[placed], self.bps[placed, 0])
+            self.both[1] += index.loads(self.rows[placed], self.bps[placed, 1])
+            links = table[self.rows[placed]]
+            self.count = np.bincount(links.ravel(), minlength=len(self.capacity))
+            order = np.argsort(links.ravel(), kind="stable")
+            self._links = links.ravel()[order]
+            self._owners = np.repeat(placed, links.shape[1])[order]
+        else:
+            self.count = np.zeros(len(self.capacity), dtype=np.int64)
+            self._links = self._owners = np.zeros(0, dtype=np.int64)
+
+    def row(self, i: int) -> int:
+        """Elephant i's route, as a row of its Routes."""
+        return int(self.rows[i]) - self.routes[i].base
+
+    def hops(self, i: int) -> np.ndarray:
+        return self.routes[i].hops[self.row(i)]
+
+    def members(self, link: int) -> set[int]:
+        """The elephants on `link` now (kept current by place and move once asked for)."""
+        found = self._members.get(link)
+        if found is None:
+            lo, hi = np.searchsorted(self._links, [link, link + 1])
+            found = self._members[link] = set(self._owners[lo:hi].tolist())
+        return found
+
+    def over_mask(self) -> np.ndarray:
+        return self.both[0] > self.capacity * (1 + TOLERANCE)
+
+    def over(self, link: int) -> bool:
+        return bool(self.both[0, link] > self.capacity[link] * (1 + TOLERANCE))
+
+    def utilization(self, link: int) -> float:
+        return float(self.both[0, link] / self.capacity[link])
+
+    def place(self, i: int, row: int) -> None:
+        """Puts elephant i (on no route yet) on its route `row`."""
+        self.rows[i] = self.routes[i].base + row
+        hops = self.hops(i)
+        self.both[:, hops] += self.bps[i][:, None]
+        self.count[hops] += 1
+        for link in hops.tolist():
+            self.members(link).add(i)
+
+    def move(self, i: int, row: int) -> None:
+        old, new = self.hops(i), self.routes[i].hops[row]
+        for link in old.tolist():
+            self.members(link).discard(i)
+        for link in new.tolist():
+            self.members(link).add(i)
+        self.both[:, old] -= self.bps[i][:, None]
+        self.both[:, new] += self.bps[i][:, None]
+        self.count[old] -= 1
+        self.count[new] += 1
+        self.rows[i] = self.routes[i].base + row
+
+    def gains(self, i: int, dead: np.ndarray) -> np.ndarray:
+        """(2, routes): what moving elephant i to each of its routes saves on its
+        bottleneck, by demand and as measured (-inf for its own route and dead
+        ones). Only the links the two paths do not share count."""
+        routes, here = self.routes[i], self.row(i)
+        hops, old = routes.hops, routes.hops[here]
+        bps = self.bps[i]
+        new_load = (self.both[:, hops] + bps[:, None, None]) / self.capacity[hops]  # (2, routes, hops)
+        old_load = self.both[:, old] / self.capacity[old]  # (2, old hops)
+        if routes.disjoint:
+            gain = old_load.max(axis=1)[:, None] - new_load.max(axis=2)
+        else:
+            shared = (hops[:, :, None] == old[None, None, :]).any(axis=2)  # on the old path too
+            kept = (old[None, :, None] == hops[:, None, :]).any(axis=2)  # old link still used there
+            new_peak = np.where(shared, -np.inf, new_load).max(axis=2)
+            old_peak = np.where(kept, -np.inf, old_load[:, None, :]).max(axis=2)
+            with np.errstate(invalid="ignore"):  # its own route: nothing differs, -inf - -inf
+                gain = old_peak - new_peak
+        gain[:, here] = -np.inf
+        if dead.any():
+            gain[:, dead[hops].any(axis=1)] = -np.inf
+        return gain
+
+    def best(self, i: int, dead: np.ndarray, cfg: EngineConfig) -> tuple[float, int] | None:
+        """The route that saves most by demand among those saving `min_gain` both ways."""
+        gain = self.gains(i, dead)
+        ok = (gain >= cfg.min_gain).all(axis=0)
+        if not ok.any():
+            return None
+        row = int(np.argmax(np.where(ok, gain[0], -np.inf)))
+        return float(gain[0, row]), row
+
+    def least_loaded(self, i: int, dead: np.ndarray) -> int | None:
+        """The live route whose peak would be lowest with elephant i on it."""
+        hops = self.routes[i].hops
+        peaks = ((self.both[0, hops] + self.bps[i, 0]) / self.capacity[hops]).max(axis=1)
+        peaks[dead[hops].any(axis=1)] = np.inf
+        row = int(np.argmin(peaks)) if len(peaks) else -1
+        return row if row >= 0 and np.isfinite(peaks[row]) else None
 
 
 def rebalance(
     fabric: Fabric,
-    drains: Drains,
+    index: LinkIndex,
+    dead: np.ndarray,
     elephants: list[Elephant],
-    background: Mapping[Endpoint, float],
+    routes: list[Routes],
+    background: np.ndarray,
     moves: dict[FlowKey, Move],
     now: float,
     cfg: EngineConfig,
     steered: frozenset[tuple[NicId, NicId]] = frozenset(),
-) -> list[Decision]:
-    """Starts from where the elephants are and moves as few as it takes: while
-    a spine-tier link is over capacity by the elephants' demands, move the
-    flow whose move lowers its own bottleneck most (by at least min_gain),
-    off the hottest link that can be fixed. Updates `moves`; returns the reroutes."""
-    layer = Layer(fabric, background)
-    via: dict[FlowKey, str] = {}
-    unknown = []
-    for e in elephants:
-        if e.via:
-            via[e.key] = e.via
-            layer.add(fabric.egress_path(e.src, e.dst, e.via), e.demand_bps)
-        else:
-            unknown.append(e)
-    if unknown:  # the switches did not say where these are: place them min-max
-        placed, _ = assign_greedy(fabric, drains, layer, [JobFlow(e.src, e.dst, e.demand_bps) for e in unknown])
-        for e, flow in zip(unknown, placed):
-            via[e.key] = flow.via
-            layer.add(fabric.egress_path(e.src, e.dst, flow.via), e.demand_bps)
-    capacity = fabric.capacity_bps
-    decisions = []
-    movable = [e for e in elephants if (e.src, e.dst) not in steered]
-    for e in movable:  # off dead links first: any live path beats none
-        old = fabric.egress_path(e.src, e.dst, via[e.key])
-        if not drained(fabric, drains, old):
-            if e.key[2] == "tcp" and e.key not in moves and _acks_may_die(fabric, drains, e, via[e.key]):
-                # The data path survived (the ingress leaf failed over) but the
-                # ACKs hash on their own and may cross the dead link: pinning
-                # the flow where it is also steers its ACKs back the same way.
-                moves[e.key] = Move(e.key, e.src, e.dst, via[e.key], now, now)
-                decisions.append(
-                    Decision(
-                        DecisionKind.REROUTE,
-                        describe_flow(e.key),
-                        f"ACKs pinned via {via[e.key]}: their hashed path may cross a dead link",
-                        now,
-                    )
-                )
+) -> Outcome:
+    """Starts from where the elephants are (placing min-max those whose
+    switch did not say), moves those on dead links, then fixes every link
+    over capacity that a move can fix. Updates `moves`."""
+    fleet = _Fleet(index, elephants, routes, background)
+    for i in np.flatnonzero(fleet.rows < 0).tolist():  # the switches did not say where these are
+        fleet.place(i, fleet.least_loaded(i, dead) or 0)
+    decisions: list[Decision] = []
+
+    def movable(i: int) -> bool:
+        e = elephants[i]
+        move = moves.get(e.key)
+        return (e.src, e.dst) not in steered and not (move is not None and move.held)
+
+    def moved(i: int, row: int, why: str) -> None:
+        e = elephants[i]
+        before, after = routes[i].vias[fleet.row(i)], routes[i].vias[row]
+        fleet.move(i, row)
+        decisions.append(Decision(DecisionKind.REROUTE, describe_flow(e.key), f"{before} -> {after}: {why}", now))
+        moves[e.key] = Move(e.key, e.src, e.dst, after, now, now, from_via=before, rate_before=e.rate_bps)
+
+    if dead.any():
+        _off_dead_links(fleet, dead, moves, now, steered, moved, decisions)
+
+    over = fleet.over_mask()
+    hot_at_start = set(np.flatnonzero(over & (fleet.count >= 2)).tolist())
+    budget: dict[str, int] = {}
+    relieved: set[int] = set()
+    stuck: set[int] = set()
+    heap = [(-fleet.utilization(link), link) for link in np.flatnonzero(over & (fleet.count >= 1)).tolist()]
+    heapq.heapify(heap)
+    while heap:
+        _, link = heapq.heappop(heap)
+        if not fleet.over(link):
             continue
-        live = candidate_vias(fabric, drains, e.src, e.dst)
-        if not live:
-            continue
-        other = min(live, key=lambda v: (layer.peak(fabric.egress_path(e.src, e.dst, v), e.demand_bps), v))
-        new = fabric.egress_path(e.src, e.dst, other)
-        layer.add(old, -e.demand_bps)
-        layer.add(new, e.demand_bps)
-        decisions.append(
-            Decision(DecisionKind.REROUTE, describe_flow(e.key), f"{via[e.key]} -> {other}: path down", now)
-        )
-        via[e.key] = other
-        moves[e.key] = Move(e.key, e.src, e.dst, other, now, now)
-    for _ in range(cfg.max_moves_per_cycle):
-        hot = sorted(
-            (
-                x
-                for x in layer.added
-                if x.port and not fabric.link_at(x).is_access and layer.bps(x) > capacity[x] * (1 + 1e-9)
-            ),
-            key=lambda x: -layer.bps(x) / capacity[x],
-        )
-        best = None
-        for link in hot:
-            for e in movable:
-                if e.key in moves and now - moves[e.key].moved_at < cfg.hysteresis_s:
-                    continue
-                old = fabric.egress_path(e.src, e.dst, via[e.key])
-                if link not in old:
-                    continue
-                for other in candidate_vias(fabric, drains, e.src, e.dst):
-                    if other == via[e.key]:
-                        continue
-                    new = fabric.egress_path(e.src, e.dst, other)
-                    only_old = [x for x in old if x not in new]
-                    only_new = [x for x in new if x not in old]
-                    gain = layer.peak(only_old) - layer.peak(only_new, e.demand_bps)
-                    if gain >= cfg.min_gain and (best is None or gain > best[0]):
-                        best = (gain, e, other, old, new)
-            if best is not None:
-                break
+        best: tuple[float, int, int] | None = None  # gain, elephant, route
+        for i in sorted(fleet.members(link), key=lambda i: elephants[i].key):
+            if not movable(i) or _resting(moves.get(elephants[i].key), now, cfg):
+                continue
+            leaf = fabric.attachment(elephants[i].src).node
+            if budget.get(leaf, cfg.max_moves_per_leaf or len(routes[i].vias)) <= 0:
+                continue
+            found = fleet.best(i, dead, cfg)
+            if found is not None and (best is None or found[0] > best[0]):
+                best = (found[0], i, found[1])
         if best is None:
-            break
-        gain, e, other, old, new = best
-        layer.add(old, -e.demand_bps)
-        layer.add(new, e.demand_bps)
-        decisions.append(
-            Decision(
-                DecisionKind.REROUTE,
-                describe_flow(e.key),
-                f"{via[e.key]} -> {other}: its bottleneck -{gain:.2f} of capacity "
-                f"(demand {e.demand_bps / 1e9:.0f} Gb/s, measured {e.rate_bps / 1e9:.0f})",
-                now,
-            )
+            stuck.add(link)
+            continue
+        gain, i, row = best
+        e = elephants[i]
+        leaf = fabric.attachment(e.src).node
+        budget[leaf] = budget.get(leaf, cfg.max_moves_per_leaf or len(routes[i].vias)) - 1
+        why = (
+            f"its bottleneck -{gain:.2f} of capacity (demand {e.demand_bps / 1e9:.0f} Gb/s, "
+            f"measured {e.rate_bps / 1e9:.0f})"
         )
-        via[e.key] = other
-        moves[e.key] = Move(e.key, e.src, e.dst, other, now, now)
-    return decisions
+        moved(i, row, why)
+        relieved.add(link)
+        for changed in (link, *routes[i].hops[row].tolist()):
+            if fleet.over(changed):
+                heapq.heappush(heap, (-fleet.utilization(changed), changed))
+
+    collisions, unfixable = {}, {}
+    for link in sorted(hot_at_start | {link for link in stuck if fleet.count[link] >= 2}):
+        members = sorted(fleet.members(link))
+        sources = {fabric.attachment(elephants[i].src).node for i in members}
+        egress = index.egresses[link]
+        if egress.node not in sources and len(sources) < 2:
+            continue  # downstream of one leaf's collision: the same flows, reported at its uplink
+        name = f"{egress.node}:{egress.port}"
+        why = f"{len(members)} elephants, demand {fleet.utilization(link):.2f} of the link"
+        # Fixable: relieved now, or a move would relieve it but for hysteresis or budget.
+        if link in relieved or not fleet.over(link) or any(movable(i) and fleet.best(i, dead, cfg) for i in members):
+            collisions[name] = why
+        else:
+            unfixable[name] = why
+    return Outcome(decisions, collisions, unfixable)
 
 
-def _acks_may_die(fabric: Fabric, drains: Drains, e: Elephant, via: str) -> bool:
-    reverse_ok = fabric.egress_path(e.dst, e.src, via)
-    return not drained(fabric, drains, reverse_ok) and any(
-        drained(fabric, drains, fabric.egress_path(e.dst, e.src, v)) for v in fabric.vias(e.dst, e.src)
-    )
+def _off_dead_links(
+    fleet: _Fleet,
+    dead: np.ndarray,
+    moves: dict[FlowKey, Move],
+    now: float,
+    steered: frozenset[tuple[NicId, NicId]],
+    moved: Callable[[int, int, str], None],
+    decisions: list[Decision],
+) -> None:
+    """Any live path beats none: an elephant whose route crosses a dead link
+    moves now, hysteresis or not."""
+    for i, e in enumerate(fleet.elephants):
+        if (e.src, e.dst) in steered:
+            continue
+        if dead[fleet.hops(i)].any():
+            row = fleet.least_loaded(i, dead)
+            if row is not None:
+                moved(i, row, "path down")
+        elif e.key[2] == "tcp" and e.key not in moves and _acks_may_die(fleet, i, dead):
+            # The data path survived (the ingress leaf failed over) but the
+            # ACKs hash on their own and may cross the dead link: pinning the
+            # flow where it is also steers its ACKs back the same way.
+            via = fleet.routes[i].vias[fleet.row(i)]
+            moves[e.key] = Move(e.key, e.src, e.dst, via, now, now, from_via=via)
+            why = f"ACKs pinned via {via}: their hashed path may cross a dead link"
+            decisions.append(Decision(DecisionKind.REROUTE, describe_flow(e.key), why, now))
+
+
+def _acks_may_die(fleet: _Fleet, i: int, dead: np.ndarray) -> bool:
+    e = fleet.elephants[i]
+    back = fleet.index.routes(e.dst, e.src)
+    via = fleet.routes[i].vias[fleet.row(i)]
+    if via not in back.position:
+        return False
+    hops_dead = dead[back.hops].any(axis=1)
+    return not hops_dead[back.position[via]] and bool(hops_dead.any())
+
+
+def _resting(move: Move | None, now: float, cfg: EngineConfig) -> bool:
+    return move is not None and (move.held or now - move.moved_at < cfg.hysteresis_s)

@@ -3,9 +3,11 @@ meters it holds between cycles, and the decisions it reports. Pure."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 from controller.fabric import NicId
 from controller.fabric import addressing as ad
@@ -16,9 +18,21 @@ from controller.te.view import FlowKey
 class EngineConfig:
     elephant_fraction: float = 0.1  # of the NIC rate (Hedera)
     max_age_s: float = 1.0
-    hysteresis_s: float = 3.0
-    max_moves_per_cycle: int = 4
-    min_gain: float = 0.05  # utilization points a move must save on the flow's bottleneck
+    hysteresis_s: float = 3.0  # a moved flow stays put this long (and is then checked against where it was)
+    # Moves per leaf per cycle, at most: a local cap, so one cycle can fix
+    # every leaf of the fabric while no leaf churns. 0: the leaf's uplink count.
+    max_moves_per_leaf: int = 0
+    # Utilization points a move must save on the flow's bottleneck, both as
+    # predicted from demands and as measured: a gain only one of them sees is
+    # noise, or a demand that cannot be met.
+    min_gain: float = 0.05
+    # Measured load on a link beyond what its elephants send, below this
+    # fraction of its capacity, is measurement noise, not traffic.
+    background_floor: float = 0.2
+    # A moved flow that measures this much below its rate before the move,
+    # once settled, goes back (once) and stays.
+    revert_margin: float = 0.3
+    smoothing: float = 0.5  # EWMA weight of the newest rate sample of a flow
     expire_after_s: float = 3.0  # a moved flow not seen for this long gives its entry back
     incast_fan_in: int = 3
     incast_sender_fraction: float = 0.01  # of the NIC rate: below it a flow is not a sender (an ACK stream, a probe)
@@ -29,14 +43,20 @@ class EngineConfig:
     meter_rate_tolerance: float = 0.1  # a new fair share within this of the old keeps the meter as is
 
 
-@dataclass(frozen=True)
-class Elephant:
+class Elephant(NamedTuple):
+    """A NamedTuple: a cycle makes one per elephant, 16k on a large fabric."""
+
     key: FlowKey
     src: NicId
     dst: NicId
-    rate_bps: float
+    rate_bps: float  # smoothed
     via: str  # the spine it crosses now ("" if unknown)
     demand_bps: float = 0.0
+
+
+class Seen(NamedTuple):
+    elephant: Elephant  # as last seen; its rate is the EWMA of its samples
+    at: float
 
 
 @dataclass(frozen=True)
@@ -47,6 +67,10 @@ class Move:
     via: str
     moved_at: float
     last_seen: float
+    from_via: str = ""  # where it was before this move ("" if unknown, e.g. adopted after a restart)
+    rate_before: float = 0.0  # its smoothed rate then; 0: nothing to compare against
+    settled: bool = False  # checked against rate_before (once)
+    held: bool = False  # reverted after measuring worse: stays here, TE moves it no more
 
 
 @dataclass(frozen=True)
@@ -68,6 +92,8 @@ class DecisionKind(StrEnum):
     INCAST = "incast"  # a receiver newly in incast; its senders metered
     EXPIRE = "expire"  # a move or an incast's meters given back
     LINK_DOWN = "link-down"  # telemetry newly reports a link down
+    UNFIXABLE = "unfixable"  # a collision no move can relieve (the best routing shares it too, or a pin/job holds it)
+    REVERT = "revert"  # a moved flow measured worse than before its move: back where it was, and held
 
 
 @dataclass(frozen=True)
@@ -84,11 +110,16 @@ class TeState:
     incasts: frozenset[str] = frozenset()  # destination NICs currently in incast
     collisions: frozenset[str] = frozenset()  # uplinks currently collided
     down: frozenset[str] = frozenset()  # links telemetry reports down
-    recent: Mapping[FlowKey, tuple[Elephant, float]] = field(default_factory=dict)  # elephant, last seen
+    # Elephants seen lately, with their smoothed rate: a flow a failure
+    # black-holes measures ~0 at once, and is exactly the one to move.
+    recent: Mapping[FlowKey, Seen] = field(default_factory=dict)
     meters: Mapping[FlowKey, Meter] = field(default_factory=dict)
+    unfixable: frozenset[str] = frozenset()  # collided uplinks no move can relieve
 
 
+@functools.lru_cache(maxsize=1 << 17)
 def nic_of(address: str) -> NicId | None:
+    """Parsed once per address: a cycle sees every elephant's addresses."""
     try:
         return ad.parse_nic_address(address)
     except ad.AddressError:
