@@ -98,7 +98,10 @@ def step(
             del moves[key]
             decisions.append(Decision(DecisionKind.EXPIRE, describe_flow(key), "flow quiet; back to ECMP", now))
     fresh = {e: s for e, s in ports.items() if now - s.observed_at <= cfg.max_age_s}
-    background = _background(index, fresh, flows, elephants, routes, cfg)
+    residual = _residual(index, fresh, flows, elephants, routes)
+    if state.residual is not None and len(state.residual) == len(residual):
+        residual = (1 - cfg.background_smoothing) * state.residual + cfg.background_smoothing * residual
+    background = np.where(residual > cfg.background_floor * index.capacity, residual, 0.0)
     decisions += _settle(dead, elephants, routes, moves, now, cfg)
     # Elephants seen lately. A flow black-holed by a failure measures ~0 at
     # once and stops looking like an elephant; it is exactly the one to move.
@@ -167,20 +170,19 @@ def step(
         recent,
         meters,
         frozenset(outcome.unfixable),
+        residual,
     ), decisions
 
 
-def _background(
+def _residual(
     index: LinkIndex,
     ports: Mapping[Endpoint, PortSample],
     flows: Mapping[FlowKey, FlowSample],
     elephants: list[Elephant],
     routes: list[Routes],
-    cfg: EngineConfig,
 ) -> np.ndarray:
     """Per egress, what its measured load is beyond the elephants on it:
-    mice, and flows TE does not see. Below `background_floor` of the link it
-    is measurement noise and counts as nothing."""
+    mice, and flows TE does not see, or noise."""
     tx = np.zeros(len(index.capacity))
     for egress, sample in ports.items():
         i = index.ids.get(egress)
@@ -191,7 +193,7 @@ def _background(
         # This sample's rates, not the smoothed ones: the same instant as the port counters.
         rates = [flows[e.key].rate_bps for e, r in zip(elephants, routes) if e.via in r.position]
         tx -= index.loads(np.array(rows, dtype=np.int64), np.array(rates))
-    return np.where(tx > cfg.background_floor * index.capacity, tx, 0.0)
+    return tx  # unclamped: noise averages out under the EWMA only if its sign is kept
 
 
 def _settle(

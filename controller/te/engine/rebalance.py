@@ -205,7 +205,8 @@ def rebalance(
             continue
         best: tuple[float, int, int] | None = None  # gain, elephant, route
         for i in sorted(fleet.members(link), key=lambda i: elephants[i].key):
-            if not movable(i) or _resting(moves.get(elephants[i].key), now, cfg):
+            e = elephants[i]
+            if not movable(i) or _resting(moves.get(e.key), now, cfg) or e.rate_bps >= cfg.satisfied * e.demand_bps:
                 continue
             leaf = fabric.attachment(elephants[i].src).node
             if budget.get(leaf, cfg.max_moves_per_leaf or len(routes[i].vias)) <= 0:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
+import numpy as np
+
 from controller.fabric import NicId
 from controller.fabric import addressing as ad
 from controller.te.view import FlowKey
@@ -26,9 +28,14 @@ class EngineConfig:
     # predicted from demands and as measured: a gain only one of them sees is
     # noise, or a demand that cannot be met.
     min_gain: float = 0.05
-    # Measured load on a link beyond what its elephants send, below this
-    # fraction of its capacity, is measurement noise, not traffic.
+    # An elephant measuring at least this fraction of its demand is not
+    # squeezed, wherever its link's counters say: moving it can only cost.
+    satisfied: float = 0.7
+    # Measured load on a link beyond what its elephants send is smoothed
+    # (port counters and flow records are sampled apart: their difference is
+    # noisy); below this fraction of the link it is noise, not traffic.
     background_floor: float = 0.2
+    background_smoothing: float = 0.2  # EWMA weight of the newest residual
     # A moved flow that measures this much below its rate before the move,
     # once settled, goes back (once) and stays.
     revert_margin: float = 0.3
@@ -115,6 +122,7 @@ class TeState:
     recent: Mapping[FlowKey, Seen] = field(default_factory=dict)
     meters: Mapping[FlowKey, Meter] = field(default_factory=dict)
     unfixable: frozenset[str] = frozenset()  # collided uplinks no move can relieve
+    residual: np.ndarray | None = None  # per egress: smoothed load beyond the elephants' (see background_floor)
 
 
 @functools.lru_cache(maxsize=1 << 17)
