@@ -8,7 +8,7 @@ import random
 import pytest
 
 from controller.fabric import NicId, build_fabric, parse_spec
-from controller.te.engine import EngineConfig, TeState, step
+from controller.te.engine import TeState, step
 from tests.unit.test_engine import World, flow_key
 
 RATES = "rates: {nic_gbps: 400, emulated_nic_mbps: 50}\n"
@@ -22,7 +22,7 @@ WIDE = build_fabric(parse_spec("pods: 4\nservers_per_pod: 8\nrails: 2\nspines: 8
 def permutation(fabric, seed):
     """Every NIC to its twin in the next pod, on a seeded random spine (the hash)."""
     rng = random.Random(seed)
-    flows = {}
+    flows: dict[tuple, tuple[NicId, NicId, str]] = {}
     for nic in fabric.nics:
         dst = NicId(nic.rail, (nic.pod + 1) % fabric.spec.pods, nic.server)
         flows[flow_key(nic, dst, 40000 + len(flows))] = (nic, dst, rng.choice(fabric.vias(nic, dst)))
@@ -79,7 +79,7 @@ def test_sharing_the_best_routing_also_shares_is_reported_once_as_unfixable():
     dsts = [NicId(0, 1, s) for s in range(3)]
     flows = {flow_key(NicId(0, 0, s), d, 40000 + s): (NicId(0, 0, s), d, "ryr0s0") for s, d in enumerate(dsts)}
     world = World(CROWDED, flows)
-    state, kinds = TeState(), []
+    state, kinds = TeState(), list[str]()
     for i in range(10):
         now = 100.0 + 0.2 * i
         state, decisions = step(CROWDED, state, *world.telemetry(now, state.moves), now)
