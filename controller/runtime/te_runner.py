@@ -130,7 +130,7 @@ class TeRunner:
             self._state = state
             if changed:
                 self._generation += 1
-                if any(d.kind is DecisionKind.REROUTE for d in decisions):
+                if any(d.kind in (DecisionKind.REROUTE, DecisionKind.REVERT) for d in decisions):
                     self._pending.append((self._generation, now))
         for decision in decisions:
             self.metrics.te_decisions.labels(decision.kind).inc()

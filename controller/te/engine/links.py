@@ -25,6 +25,7 @@ class Routes:
 
     vias: tuple[str, ...]
     hops: np.ndarray  # (len(vias), hops per path) of link ids
+    capacity: np.ndarray  # capacity of each of `hops`
     position: dict[str, int]  # via -> row
     bottleneck_bps: float  # the widest any route is at its narrowest hop
     disjoint: bool  # no two routes share a link (a two-tier fabric): gains need no masks
@@ -66,7 +67,9 @@ class LinkIndex:
             hops = np.array(rows, dtype=np.int64) if rows else np.zeros((0, 0), dtype=np.int64)
             widest = float(self.capacity[hops].min(axis=1).max()) if len(vias) else 0.0
             disjoint = len(np.unique(hops)) == hops.size
-            found = Routes(vias, hops, {v: i for i, v in enumerate(vias)}, widest, disjoint, len(self._rows))
+            found = Routes(
+                vias, hops, self.capacity[hops], {v: i for i, v in enumerate(vias)}, widest, disjoint, len(self._rows)
+            )
             self._rows.extend(hops)
             self._table = None
             self._routes[(a, b)] = found

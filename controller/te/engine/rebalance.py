@@ -105,15 +105,19 @@ class _Fleet:
             self.members(link).add(i)
 
     def move(self, i: int, row: int) -> None:
-        old, new = self.hops(i), self.routes[i].hops[row]
-        for link in old.tolist():
+        # A path is a handful of links: scalar updates beat fancy indexing here.
+        demand, rate = self.bps[i].tolist()
+        both, count = self.both, self.count
+        for link in self.hops(i).tolist():
             self.members(link).discard(i)
-        for link in new.tolist():
+            both[0, link] -= demand
+            both[1, link] -= rate
+            count[link] -= 1
+        for link in self.routes[i].hops[row].tolist():
             self.members(link).add(i)
-        self.both[:, old] -= self.bps[i][:, None]
-        self.both[:, new] += self.bps[i][:, None]
-        self.count[old] -= 1
-        self.count[new] += 1
+            both[0, link] += demand
+            both[1, link] += rate
+            count[link] += 1
         self.rows[i] = self.routes[i].base + row
 
     def gains(self, i: int, dead: np.ndarray) -> np.ndarray:
@@ -123,8 +127,8 @@ class _Fleet:
         routes, here = self.routes[i], self.row(i)
         hops, old = routes.hops, routes.hops[here]
         bps = self.bps[i]
-        new_load = (self.both[:, hops] + bps[:, None, None]) / self.capacity[hops]  # (2, routes, hops)
-        old_load = self.both[:, old] / self.capacity[old]  # (2, old hops)
+        new_load = (self.both[:, hops] + bps[:, None, None]) / routes.capacity  # (2, routes, hops)
+        old_load = self.both[:, old] / routes.capacity[here]  # (2, old hops)
         if routes.disjoint:
             gain = old_load.max(axis=1)[:, None] - new_load.max(axis=2)
         else:
