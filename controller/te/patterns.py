@@ -16,7 +16,10 @@ from controller.te.jobs import JobFlow, Pattern
 ServerKey = tuple[int, int]  # (pod, server index)
 
 
-def pattern_flows(pattern: Pattern, servers: Sequence[ServerKey], rails: int, demand_bps: float) -> list[JobFlow]:
+def pattern_flows(
+    pattern: Pattern, servers: Sequence[ServerKey], rails: int | Sequence[int], demand_bps: float
+) -> list[JobFlow]:
+    """`rails`: the job's rails on every server (an int n: rails 0..n-1)."""
     ordered = sorted(servers)
     m = len(ordered)
     if m < 2:
@@ -29,7 +32,7 @@ def pattern_flows(pattern: Pattern, servers: Sequence[ServerKey], rails: int, de
         pairs = [(i, j) for i in range(m) for j in range(m) if i != j]
     return [
         JobFlow(NicId(rail, *ordered[i]), NicId(rail, *ordered[j]), demand_bps)
-        for rail in range(rails)
+        for rail in (range(rails) if isinstance(rails, int) else rails)
         for i, j in pairs
     ]
 

@@ -1,8 +1,10 @@
 """Job placement: which servers and GPUs a job gets, and which spine each of
 its cross-pod flows takes. Pure: state and request in, Job out.
 
-Servers: rail-aligned (rails 0..k-1 on each server), packed into as few pods
-as possible, preferring pods with headroom. Several candidate server sets
+Servers: rail-aligned (the same k rails on each of the job's servers),
+packed into as few pods as possible, preferring pods with headroom. A job
+smaller than a server takes free rails of partly used servers first (best
+fit), so small jobs do not strand whole servers' worth of GPUs. Several candidate server sets
 (each single pod that fits; the largest-pods-first packing; plain first-fit)
 are each routed two ways (min-max greedy, and the ECMP hash) and the
 placement with the lowest predicted maximum link utilization wins, fewer
@@ -12,8 +14,9 @@ candidates, a placement is never predicted worse than that naive one.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.fabric import Endpoint, Fabric, NicId
@@ -88,25 +91,89 @@ def _servers_by_key(fabric: Fabric) -> dict[ServerKey, str]:
     return {(s.pod, s.index): s.name for s in fabric.servers}
 
 
-def available_servers(fabric: Fabric, state: FabricState, request: JobRequest) -> dict[int, list[ServerKey]]:
-    """Per pod, servers (in index order) where rails 0..k-1 are free and reachable."""
+def available_servers(
+    fabric: Fabric, state: FabricState, request: JobRequest, rails: Sequence[int] | None = None
+) -> dict[int, list[ServerKey]]:
+    """Per pod, servers (in index order) where `rails` (by default 0..k-1) are
+    free and reachable."""
     k = request.per_server(fabric.rails)
+    wanted = set(range(k) if rails is None else rails)
     used, exclusive = gpu_usage(state)
     any_drains = bool(state.drains.switches or state.drains.links)
-    wanted = set(range(k))
     out: dict[int, list[ServerKey]] = defaultdict(list)
     for server in fabric.servers:
         key = (server.pod, server.index)
         taken = used.get(key)
         if key in exclusive or (taken and (request.exclusive or wanted & taken.keys())):
             continue
-        nics = [nic for nic in server.nics if nic.rail < k]
-        if len(nics) < k:
+        nics = [nic for nic in server.nics if nic.rail in wanted]
+        if len(nics) < len(wanted):
             continue
         if any_drains and any(drained(fabric, state.drains, [fabric.nic_egress(n)]) for n in nics):
             continue
         out[server.pod].append(key)
     return out
+
+
+def free_rail_masks(fabric: Fabric, state: FabricState, exclusive_request: bool) -> dict[ServerKey, int]:
+    """Per server, its free and reachable rails as a bit mask (rail r = bit r);
+    a server held exclusively, or any partly used one for an exclusive request, has none."""
+    used, exclusive = gpu_usage(state)
+    any_drains = bool(state.drains.switches or state.drains.links)
+    out = {}
+    for server in fabric.servers:
+        key = (server.pod, server.index)
+        taken = used.get(key, {})
+        if key in exclusive or (exclusive_request and taken):
+            out[key] = 0
+            continue
+        mask = 0
+        for nic in server.nics:
+            if nic.rail not in taken and not (any_drains and drained(fabric, state.drains, [fabric.nic_egress(nic)])):
+                mask |= 1 << nic.rail
+        out[key] = mask
+    return out
+
+
+RAIL_SET_LIMIT = 256  # beyond this many k-of-rails sets, only contiguous ones are tried
+
+
+def choose_rails(
+    fabric: Fabric, state: FabricState, request: JobRequest
+) -> tuple[tuple[int, ...], dict[int, list[ServerKey]]]:
+    """The job's rails (the same on each of its servers) and, per pod, the
+    servers that have them free, best fit first: a job smaller than a server
+    goes where it leaves the fewest free GPUs behind, so whole servers stay
+    whole for the jobs that need them. Full-server jobs take every rail."""
+    rails, k, m = fabric.rails, request.per_server(fabric.rails), request.server_count(fabric.rails)
+    if k >= rails:
+        return tuple(range(rails)), available_servers(fabric, state, request, range(rails))
+    masks = free_rail_masks(fabric, state, request.exclusive)
+    sets = list(itertools.combinations(range(rails), k))
+    if len(sets) > RAIL_SET_LIMIT:
+        sets = [tuple(range(s, s + k)) for s in range(rails - k + 1)]
+    best: tuple[tuple, tuple[int, ...], dict[int, list[ServerKey]]] | None = None
+    for chosen in sets:
+        want = sum(1 << r for r in chosen)
+        by_pod: dict[int, list[tuple[int, ServerKey]]] = defaultdict(list)
+        for key, mask in masks.items():
+            if mask & want == want:
+                by_pod[key[0]].append((bin(mask).count("1"), key))
+        fitting = sorted(by_pod[p] for p in by_pod)
+        pods_needed = request.max_pods or len(by_pod)
+        capacity = sum(sorted((len(v) for v in by_pod.values()), reverse=True)[:pods_needed])
+        if capacity < m:
+            continue
+        # Tightest fit first: the free GPUs the job's m best servers would leave.
+        leftover = sum(sorted(free for servers in fitting for free, _ in servers)[:m])
+        aligned = chosen[0] % k == 0 and chosen == tuple(range(chosen[0], chosen[0] + k))
+        score = (leftover, not aligned, chosen)
+        if best is None or score < best[0]:
+            avail = {pod: [key for _, key in sorted(servers)] for pod, servers in by_pod.items()}
+            best = (score, chosen, avail)
+    if best is None:
+        return tuple(range(k)), {}
+    return best[1], best[2]
 
 
 SINGLE_POD_CANDIDATES = 2
@@ -174,14 +241,17 @@ def _free_summary(fabric: Fabric, state: FabricState, avail: dict[int, list[Serv
     free = sum(free_by_pod.values())
     where = ", ".join(f"pod {p}: {n}" for p, n in sorted(free_by_pod.items()) if n) or "none"
     fits = ", ".join(f"pod {p}: {len(s)}" for p, s in sorted(avail.items()) if s) or "none"
-    return f"free GPUs: {free} ({where}); servers with rails 0-{k - 1} free: {fits}"
+    return f"free GPUs: {free} ({where}); servers with {k} rail-aligned GPUs free: {fits}"
 
 
 def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -> Job:
     validate_request(fabric, request)
     rails = fabric.rails
     k, m = request.per_server(rails), request.server_count(rails)
-    avail = available_servers(fabric, state, request)
+    if request.servers:
+        job_rails, avail = tuple(range(k)), available_servers(fabric, state, request)
+    else:
+        job_rails, avail = choose_rails(fabric, state, request)
     base = state.base_load(fabric)
     pod_load = _pod_uplink_load(fabric, base)
     wanted = f"{request.gpu_count} GPUs as {m} server(s) x {k}"
@@ -206,7 +276,7 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
     floor = max_utilization(fabric, base)
     best, last_error = None, ""
     for order, servers in enumerate(candidates):
-        flows = pattern_flows(request.pattern, servers, k, request.flow_gbps * 1e9)
+        flows = pattern_flows(request.pattern, servers, job_rails, request.flow_gbps * 1e9)
         # First-fit with ECMP hashing is the naive placement; evaluating it
         # guarantees the answer is never predicted worse than that.
         routings = _routings(fabric, state.drains, base, flows, hashed_too=servers == first_fit)
@@ -227,7 +297,11 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
     if best is None:
         raise NoCapacity(f"{wanted}: no candidate has a usable path ({last_error})")
     _, servers, flows, peak = best
-    gpus = tuple(Gpu(j * k + r, NicId(r, pod, idx)) for j, (pod, idx) in enumerate(sorted(servers)) for r in range(k))
+    gpus = tuple(
+        Gpu(j * k + local, NicId(rail, pod, idx))
+        for j, (pod, idx) in enumerate(sorted(servers))
+        for local, rail in enumerate(job_rails)
+    )
     return Job(request, gpus, tuple(flows), peak, now)
 
 

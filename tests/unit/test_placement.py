@@ -1,11 +1,13 @@
 """Job placement invariants, property-based over random request sequences."""
 
+import itertools
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.errors import Conflict
-from controller.fabric import NicId, build_fabric, parse_spec
+from controller.fabric import NicId, build_fabric, load_fabric, parse_spec
 from controller.intent.drains import rerouted_jobs
 from controller.intent.model import Intent
 from controller.southbound.overlay import desired_overlay
@@ -34,10 +36,11 @@ def used_nics(jobs):
     return [g.nic for job in jobs.values() for g in job.gpus]
 
 
-def free_servers(fabric, jobs, req):
-    """Independent of the placer: servers (in fabric order) where the request's
-    rails 0..k-1 are free and exclusivity allows it."""
+def free_servers(fabric, jobs, req, rails=None):
+    """Independent of the placer: servers (in fabric order) where `rails` (by
+    default 0..k-1) are free and exclusivity allows it."""
     k = req.per_server(rails_of(fabric))
+    rails = range(k) if rails is None else rails
     used = set(used_nics(jobs))
     exclusive = {(g.nic.pod, g.nic.server) for j in jobs.values() if j.request.exclusive for g in j.gpus}
     busy = {(n.pod, n.server) for n in used}
@@ -46,28 +49,32 @@ def free_servers(fabric, jobs, req):
         for s in fabric.servers
         if (s.pod, s.index) not in exclusive
         and not (req.exclusive and (s.pod, s.index) in busy)
-        and all(NicId(r, s.pod, s.index) not in used for r in range(k))
+        and all(NicId(r, s.pod, s.index) not in used for r in rails)
     ]
 
 
 def fits(fabric, jobs, req):
-    """Are there enough such servers within max_pods pods?"""
-    m = req.gpu_count // req.per_server(rails_of(fabric))
-    per_pod: dict[int, int] = {}
-    for pod, _ in free_servers(fabric, jobs, req):
-        per_pod[pod] = per_pod.get(pod, 0) + 1
-    best = sorted(per_pod.values(), reverse=True)[: req.max_pods or None]
-    return sum(best) >= m
-
-
-def first_fit_peak(fabric, jobs, req):
-    """The naive placement: first free servers in fabric order, paths by ECMP hash."""
+    """Is there a set of k rails free on enough servers within max_pods pods?"""
     k = req.per_server(rails_of(fabric))
     m = req.gpu_count // k
-    servers = free_servers(fabric, jobs, req)[:m]
+    for rails in itertools.combinations(range(rails_of(fabric)), k):
+        per_pod: dict[int, int] = {}
+        for pod, _ in free_servers(fabric, jobs, req, rails):
+            per_pod[pod] = per_pod.get(pod, 0) + 1
+        if sum(sorted(per_pod.values(), reverse=True)[: req.max_pods or None]) >= m:
+            return True
+    return False
+
+
+def first_fit_peak(fabric, jobs, req, rails=None):
+    """The naive placement on `rails`: first free servers in fabric order, paths by ECMP hash."""
+    k = req.per_server(rails_of(fabric))
+    m = req.gpu_count // k
+    rails = range(k) if rails is None else rails
+    servers = free_servers(fabric, jobs, req, rails)[:m]
     if len(servers) < m or (req.max_pods and len({p for p, _ in servers}) > req.max_pods):
         return None
-    flows = pattern_flows(req.pattern, servers, k, req.flow_gbps * 1e9)
+    flows = pattern_flows(req.pattern, servers, rails, req.flow_gbps * 1e9)
     base = jobs_load(fabric, jobs.values())
     _, layer = assign_hashed(fabric, Drains(), base, flows)
     return max(max_utilization(fabric, base), layer.touched_peak())
@@ -106,7 +113,7 @@ def test_placement_invariants_over_request_sequences(name, data):
         req = JobRequest(
             f"j{step}", req.gpu_count, req.pattern, req.flow_gbps, req.gpus_per_server, (), req.max_pods, req.exclusive
         )
-        naive = first_fit_peak(fabric, jobs, req)
+        jobs_before = dict(jobs)
         try:
             job = place(fabric, FabricState(dict(jobs)), req, now=float(step))
         except NoCapacity as exc:
@@ -119,11 +126,14 @@ def test_placement_invariants_over_request_sequences(name, data):
         assert len(nics) == len(set(nics)), "a GPU is in two jobs"
         k = req.per_server(rails_of(fabric))
         assert len(job.gpus) == req.gpu_count
+        rails = sorted({gpu.nic.rail for gpu in job.gpus})
+        assert len(rails) == k, "not the same rails on every server"
         for gpu in job.gpus:
-            assert gpu.nic.rail == gpu.rank % k, "rank not on its rail"
+            assert gpu.nic.rail == rails[gpu.rank % k], "rank not on its rail"
         if req.max_pods:
             assert len(job.pods) <= req.max_pods
         assert job.predicted_max_utilization == pytest.approx(max_utilization(fabric, jobs_load(fabric, jobs.values())))
+        naive = first_fit_peak(fabric, jobs_before, req, rails)
         if naive is not None:
             assert job.predicted_max_utilization <= naive + 1e-9, "worse than naive first-fit"
         desired_overlay(fabric, Intent(jobs=jobs))  # every placed flow renders to entries
@@ -193,3 +203,28 @@ def test_ring_flows_follow_server_order():
         (1, 0, 0, 0),
     ]
     assert all(isinstance(f, JobFlow) and f.demand_bps == 5.0 for f in flows)
+
+
+def test_small_jobs_pack_partly_used_servers_and_strand_nothing():
+    fabric = load_fabric()  # 2 pods x 2 servers x 2 rails: 8 GPUs
+    jobs: dict[str, Job] = {}
+    for n in range(8):
+        job = place(fabric, FabricState(dict(jobs)), JobRequest(f"one-{n}", 1, Pattern.RING, 10.0), now=float(n))
+        jobs[job.job_id] = job
+    assert sorted(g.nic for j in jobs.values() for g in j.gpus) == sorted(fabric.nics)  # every GPU, none refused
+    # The first two share a server: a 1-GPU job goes where it leaves the fewest free GPUs.
+    first, second = (jobs[f"one-{n}"].gpus[0].nic for n in range(2))
+    assert (first.pod, first.server) == (second.pod, second.server) and first.rail != second.rail
+
+
+def test_a_multi_server_job_smaller_than_its_servers_keeps_one_rail_set():
+    fabric = FABRICS["per-rail"]  # 4 rails per server
+    taken = place(fabric, FabricState(), JobRequest("a", 2, Pattern.RING, 10.0, gpus_per_server=2), now=0.0)
+    job = place(fabric, FabricState({"a": taken}), JobRequest("b", 4, Pattern.RING, 10.0, 2), now=1.0)
+    by_server: dict[tuple[int, int], set[int]] = {}
+    for gpu in job.gpus:
+        by_server.setdefault((gpu.nic.pod, gpu.nic.server), set()).add(gpu.nic.rail)
+    assert len(by_server) == 2 and len({frozenset(r) for r in by_server.values()}) == 1
+    # It fills the server "a" left half free before breaking into a whole one.
+    a_server = (taken.gpus[0].nic.pod, taken.gpus[0].nic.server)
+    assert a_server in by_server
