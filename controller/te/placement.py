@@ -19,6 +19,8 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.te.jobs import Drains, Gpu, Job, JobFlow, JobRequest, validate_request
 from controller.te.load import drained, jobs_load, max_utilization, merged
@@ -149,31 +151,32 @@ def choose_rails(
     if k >= rails:
         return tuple(range(rails)), available_servers(fabric, state, request, range(rails))
     masks = free_rail_masks(fabric, state, request.exclusive)
+    keys = list(masks)
+    free = np.array([masks[key] for key in keys], dtype=np.int64)
+    free_count = np.array([bin(mask).count("1") for mask in free.tolist()], dtype=np.int64)
+    pods = np.array([pod for pod, _ in keys], dtype=np.int64)
     sets = list(itertools.combinations(range(rails), k))
     if len(sets) > RAIL_SET_LIMIT:
         sets = [tuple(range(s, s + k)) for s in range(rails - k + 1)]
-    best: tuple[tuple, tuple[int, ...], dict[int, list[ServerKey]]] | None = None
+    best: tuple[tuple, tuple[int, ...], np.ndarray] | None = None
     for chosen in sets:
         want = sum(1 << r for r in chosen)
-        by_pod: dict[int, list[tuple[int, ServerKey]]] = defaultdict(list)
-        for key, mask in masks.items():
-            if mask & want == want:
-                by_pod[key[0]].append((bin(mask).count("1"), key))
-        fitting = sorted(by_pod[p] for p in by_pod)
-        pods_needed = request.max_pods or len(by_pod)
-        capacity = sum(sorted((len(v) for v in by_pod.values()), reverse=True)[:pods_needed])
-        if capacity < m:
+        fits = np.flatnonzero((free & want) == want)
+        per_pod = np.bincount(pods[fits])
+        if np.sort(per_pod)[::-1][: request.max_pods or None].sum() < m:
             continue
         # Tightest fit first: the free GPUs the job's m best servers would leave.
-        leftover = sum(sorted(free for servers in fitting for free, _ in servers)[:m])
+        leftover = int(np.sort(free_count[fits])[:m].sum())
         aligned = chosen[0] % k == 0 and chosen == tuple(range(chosen[0], chosen[0] + k))
         score = (leftover, not aligned, chosen)
         if best is None or score < best[0]:
-            avail = {pod: [key for _, key in sorted(servers)] for pod, servers in by_pod.items()}
-            best = (score, chosen, avail)
+            best = (score, chosen, fits)
     if best is None:
         return tuple(range(k)), {}
-    return best[1], best[2]
+    avail: dict[int, list[ServerKey]] = defaultdict(list)
+    for i in sorted(best[2].tolist(), key=lambda i: (free_count[i], keys[i])):
+        avail[keys[i][0]].append(keys[i])
+    return best[1], dict(avail)
 
 
 SINGLE_POD_CANDIDATES = 2
