@@ -1,5 +1,5 @@
-"""Placement benchmark on the 16,384-GPU spec (16 pods x 128 servers x 8 rails,
-8 planes of 16 spines).
+"""Placement benchmark on the 16,384-GPU spec (large.yaml, FT2-shaped: 64 pods
+x 32 servers x 8 rails, 8 planes of 32 spines, 400G everywhere).
 
 A seeded stream of scheduler requests (8 to 1024 GPUs; ring, tree and
 all-to-all; 50 Gb/s per flow) runs until the fabric is full, after which a
@@ -192,7 +192,7 @@ def main() -> None:
     fabric.warm()
     gc.freeze()  # as the daemon does: the fabric's caches are permanent, keep them out of GC passes
     warm_s = time.perf_counter() - started
-    assert fabric.gpu_count == 16384 and NicId(7, 15, 127) in fabric.nics
+    assert fabric.gpu_count == 16384 and NicId(7, 63, 31) in fabric.nics
     stream = requests(args.requests, args.seed)
     result = {
         "benchmark": "placement",

@@ -1,12 +1,8 @@
 """Builders: FabricSpec -> Fabric, one per fabric kind.
 
-Port numbering (derived, never stored):
-- rail leaf: ports 1..S face servers (server s on port s+1), then uplinks,
-  spine j on port S+1+j;
-- shared spine: leaf (pod p, rail r) on port 1 + p*R + r;
-- per-rail spine: leaf (pod p, its rail) on port 1 + p;
-- fat tree: edge ports 1..k/2 face hosts, k/2+1..k face aggs; agg ports
-  1..k/2 face edges, k/2+1..k face cores; core port p+1 faces pod p.
+Each builder cables its switches with the port numbering of its topology
+(topology.py, where the numbering is written down) and hands the Fabric that
+topology, which routes by the same formulas.
 """
 
 from __future__ import annotations
@@ -15,6 +11,7 @@ from controller.fabric import addressing as ad
 from controller.fabric.addressing import NicId
 from controller.fabric.model import Endpoint, Fabric, Link, Server, Switch, Tier
 from controller.fabric.spec import FabricSpec, Kind, PlaneMode
+from controller.fabric.topology import FatTreeTopology, RailTopology
 
 GBPS = 1e9
 MBPS = 1e6
@@ -53,8 +50,8 @@ def _servers(spec: FabricSpec) -> tuple[Server, ...]:
 def _rail_fabric(spec: FabricSpec) -> Fabric:
     """Rail-optimized (shared or per-rail spines) and rail-only (no spines)."""
     rates = _Rates(spec)
+    topo = RailTopology(spec)
     servers = _servers(spec)
-    n_down = spec.servers_per_pod
     switches: list[Switch] = []
     links: list[Link] = []
 
@@ -62,45 +59,36 @@ def _rail_fabric(spec: FabricSpec) -> Fabric:
         for rail in range(spec.rails):
             leaf = ad.leaf_name(pod, rail)
             switches.append(Switch(leaf, Tier.LEAF, ad.dpid("leaf", pod, rail, 0), index=0, pod=pod, rail=rail))
-            for s in range(n_down):
+            for s in range(spec.servers_per_pod):
                 nic = NicId(rail, pod, s)
-                links.append(rates.link(Endpoint(ad.nic_name(nic), 0), Endpoint(leaf, s + 1)))
+                links.append(rates.link(Endpoint(ad.nic_name(nic), 0), Endpoint(leaf, topo.access_port(s))))
 
     if spec.kind is Kind.RAIL_OPTIMIZED:
-        uplink_scale = n_down / (spec.spines * spec.oversubscription)
-        if spec.plane_mode is PlaneMode.SHARED:
-            for j in range(spec.spines):
-                spine = ad.spine_name(j)
-                switches.append(Switch(spine, Tier.SPINE, ad.dpid("spine", 0, 0, j), index=j))
-                for pod in range(spec.pods):
-                    for rail in range(spec.rails):
-                        links.append(
-                            rates.link(
-                                Endpoint(ad.leaf_name(pod, rail), n_down + 1 + j),
-                                Endpoint(spine, 1 + pod * spec.rails + rail),
-                                uplink_scale,
-                            )
-                        )
-        else:
-            for rail in range(spec.rails):
-                for j in range(spec.spines):
-                    spine = ad.spine_name(j, plane=rail)
+        uplink_scale = spec.servers_per_pod / (spec.spines * spec.oversubscription)
+        per_rail = spec.plane_mode is PlaneMode.PER_RAIL
+        for plane, names in enumerate(topo.spine_names):
+            for j, spine in enumerate(names):
+                if per_rail:
                     switches.append(
-                        Switch(spine, Tier.SPINE, ad.dpid("spine", 0, rail, j), index=j, rail=rail, plane=rail)
+                        Switch(spine, Tier.SPINE, ad.dpid("spine", 0, plane, j), index=j, rail=plane, plane=plane)
                     )
-                    for pod in range(spec.pods):
+                else:
+                    switches.append(Switch(spine, Tier.SPINE, ad.dpid("spine", 0, 0, j), index=j))
+                for pod in range(spec.pods):
+                    for rail in [plane] if per_rail else range(spec.rails):
                         links.append(
                             rates.link(
-                                Endpoint(ad.leaf_name(pod, rail), n_down + 1 + j),
-                                Endpoint(spine, 1 + pod),
+                                Endpoint(ad.leaf_name(pod, rail), topo.leaf_uplink_port(j)),
+                                Endpoint(spine, topo.spine_port(pod, rail)),
                                 uplink_scale,
                             )
                         )
-    return Fabric(spec, tuple(switches), servers, tuple(links))
+    return Fabric(spec, tuple(switches), servers, tuple(links), topo)
 
 
 def _fat_tree(spec: FabricSpec) -> Fabric:
     rates = _Rates(spec)
+    topo = FatTreeTopology(spec)
     half = spec.k // 2
     servers = _servers(spec)
     switches: list[Switch] = []
@@ -113,12 +101,15 @@ def _fat_tree(spec: FabricSpec) -> Fabric:
             switches.append(Switch(edge, Tier.LEAF, ad.dpid("leaf", pod, 0, e), index=e, pod=pod, rail=0))
             for h in range(half):
                 nic = NicId(0, pod, e * half + h)
-                links.append(rates.link(Endpoint(ad.nic_name(nic), 0), Endpoint(edge, h + 1)))
+                links.append(rates.link(Endpoint(ad.nic_name(nic), 0), Endpoint(edge, topo.down_port(h))))
         for a in range(half):
             agg = ad.agg_name(pod, a)
             switches.append(Switch(agg, Tier.AGG, ad.dpid("agg", pod, 0, a), index=a, pod=pod, rail=0))
             for e in range(half):
-                links.append(rates.link(Endpoint(ad.edge_name(pod, e), half + 1 + a), Endpoint(agg, e + 1)))
+                links.append(
+                    rates.link(Endpoint(ad.edge_name(pod, e), topo.up_port(a)), Endpoint(agg, topo.down_port(e)))
+                )
             for i in range(half):
-                links.append(rates.link(Endpoint(agg, half + 1 + i), Endpoint(ad.spine_name(a * half + i), pod + 1)))
-    return Fabric(spec, tuple(switches), servers, tuple(links))
+                core = ad.spine_name(topo.core_of(a, i))
+                links.append(rates.link(Endpoint(agg, topo.up_port(i)), Endpoint(core, topo.down_port(pod))))
+    return Fabric(spec, tuple(switches), servers, tuple(links), topo)

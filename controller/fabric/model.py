@@ -1,8 +1,12 @@
-"""The fabric as data: switches, servers, NICs and links, plus a networkx graph.
+"""The fabric as data: switches, servers, NICs and links, and its routing.
 
 Built only by builders.py from a FabricSpec; immutable afterwards. Link
 capacities are kept twice, for the real fabric and for the emulation, so the
 same model serves a 16k-GPU placement benchmark and a 2-pod Mininet run.
+Routing (equal-cost paths, vias, hops, ECMP sets) is answered by the
+builder's Topology from coordinates (topology.py), not by searching a graph:
+nothing grows with leaf pairs, and a 16k-GPU fabric builds in a fraction of
+a second.
 """
 
 from __future__ import annotations
@@ -11,13 +15,16 @@ import enum
 import itertools
 from dataclasses import dataclass
 from functools import cached_property
-from typing import NamedTuple
-
-import networkx as nx
+from typing import TYPE_CHECKING, NamedTuple
 
 from controller.fabric import addressing
 from controller.fabric.addressing import NicId
 from controller.fabric.spec import FabricSpec
+
+if TYPE_CHECKING:
+    import networkx as nx
+
+    from controller.fabric.topology import Topology
 
 
 class Tier(str, enum.Enum):
@@ -86,8 +93,10 @@ class Fabric:
         switches: tuple[Switch, ...],
         servers: tuple[Server, ...],
         links: tuple[Link, ...],
+        topology: Topology,
     ) -> None:
         self.spec = spec
+        self._topology = topology
         self.switches = {s.name: s for s in switches}
         self.servers = servers
         self.links = links
@@ -135,6 +144,15 @@ class Fabric:
             return self._nic_ends[nic]
         except KeyError:
             raise FabricError(f"no NIC {nic} in fabric {self.spec.name}") from None
+
+    def _known(self, src: NicId, dst: NicId) -> None:
+        """Raises FabricError unless both NICs are in the fabric (src checked first)."""
+        self._nic_end(src)
+        self._nic_end(dst)
+
+    @cached_property
+    def _nic_names(self) -> dict[str, NicId]:
+        return {addressing.nic_name(n): n for n in self.nics}
 
     def nic_egress(self, nic: NicId) -> Endpoint:
         """The NIC's own transmit side (port 0), where its traffic enters the fabric."""
@@ -189,13 +207,79 @@ class Fabric:
 
     def local_nics(self, switch: str) -> dict[int, NicId]:
         """NICs directly attached to a switch, by port."""
-        by_name = {addressing.nic_name(n): n for n in self.nics}
+        by_name = self._nic_names
         return {port: by_name[link.peer(switch).node] for port, link in self.ports(switch).items() if link.is_access}
 
-    # --- graph -------------------------------------------------------------
+    # --- routing (by the builder's formulas, see topology.py) ----------------
+    def next_hops(self, switch: str, dst: NicId) -> tuple[int, ...]:
+        """Ports of `switch` on every shortest path to `dst` (the ECMP set)."""
+        attachment = self.attachment(dst)
+        if switch == attachment.node:
+            return (attachment.port,)
+        sw = self.switches.get(switch)
+        return () if sw is None else self._topology.next_hops(sw, dst)
+
+    def equal_cost_paths(self, src: NicId, dst: NicId) -> list[tuple[str, ...]]:
+        """Every shortest switch path from src's leaf to dst's leaf, sorted."""
+        self._known(src, dst)
+        return self._topology.paths(src, dst)
+
+    def vias(self, src: NicId, dst: NicId) -> tuple[str, ...]:
+        """The switches in the middle of the src->dst equal-cost paths, sorted:
+        spines, a fat tree's cores (or, within a pod, its aggregation switches)."""
+        self._known(src, dst)
+        return self._topology.vias(src, dst)
+
+    def _switch_hops(self, src: NicId, dst: NicId, via: str | None) -> tuple[Endpoint, ...]:
+        """Egress ports from src's leaf up to (not including) dst's leaf, on the
+        first (sorted) equal-cost path that crosses `via`. Depends only on the
+        two leaves; derived per call, nothing is cached per pair."""
+        self._known(src, dst)
+        topo = self._topology
+        if via is not None:
+            hops = topo.via_hops(src, dst, via)
+            if hops is not None:
+                return hops
+            # `via` is no path's middle (a leaf's name, say): the general rule, on the rare path.
+            paths = [p for p in topo.paths(src, dst) if via in p]
+        else:
+            count = topo.path_count(src, dst)
+            if count == 1:  # one path: across its one via, or within one leaf
+                vias = topo.vias(src, dst)
+                return (topo.via_hops(src, dst, vias[0]) or ()) if vias else ()
+            paths = [] if count == 0 else topo.paths(src, dst)
+        a, b = self.attachment(src).node, self.attachment(dst).node
+        if not paths:
+            raise FabricError(f"no equal-cost path from {a} to {b}" + (f" via {via}" if via else ""))
+        if via is None:
+            raise FabricError(f"{a} to {b} has {len(paths)} equal-cost paths: name the one to use")
+        return tuple(Endpoint(here, self._port_towards[(here, there)]) for here, there in itertools.pairwise(paths[0]))
+
+    @cached_property
+    def _port_towards(self) -> dict[tuple[str, str], int]:
+        """(switch, neighbour switch) -> the (lowest) port that faces it. Only
+        for the rare path above."""
+        out: dict[tuple[str, str], int] = {}
+        for here, ports in self._ports.items():
+            for port, link in sorted(ports.items(), reverse=True):
+                if not link.is_access:
+                    out[(here, link.peer(here).node)] = port
+        return out
+
+    def warm(self) -> None:
+        """Builds the per-fabric lookups (NIC ends, capacities, pod uplinks, the
+        spine tier: all O(links)) so the first placements on a large fabric do
+        not pay for them. Paths need nothing: they are derived per call. The
+        daemon calls this at start."""
+        for name in ("nics", "_nic_ends", "_nic_names", "capacity_bps", "pod_uplinks", "spine_tier", "rails"):
+            getattr(self, name)
+
     @cached_property
     def graph(self) -> nx.Graph:
-        """Undirected graph over switch names and NIC names; edges carry `link`."""
+        """Undirected graph over switch names and NIC names; edges carry `link`.
+        Built on first use: routing never needs it."""
+        import networkx as nx  # only for callers that want a graph; costs 0.1 s to import
+
         graph = nx.Graph()
         for switch in self.switches.values():
             graph.add_node(switch.name, kind="switch", tier=switch.tier.value)
@@ -205,110 +289,17 @@ class Fabric:
             graph.add_edge(link.a.node, link.b.node, link=link, capacity_bps=link.capacity_bps)
         return graph
 
-    def next_hops(self, switch: str, dst: NicId) -> tuple[int, ...]:
-        """Ports of `switch` on every shortest path to `dst` (the ECMP set)."""
-        dist = self._distances_to(self.attachment(dst).node)
-        here = dist.get(switch)
-        if here is None:
-            return ()
-        if here == 0:
-            return (self.attachment(dst).port,)
-        return tuple(
-            port
-            for port, link in sorted(self.ports(switch).items())
-            if dist.get(link.peer(switch).node, -1) == here - 1
-        )
-
-    def _distances_to(self, leaf: str) -> dict[str, int]:
-        cache = self.__dict__.setdefault("_dist_cache", {})
-        if leaf not in cache:
-            cache[leaf] = nx.single_source_shortest_path_length(self._switch_graph, leaf)
-        return cache[leaf]
-
-    @cached_property
-    def _switch_graph(self) -> nx.Graph:
-        # A materialised copy: filtered subgraph views cost a predicate call per edge visit.
-        return self.graph.subgraph(self.switches).copy()
-
-    def equal_cost_paths(self, src: NicId, dst: NicId) -> list[tuple[str, ...]]:
-        """Every shortest switch path from src's leaf to dst's leaf (computed once per leaf pair)."""
-        a, b = self.attachment(src).node, self.attachment(dst).node
-        cache = self.__dict__.setdefault("_paths_cache", {})
-        if (a, b) not in cache:
-            dist = self._distances_to(b)
-            cache[(a, b)] = sorted(self._descend(a, dist)) if a in dist else []
-        return list(cache[(a, b)])
-
-    def _descend(self, here: str, dist: dict[str, int]) -> list[tuple[str, ...]]:
-        """Every path from `here` that gets one hop closer to the target each step."""
-        if dist[here] == 0:
-            return [(here,)]
-        closer = sorted(
-            {
-                link.peer(here).node
-                for link in self._ports[here].values()
-                if dist.get(link.peer(here).node, -1) == dist[here] - 1
-            }
-        )
-        return [(here, *rest) for node in closer for rest in self._descend(node, dist)]
-
-    def vias(self, src: NicId, dst: NicId) -> tuple[str, ...]:
-        """The top-tier switches (spines, fat-tree cores) that src->dst equal-cost paths cross."""
-        a, b = self.attachment(src).node, self.attachment(dst).node
-        cache = self.__dict__.setdefault("_vias_cache", {})
-        if (a, b) not in cache:
-            cache[(a, b)] = tuple(sorted({p[len(p) // 2] for p in self.equal_cost_paths(src, dst) if len(p) > 1}))
-        return cache[(a, b)]
-
-    def _switch_hops(self, src: NicId, dst: NicId, via: str | None) -> tuple[Endpoint, ...]:
-        """Egress ports from src's leaf up to (not including) dst's leaf, on the
-        first (sorted) equal-cost path that crosses `via`. Depends only on the
-        two leaves, so it is computed once per (leaf pair, via)."""
-        a, b = self.attachment(src).node, self.attachment(dst).node
-        cache = self.__dict__.setdefault("_hop_cache", {})
-        key = (a, b, via)
-        if key not in cache:
-            paths = sorted(p for p in self.equal_cost_paths(src, dst) if via is None or via in p)
-            if not paths:
-                raise FabricError(f"no equal-cost path from {a} to {b}" + (f" via {via}" if via else ""))
-            if via is None and len(paths) > 1:
-                raise FabricError(f"{a} to {b} has {len(paths)} equal-cost paths: name the one to use")
-            path = paths[0]
-            cache[key] = tuple(
-                Endpoint(here, self._port_towards[(here, there)]) for here, there in itertools.pairwise(path)
-            )
-        return cache[key]
-
-    @cached_property
-    def _port_towards(self) -> dict[tuple[str, str], int]:
-        """(switch, neighbour switch) -> the (lowest) port that faces it."""
-        out: dict[tuple[str, str], int] = {}
-        for here, ports in self._ports.items():
-            for port, link in sorted(ports.items(), reverse=True):
-                if not link.is_access:
-                    out[(here, link.peer(here).node)] = port
-        return out
-
-    def warm(self) -> None:
-        """Computes the path caches for every pair of leaves serving the same
-        rail (where collective traffic flows), so the first placements on a
-        large fabric do not pay for them. The daemon calls this at start."""
-        by_rail: dict[int | None, list[NicId]] = {}
-        for leaf in self.switches_in(Tier.LEAF):
-            nics = self.local_nics(leaf.name)
-            if nics:
-                by_rail.setdefault(leaf.rail, []).append(next(iter(nics.values())))
-        for representatives in by_rail.values():
-            for src in representatives:
-                for dst in representatives:
-                    if src != dst:
-                        for via in self.vias(src, dst) or (None,):
-                            self._switch_hops(src, dst, via)
-
     def egress_path(self, src: NicId, dst: NicId, via: str | None = None) -> tuple[Endpoint, ...]:
         """Every egress a src->dst packet leaves through: the source NIC (port 0),
         each switch on the way, and the last leaf's port to dst. `via` (a
         spine, or a fat tree's core) picks among equal-cost paths."""
+        # The hottest call of placement and TE: the common case in as few calls as it takes.
+        ends = self._nic_ends
+        s, d = ends.get(src), ends.get(dst)
+        if s is not None and d is not None and via is not None:
+            hops = self._topology.via_hops(src, dst, via)
+            if hops is not None:
+                return (s[1], *hops, d[2])
         return (self._nic_end(src)[1], *self._switch_hops(src, dst, via), self._nic_end(dst)[2])
 
     def steering_hops(self, src: NicId, dst: NicId, via: str) -> tuple[Endpoint, ...]:

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import networkx as nx
-
 from controller.errors import Conflict, FieldError, NotFound
 from controller.fabric import Endpoint, Fabric, Tier
 from controller.fabric import addressing as ad
@@ -86,6 +84,8 @@ def rerouted_jobs(fabric: Fabric, intent: Intent, drains: Drains) -> dict[str, J
 
 def _leaf_components(fabric: Fabric, drains: Drains) -> int:
     """Connected groups of leaves over undrained switches and links."""
+    import networkx as nx  # only drains need a graph: the fabric routes by formula
+
     graph = nx.Graph()
     for switch in fabric.switches:
         if switch not in drains.switches:
