@@ -121,7 +121,7 @@ def step(
                 starved.append(e)
                 starved_routes.append(found)
 
-    incasts = find_incasts(fabric, flows, fresh, now, cfg)
+    incasts = find_incasts(fabric, flows, fresh, now, cfg, steered)
     meters = meter_incasts(fabric, state.meters, incasts, now, cfg)
     for dst, senders in sorted(incasts.items()):
         if ad.nic_ip(dst) not in state.incasts:

@@ -47,7 +47,7 @@ def find_elephants(
         if not found.vias:
             continue  # same leaf: nothing to steer
         move = moves.get(key)
-        via = move.via if move is not None else index.next_hop(sample.ingress)
+        via = move.via if move is not None else index.via_of(found, sample.ingress)
         last = recent.get(key)
         rate = sample.rate_bps if last is None else (1 - a) * last.elephant.rate_bps + a * sample.rate_bps
         seen.append((key, src, dst, rate, via))
@@ -55,13 +55,6 @@ def find_elephants(
     demands = _hedera([s[1] for s in seen], [s[2] for s in seen], fabric.spec.rates.nic_gbps * 1e9).tolist()
     out = [Elephant(*s, min(d, r.bottleneck_bps)) for s, d, r in zip(seen, demands, routes)]
     return out, routes
-
-
-def ingress_next_hop(fabric: Fabric, sample: FlowSample) -> str:
-    """Where the flow's ingress leaf sends it (its spine, in a 2-tier fabric); "" if unreported."""
-    if sample.ingress is None:
-        return ""
-    return fabric.link_at(sample.ingress).peer(sample.ingress.node).node
 
 
 def estimate_demands(elephants: Sequence[Elephant], nic_bps: float, rounds: int = 10) -> dict[FlowKey, float]:

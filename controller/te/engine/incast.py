@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 
 from controller.fabric import Endpoint, Fabric, NicId
-from controller.te.engine.elephants import ingress_next_hop
+from controller.te.engine.links import link_index
 from controller.te.engine.state import EngineConfig, Meter, Move, nic_of
 from controller.te.view import FlowKey, FlowSample, PortSample
 
@@ -18,10 +18,13 @@ def find_incasts(
     ports: Mapping[Endpoint, PortSample],
     now: float,
     cfg: EngineConfig,
+    steered: frozenset[tuple[NicId, NicId]] = frozenset(),
 ) -> dict[NicId, list[tuple[FlowKey, NicId]]]:
     """Receivers in incast -> their senders' flows (key, source NIC). The
     offered load is the larger of what the receiver's port sends and what its
-    senders' flows measure at their ingress (before any meter of ours)."""
+    senders' flows measure at their ingress (before any meter of ours). A
+    placed job's own flows (an all-to-all converges on every NIC by design)
+    count as load but are never metered as senders."""
     floor = max(cfg.incast_sender_fraction * fabric.spec.rates.nic_gbps * 1e9, 1.0)
     oldest = now - cfg.max_age_s
     by_address: dict[str, list[FlowKey]] = defaultdict(list)
@@ -37,7 +40,8 @@ def find_incasts(
         for key in keys:
             src = nic_of(key[0])
             if src is not None and dst is not None and src != dst:
-                senders[dst].append((key, src))
+                if (src, dst) not in steered:
+                    senders[dst].append((key, src))
                 offered[dst] += flows[key].rate_bps
     out = {}
     for dst, flows_in in senders.items():
@@ -96,6 +100,7 @@ def pin_metered(
         sample = flows.get(key)
         if key in moves or sample is None:
             continue
-        via = ingress_next_hop(fabric, sample)
-        if via in fabric.vias(meter.src, meter.dst):
+        index = link_index(fabric)
+        via = index.via_of(index.routes(meter.src, meter.dst), sample.ingress)
+        if via:
             moves[key] = Move(key, meter.src, meter.dst, via, now, now)

@@ -48,7 +48,7 @@ class LinkIndex:
         self._routes: dict[tuple[str, str], Routes] = {}
         self._pairs: dict[tuple[NicId, NicId], Routes] = {}  # a cycle asks for every elephant's
         self._dead: tuple[Drains, np.ndarray] | None = None
-        self._next_hops: dict[Endpoint, str] = {}
+        self._vias_at: dict[tuple[int, Endpoint], str] = {}  # (routes, ingress port) -> via
 
     def routes(self, src: NicId, dst: NicId) -> Routes:
         found = self._pairs.get((src, dst))
@@ -75,13 +75,18 @@ class LinkIndex:
             self._routes[(a, b)] = found
         return found
 
-    def next_hop(self, ingress: Endpoint | None) -> str:
-        """The switch an ingress leaf's egress port faces ("" if unreported)."""
+    def via_of(self, routes: Routes, ingress: Endpoint | None) -> str:
+        """The via a flow takes, from the egress port its ingress leaf sends it
+        out of; "" if unreported or if that port does not tell (in a fat tree
+        it faces an aggregation switch, which hashes among several cores)."""
         if ingress is None:
             return ""
-        found = self._next_hops.get(ingress)
+        found = self._vias_at.get((routes.base, ingress))
         if found is None:
-            found = self._next_hops[ingress] = self.fabric.link_at(ingress).peer(ingress.node).node
+            link = self.ids.get(ingress)
+            first = routes.hops[:, 0].tolist() if routes.hops.size else []
+            found = routes.vias[first.index(link)] if first.count(link) == 1 else ""
+            self._vias_at[(routes.base, ingress)] = found
         return found
 
     def table(self) -> np.ndarray:

@@ -177,14 +177,18 @@ def rebalance(
     switch did not say), moves those on dead links, then fixes every link
     over capacity that a move can fix. Updates `moves`."""
     fleet = _Fleet(index, elephants, routes, background)
-    for i in np.flatnonzero(fleet.rows < 0).tolist():  # the switches did not say where these are
+    # Where the switches did not say where a flow is, it counts as load where
+    # it would do least harm, and is not moved: a move judged against a guessed
+    # path can leave the fabric worse than the hash did.
+    located = fleet.rows >= 0
+    for i in np.flatnonzero(~located).tolist():
         fleet.place(i, fleet.least_loaded(i, dead) or 0)
     decisions: list[Decision] = []
 
     def movable(i: int) -> bool:
         e = elephants[i]
         move = moves.get(e.key)
-        return (e.src, e.dst) not in steered and not (move is not None and move.held)
+        return bool(located[i]) and (e.src, e.dst) not in steered and not (move is not None and move.held)
 
     def moved(i: int, row: int, why: str) -> None:
         e = elephants[i]
