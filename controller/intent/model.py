@@ -98,10 +98,15 @@ class Intent:
         }
 
     @cached_property
-    def steered_pairs(self) -> frozenset[tuple[NicId, NicId]]:
-        """NIC pairs a pin or a placed job steers; computed once per snapshot."""
-        jobs = {(f.src, f.dst) for job in self.jobs.values() for f in job.flows if f.via}
-        return frozenset(jobs | {(m.src, m.dst) for m in self.steered})
+    def job_pairs(self) -> frozenset[tuple[NicId, NicId]]:
+        """NIC pairs placed jobs' flows run between; computed once per snapshot."""
+        return frozenset((f.src, f.dst) for job in self.jobs.values() for f in job.flows)
+
+    @cached_property
+    def pinned_pairs(self) -> frozenset[tuple[NicId, NicId]]:
+        """NIC pairs an operator's pin steers: adaptive TE leaves them alone
+        (a placed job's flows it may rebalance among their spines)."""
+        return frozenset((m.src, m.dst) for m in self.steered)
 
     @cached_property
     def steered(self) -> dict[FlowMatch, str]:

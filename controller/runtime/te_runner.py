@@ -119,7 +119,15 @@ class TeRunner:
             before = self._state
         intent = self.intent.snapshot()
         state, decisions = step(
-            self.fabric, before, view_flows, view_ports, now, self.config, intent.drains, intent.steered_pairs
+            self.fabric,
+            before,
+            view_flows,
+            view_ports,
+            now,
+            self.config,
+            intent.drains,
+            intent.pinned_pairs,
+            intent.job_pairs,
         )
         changed = (
             state.moves.keys() != before.moves.keys()

@@ -31,11 +31,14 @@ COOKIE_PREFIX_MASK = 0xFFFF << 48
 COOKIE_ALL = (1 << 64) - 1
 OWNER_KINDS = {"pin": 1, "job": 2, "te": 3}
 
-# Above every underlay priority (max 3000). A 5-tuple pin beats a NIC-pair pin.
+# Above every underlay priority (max 3000). A 5-tuple pin beats a NIC-pair
+# pin; a job's flows are NIC pairs at PRIORITY_PIN_PAIR too.
 PRIORITY_PIN_PAIR = 20000
 PRIORITY_PIN_FLOW = 20100
-# Adaptive TE moves sit below every pin: an operator's or a job's choice wins.
-PRIORITY_TE_MOVE = 19900
+# An adaptive TE move (one 5-tuple) may rebalance a placed job's flow among
+# its spines, so it sits above NIC-pair entries; it never touches a pinned
+# pair (the engine is told those), and a 5-tuple pin still beats it.
+PRIORITY_TE_MOVE = 20050
 
 IPV4 = 0x0800
 IP_PROTO = {"tcp": 6, "udp": 17}

@@ -9,7 +9,7 @@ import pytest
 
 from controller.fabric import NicId, build_fabric, parse_spec
 from controller.te.engine import TeState, step
-from tests.unit.test_engine import World, flow_key
+from tests.unit.test_engine import World, collided_world, flow_key
 
 RATES = "rates: {nic_gbps: 400, emulated_nic_mbps: 50}\n"
 # 3 spines over 2 servers per pod at 1:1: every uplink is 2/3 of a NIC.
@@ -97,3 +97,23 @@ def test_one_cycle_fixes_every_collision_of_a_fabric_wide_permutation():
     assert aggregate(world, state.moves) == pytest.approx(len(world.flows) * 400e9)
     _, ports = world.telemetry(100.2, state.moves)
     assert all(p.tx_bps <= WIDE.capacity_bps[e] * (1 + 1e-9) for e, p in ports.items())
+
+
+def test_a_placed_jobs_flows_are_never_metered_as_incast_senders():
+    # Three of a job's NICs send to one receiver, as an all-to-all does to every NIC.
+    dst = NicId(0, 1, 0)
+    senders = [NicId(0, 0, s) for s in range(3)]
+    world = World(CROWDED, {flow_key(s, dst, 41000 + i): (s, dst, "ryr0s0") for i, s in enumerate(senders)})
+    flows, ports = world.telemetry(100.0, {})
+    state, decisions = step(CROWDED, TeState(), flows, ports, 100.0, jobs=frozenset((s, dst) for s in senders))
+    assert state.meters == {} and "incast" not in [d.kind for d in decisions]
+    state, _ = step(CROWDED, TeState(), flows, ports, 100.0)
+    assert state.meters  # the same traffic from strangers is an incast
+
+
+def test_a_placed_jobs_collided_flows_are_rebalanced():
+    world = collided_world()
+    flows, ports = world.telemetry(100.0, {})
+    jobs = frozenset((s, d) for s, d, _ in world.flows.values())
+    state, decisions = step(world.fabric, TeState(), flows, ports, 100.0, jobs=jobs)
+    assert [str(d.kind) for d in decisions].count("reroute") == 1 and len(state.moves) == 1

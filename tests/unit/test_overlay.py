@@ -174,7 +174,7 @@ def test_te_moves_render_below_pins_with_acks_and_round_trip_through_the_switch_
     move = Move(key, A, B, "rys1", moved_at=5.0, last_seen=5.0)
     entries = te_entries(FABRIC, [move])
     assert {e.switch for e in entries} == {"ryl0r0", "ryl1r0"}  # data at the source leaf, ACKs at the far leaf
-    assert all(e.priority == PRIORITY_TE_MOVE < PRIORITY_PIN_PAIR for e in entries)
+    assert all(PRIORITY_PIN_PAIR < e.priority == PRIORITY_TE_MOVE < PRIORITY_PIN_FLOW for e in entries)
     assert all(e.actions == ("dec_ttl", "output:4") for e in entries)
     adopted = [m for m in (move_from_entry(FABRIC, e, now=9.0) for e in entries) if m]
     assert adopted == [Move(key, A, B, "rys1", 9.0, 9.0)]  # the ACK entry is not a move of its own
@@ -183,10 +183,10 @@ def test_te_moves_render_below_pins_with_acks_and_round_trip_through_the_switch_
     assert [e.switch for e in te_entries(FABRIC, [udp])] == ["ryl0r0"]
 
 
-def test_steered_pairs_cover_both_directions_of_symmetric_pins():
+def test_pinned_pairs_cover_both_directions_of_symmetric_pins():
     intent = Intent().with_pin(pin("p1"))
-    assert intent.steered_pairs == {(A, B), (B, A)}
-    assert Intent().with_pin(pin("p2", symmetric=False)).steered_pairs == {(A, B)}
+    assert intent.pinned_pairs == {(A, B), (B, A)}
+    assert Intent().with_pin(pin("p2", symmetric=False)).pinned_pairs == {(A, B)}
 
 
 def test_incast_meters_ride_on_the_ingress_entry_in_the_switch_units():

@@ -68,9 +68,13 @@ def step(
     cfg: EngineConfig = EngineConfig(),
     drains: Drains = Drains(),
     steered: frozenset[tuple[NicId, NicId]] = frozenset(),
+    jobs: frozenset[tuple[NicId, NicId]] = frozenset(),
 ) -> tuple[TeState, list[Decision]]:
-    """`steered`: NIC pairs a pin or a placed job already steers. Their flows
-    count as load but are never moved: that intent outranks adaptive TE."""
+    """`steered`: NIC pairs an operator pins. Their flows count as load but
+    are never moved: that intent outranks adaptive TE (a move made before the
+    pin is given back). `jobs`: NIC pairs of placed jobs' flows. TE may
+    rebalance them among their spines, but never meters them as incast
+    senders: a job's all-to-all converges on every NIC by design."""
     index = link_index(fabric)
     decisions: list[Decision] = []
     moves = dict(state.moves)
@@ -91,6 +95,10 @@ def step(
     elephants, routes = find_elephants(fabric, index, flows, moves, before, now, cfg)
     seen = {e.key for e in elephants}
     for key, move in list(moves.items()):
+        if (move.src, move.dst) in steered:
+            del moves[key]
+            decisions.append(Decision(DecisionKind.EXPIRE, describe_flow(key), "pinned by intent; TE lets go", now))
+            continue
         if key in seen:
             continue
         last_seen = max(move.last_seen, state.recent[key].at if key in state.recent else move.last_seen)
@@ -121,7 +129,7 @@ def step(
                 starved.append(e)
                 starved_routes.append(found)
 
-    incasts = find_incasts(fabric, flows, fresh, now, cfg, steered)
+    incasts = find_incasts(fabric, flows, fresh, now, cfg, jobs)
     meters = meter_incasts(fabric, state.meters, incasts, now, cfg)
     for dst, senders in sorted(incasts.items()):
         if ad.nic_ip(dst) not in state.incasts:

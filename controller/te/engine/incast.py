@@ -18,7 +18,7 @@ def find_incasts(
     ports: Mapping[Endpoint, PortSample],
     now: float,
     cfg: EngineConfig,
-    steered: frozenset[tuple[NicId, NicId]] = frozenset(),
+    jobs: frozenset[tuple[NicId, NicId]] = frozenset(),
 ) -> dict[NicId, list[tuple[FlowKey, NicId]]]:
     """Receivers in incast -> their senders' flows (key, source NIC). The
     offered load is the larger of what the receiver's port sends and what its
@@ -40,7 +40,7 @@ def find_incasts(
         for key in keys:
             src = nic_of(key[0])
             if src is not None and dst is not None and src != dst:
-                if (src, dst) not in steered:
+                if (src, dst) not in jobs:
                     senders[dst].append((key, src))
                 offered[dst] += flows[key].rate_bps
     out = {}
