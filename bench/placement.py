@@ -1,18 +1,26 @@
 """Placement benchmark on the 16,384-GPU spec (large.yaml, FT2-shaped: 64 pods
-x 32 servers x 8 rails, 8 planes of 32 spines, 400G everywhere).
+x 32 servers x 8 rails, 8 planes of 32 spines, 400G everywhere; the same
+geometry as ft2-16k.yaml).
 
 A seeded stream of scheduler requests (8 to 1024 GPUs; ring, tree and
 all-to-all; 50 Gb/s per flow) runs until the fabric is full, after which a
 random job is released whenever one does not fit, so most requests see a
 busy, fragmented fabric. Measured:
 
-- core:     `place()` latency, the pure placement the API calls;
-- baseline: naive first-fit + ECMP-hash placement from the same state,
-            timed the same way; its predicted peak is the quality baseline;
-- api:      the same stream as PlaceJob/ReleaseJob calls over gRPC to the real
-            daemon (SQLite store included), on loopback.
+- core:          `place()` latency, the pure placement the API calls, with the
+                 state the intent service keeps between requests (the GPU
+                 ledger and the load ledger);
+- baseline:      naive first-fit + ECMP-hash placement from the same state,
+                 timed the same way; its predicted peak is the quality baseline;
+- api:           the same stream as PlaceJob/ReleaseJob calls over gRPC to the
+                 real daemon (SQLite store included), on loopback;
+- fragmentation: bench/fragmentation.py on default.yaml and ft2-16k.yaml: how
+                 full the fabric is at the first refusal of a job that fits
+                 by GPU count, against the rule before best fit.
 
-    make bench-placement  ->  bench/results/placement.json   (target: p99 < 100 ms)
+    make bench-placement  ->  bench/results/placement.json
+    (targets: PlaceJob p99 <= 50 ms for 8-1024 GPU jobs; >= 98% allocated at
+    the first refusal that fits by count)
 """
 
 from __future__ import annotations
@@ -20,6 +28,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import platform
 import random
 import statistics
@@ -29,11 +38,12 @@ from pathlib import Path
 
 import grpc
 
-from bench import write_result
+from bench import fragmentation, write_result
 from controller.fabric import NicId, load_fabric
 from controller.fabric.spec import SPECS_DIR
+from controller.te.capacity import Usage
 from controller.te.jobs import Drains, Job, JobRequest, Pattern
-from controller.te.load import Load, add_job, max_utilization
+from controller.te.load import LoadLedger, max_utilization
 from controller.te.paths import assign_hashed
 from controller.te.patterns import pattern_flows
 from controller.te.placement import FabricState, NoCapacity, available_servers, place
@@ -93,12 +103,14 @@ def percentiles(samples: list[float]) -> dict:
 def run_core(fabric, stream: list[JobRequest], seed: int) -> dict:
     rng = random.Random(seed + 1)
     jobs: dict[str, Job] = {}
-    load: Load = {}
+    usage, ledger = Usage(), LoadLedger(fabric)  # as the intent service keeps them
+    load = ledger.bps
     ours, baseline, quality, spine_quality = [], [], [], []
+    placed_s, refused_s = [], []
     tier = fabric.spine_tier
     releases = refusals = 0
     for request in stream:
-        state = FabricState(dict(jobs), jobs_bps=load)
+        state = FabricState(jobs, usage=usage, jobs_bps=ledger.bps, ledger=ledger)
         started = time.perf_counter()
         naive_peaks = naive(fabric, state, request, tier)
         baseline.append(time.perf_counter() - started)
@@ -107,20 +119,26 @@ def run_core(fabric, stream: list[JobRequest], seed: int) -> dict:
             job = place(fabric, state, request, now=0.0)
         except NoCapacity:
             ours.append(time.perf_counter() - started)
+            refused_s.append(ours[-1])
             refusals += 1
             if jobs:
                 victim = jobs.pop(rng.choice(sorted(jobs)))
-                add_job(fabric, load, victim, sign=-1.0)
+                usage.remove(victim)
+                ledger.add(victim, sign=-1.0)
                 releases += 1
             continue
         ours.append(time.perf_counter() - started)
+        placed_s.append(ours[-1])
         jobs[job.job_id] = job
-        add_job(fabric, load, job)
+        usage.add(job)
+        ledger.add(job)
         if naive_peaks:
             quality.append(job.predicted_max_utilization / naive_peaks[0])
             spine_quality.append((tier_peak(fabric, load, tier), naive_peaks[1]))
     return {
         "place": percentiles(ours),
+        "place_when_placed": percentiles(placed_s),
+        "place_when_refused": percentiles(refused_s),
         "naive_first_fit": percentiles(baseline),
         "p99_vs_naive_ratio": percentiles(ours)["p99_ms"] / percentiles(baseline)["p99_ms"],
         "predicted_peak_vs_naive": {
@@ -146,10 +164,12 @@ def run_core(fabric, stream: list[JobRequest], seed: int) -> dict:
     }
 
 
-def run_api(stream: list[JobRequest], seed: int, workdir: Path) -> dict:
+def run_api(spec: Path, stream: list[JobRequest], seed: int, workdir: Path) -> dict:
     rng = random.Random(seed + 1)
-    ctl = ControllerProcess(SPEC, workdir / "intent.db", Ports.pick(), workdir / "controller.log", 3600).start()
+    ctl = ControllerProcess(spec, workdir / "intent.db", Ports.pick(), workdir / "controller.log", 3600).start()
     latencies, placed = [], []
+    by_size: dict[int, list[float]] = {}
+    placed_s, refused_s = [], []
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -167,37 +187,53 @@ def run_api(stream: list[JobRequest], seed: int, workdir: Path) -> dict:
                 try:
                     client.place_job(request.job_id, request.gpu_count, request.pattern.value, request.flow_gbps)
                     latencies.append(time.perf_counter() - started)
+                    placed_s.append(latencies[-1])
                     placed.append(request.job_id)
                 except grpc.RpcError as exc:
                     latencies.append(time.perf_counter() - started)
+                    refused_s.append(latencies[-1])
                     if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
                         raise
                     if placed:
                         client.release_job(placed.pop(rng.randrange(len(placed))))
+                by_size.setdefault(request.gpu_count, []).append(latencies[-1])
     finally:
         ctl.stop()
-    return {"place_job_rpc": percentiles(latencies)}
+    return {
+        "place_job_rpc": percentiles(latencies),
+        "place_job_rpc_when_placed": percentiles(placed_s),
+        "place_job_rpc_when_refused": percentiles(refused_s),
+        "place_job_rpc_by_gpus": {str(size): percentiles(samples) for size, samples in sorted(by_size.items())},
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", default=str(SPEC), help="fabric spec (default: large.yaml, 16,384 GPUs)")
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--skip-api", action="store_true")
+    parser.add_argument("--skip-fragmentation", action="store_true")
+    parser.add_argument(
+        "--fragmentation-seeds", type=int, default=0, help="per spec (default: 200 on default.yaml, 3 at 16K)"
+    )
     parser.add_argument("--out", default="bench/results/placement.json")
     args = parser.parse_args()
 
-    fabric = load_fabric(SPEC)
+    spec = Path(args.spec)
+    fabric = load_fabric(spec)
     started = time.perf_counter()
     fabric.warm()
     gc.freeze()  # as the daemon does: the fabric's caches are permanent, keep them out of GC passes
     warm_s = time.perf_counter() - started
-    assert fabric.gpu_count == 16384 and NicId(7, 63, 31) in fabric.nics
+    if spec == SPEC:
+        assert fabric.gpu_count == 16384 and NicId(7, 63, 31) in fabric.nics
     stream = requests(args.requests, args.seed)
     result = {
         "benchmark": "placement",
         "host": platform.node(),
-        "spec": SPEC.name,
+        "load_average_at_start": os.getloadavg(),
+        "spec": spec.name,
         "gpus": fabric.gpu_count,
         "requests": args.requests,
         "seed": args.seed,
@@ -207,8 +243,14 @@ def main() -> None:
     print(json.dumps(result["core"], indent=2), flush=True)
     if not args.skip_api:
         with tempfile.TemporaryDirectory(prefix="railyard-bench-") as tmp:
-            result["api"] = run_api(stream, args.seed, Path(tmp))
-        print(json.dumps(result["api"], indent=2))
+            result["api"] = run_api(spec, stream, args.seed, Path(tmp))
+        print(json.dumps(result["api"], indent=2), flush=True)
+    if not args.skip_fragmentation:
+        runs = fragmentation.run_all(list(fragmentation.SPECS), args.fragmentation_seeds)
+        result["fragmentation"] = {"headline": fragmentation.headline(runs), "specs": runs}
+        for row in result["fragmentation"]["headline"]:
+            print(json.dumps(row))
+    result["load_average_at_end"] = os.getloadavg()
     out = write_result(args.out, result)
     print(f"wrote {out}")
 

@@ -102,6 +102,12 @@ class Client:
     def get_fabric(self) -> fpb.GetFabricResponse:
         return self.fabric.GetFabric(fpb.GetFabricRequest(), timeout=self.timeout)
 
+    def free_capacity(
+        self, pods: Iterable[int] = (), include_full_servers: bool = False
+    ) -> fpb.GetFreeCapacityResponse:
+        request = fpb.GetFreeCapacityRequest(pods=list(pods), include_full_servers=include_full_servers)
+        return self.fabric.GetFreeCapacity(request, timeout=self.timeout)
+
     def list_links(self, switch: str = "", include_access: bool = False) -> list[fpb.Link]:
         request = fpb.ListLinksRequest(switch=switch, include_access=include_access)
         return _pages(lambda r: self.fabric.ListLinks(r, timeout=self.timeout), request, "links")

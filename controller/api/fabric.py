@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from controller.api.errors import rpc
 from controller.api.gen.railyard.v1 import common_pb2
@@ -13,8 +13,8 @@ from controller.fabric import Endpoint
 from controller.fabric import addressing as ad
 from controller.intent.model import FlowMatch, FlowPin, IntentError, parse_nic
 from controller.intent.service import IntentService
+from controller.te.capacity import FreeCapacity, PodFree
 from controller.te.load import jobs_load, link_name
-from controller.te.placement import FabricState, free_gpus_by_pod
 from controller.te.view import PortSample
 
 PROTOCOL_NAMES = {common_pb2.PROTOCOL_UNSPECIFIED: "", common_pb2.PROTOCOL_TCP: "tcp", common_pb2.PROTOCOL_UDP: "udp"}
@@ -39,6 +39,43 @@ def pin_from_proto(service: IntentService, msg: pb.FlowPin) -> FlowPin:
         m.dst_port,
     )
     return FlowPin(msg.name, match, msg.spine, symmetric=not msg.forward_only)
+
+
+def pod_capacity_to_proto(pod: PodFree) -> pb.PodCapacity:
+    return pb.PodCapacity(
+        pod=pod.pod,
+        gpu_count=pod.gpus,
+        free_gpu_count=pod.free_gpus,
+        whole_free_servers=pod.whole_servers_free,
+        partly_free_servers=pod.partly_free_servers,
+    )
+
+
+def free_capacity_to_proto(
+    capacity: FreeCapacity, revision: int, pods: Collection[int] = (), include_full_servers: bool = False
+) -> pb.GetFreeCapacityResponse:
+    """The figures, narrowed to `pods` (empty: all)."""
+    wanted = [p for p in capacity.pods if not pods or p.pod in pods]
+    reply = pb.GetFreeCapacityResponse(
+        gpu_count=sum(p.gpus for p in wanted),
+        free_gpu_count=sum(p.free_gpus for p in wanted),
+        whole_free_servers=sum(p.whole_servers_free for p in wanted),
+        partly_free_servers=sum(p.partly_free_servers for p in wanted),
+        pods=[pod_capacity_to_proto(p) for p in wanted],
+        intent_revision=revision,
+    )
+    for s in capacity.servers:
+        if (not pods or s.pod in pods) and (include_full_servers or s.free_gpus):
+            reply.servers.add(
+                server=s.name,
+                pod=s.pod,
+                index=s.index,
+                gpu_count=s.gpus,
+                free_gpu_count=s.free_gpus,
+                free_rails=s.free_rails,
+                exclusive=s.exclusive,
+            )
+    return reply
 
 
 def pin_to_proto(pin: FlowPin) -> pb.FlowPin:
@@ -74,6 +111,7 @@ class FabricServicer(pb_grpc.FabricServiceServicer):
     def GetFabric(self, request, context):
         fabric, intent = self.service.fabric, self.service.snapshot()
         connected = self._connected()
+        capacity, _ = self.service.free_capacity()
         reply = pb.GetFabricResponse(
             name=fabric.spec.name,
             kind=fabric.spec.kind.value,
@@ -81,7 +119,8 @@ class FabricServicer(pb_grpc.FabricServiceServicer):
             rails=fabric.rails,
             pods=len({s.pod for s in fabric.servers}),
             nic_gbps=fabric.spec.rates.nic_gbps,
-            free_gpu_count=sum(free_gpus_by_pod(fabric, FabricState(intent.jobs)).values()),
+            free_gpu_count=capacity.free_gpus,
+            pod_capacity=[pod_capacity_to_proto(p) for p in capacity.pods],
         )
         for sw in sorted(fabric.switches.values(), key=lambda s: s.name):
             rail = sw.rail if sw.rail is not None else (sw.plane if sw.plane is not None else -1)
@@ -95,6 +134,16 @@ class FabricServicer(pb_grpc.FabricServiceServicer):
                 drained=sw.name in intent.drains.switches,
             )
         return reply
+
+    @rpc
+    def GetFreeCapacity(self, request, context):
+        if request.pods:
+            known = {s.pod for s in self.service.fabric.servers}
+            for i, pod in enumerate(request.pods):
+                if pod not in known:
+                    raise IntentError(f"pods[{i}]", f"{pod} is not a pod of this fabric", f"0 to {max(known)}")
+        capacity, revision = self.service.free_capacity(all_servers=request.include_full_servers)
+        return free_capacity_to_proto(capacity, revision, set(request.pods), request.include_full_servers)
 
     @rpc
     def ListLinks(self, request, context):

@@ -66,6 +66,10 @@ def _api_parsers(sub):
     release.add_argument("job_id")
     jobs = sub.add_parser("jobs", help="list jobs, or show one")
     jobs.add_argument("job_id", nargs="?")
+    free = sub.add_parser("free", help="free GPUs per pod, and with --servers per server")
+    free.add_argument("--pod", type=int, action="append", default=[], help="only this pod (repeatable)")
+    free.add_argument("--servers", action="store_true", help="also list the servers with a free GPU")
+    free.add_argument("--all", action="store_true", help="with --servers: list full servers too")
     links = sub.add_parser("links", help="links with drain state, predicted and measured load")
     links.add_argument("--switch", default="", help="only this switch's links")
     links.add_argument("--access", action="store_true", help="include NIC links")
@@ -75,7 +79,7 @@ def _api_parsers(sub):
         parser.add_argument("kind", choices=["link", "switch"])
         parser.add_argument("name")
         drains.append(parser)
-    return pin, unpin, pins, place, release, jobs, links, *drains
+    return pin, unpin, pins, place, release, jobs, free, links, *drains
 
 
 def controller_run(args) -> int:
@@ -161,10 +165,10 @@ def _link_row(link) -> dict:
     }
 
 
-def _as_json(message) -> dict:
+def _as_json(message, defaults: bool = False) -> dict:
     from google.protobuf.json_format import MessageToDict
 
-    return MessageToDict(message, preserving_proto_field_name=True)
+    return MessageToDict(message, always_print_fields_with_no_presence=defaults, preserving_proto_field_name=True)
 
 
 def api_command(args) -> int:
@@ -218,6 +222,13 @@ def _run_api(client: Client, args) -> None:
             _print([_as_json(j) for j in client.list_jobs()], True)
         else:
             _print([_job_row(j) for j in client.list_jobs()], False)
+    elif cmd == "free":
+        capacity = client.free_capacity(args.pod, include_full_servers=args.all)
+        if args.json:
+            # Every field, zeros too: a script reads pod 0 and 0 free servers like any other value.
+            _print([_as_json(capacity, defaults=True)], True)
+        else:
+            _show_free(capacity, args.servers)
     elif cmd == "links":
         links = client.list_links(args.switch, args.access)
         _print([_as_json(link) for link in links] if args.json else [_link_row(link) for link in links], args.json)
@@ -246,3 +257,40 @@ def _show_job(job, as_json: bool, detail: bool = True) -> None:
     if detail:
         print()
         _print(_job_detail(job), False)
+
+
+def _show_free(reply, servers: bool) -> None:
+    pods = [
+        {
+            "pod": p.pod,
+            "gpus": p.gpu_count,
+            "free": p.free_gpu_count,
+            "whole_free_servers": p.whole_free_servers,
+            "partly_free_servers": p.partly_free_servers,
+        }
+        for p in reply.pods
+    ]
+    total = {
+        "pod": "total",
+        "gpus": reply.gpu_count,
+        "free": reply.free_gpu_count,
+        "whole_free_servers": reply.whole_free_servers,
+        "partly_free_servers": reply.partly_free_servers,
+    }
+    _print([*pods, total], False)
+    if servers:
+        print()
+        _print(
+            [
+                {
+                    "server": s.server,
+                    "pod": s.pod,
+                    "gpus": s.gpu_count,
+                    "free": s.free_gpu_count,
+                    "free_rails": ",".join(map(str, s.free_rails)) or "-",
+                    "exclusive": s.exclusive,
+                }
+                for s in reply.servers
+            ],
+            False,
+        )

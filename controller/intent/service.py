@@ -11,8 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -22,9 +21,10 @@ from controller.intent.drains import rerouted_jobs, resolve_link, resolve_switch
 from controller.intent.model import FlowPin, Intent, pin_from_doc, pin_to_doc, validate_pin
 from controller.intent.store import Change, IntentStore
 from controller.metrics import Metrics
+from controller.te.capacity import FreeCapacity, Usage, free_capacity
 from controller.te.jobs import Drains, Job, JobRequest, job_from_doc, job_to_doc
-from controller.te.load import add_job, jobs_load, max_utilization
-from controller.te.placement import FabricState, Usage, place
+from controller.te.load import LoadLedger
+from controller.te.placement import FabricState, place
 
 log = logging.getLogger(__name__)
 
@@ -94,11 +94,18 @@ class IntentService:
         self._lock = threading.Lock()
         self._intent = intent_from_store(fabric, store, metrics)
         # Kept in step with the jobs so placement does not re-add every job's
-        # demand on each request (that dominates on a 16k-GPU fabric).
-        self._jobs_bps = jobs_load(fabric, self._intent.jobs.values())
+        # demand, rescan every loaded link or recount every GPU on each
+        # request (each of those dominates on a 16k-GPU fabric).
+        self._ledger = LoadLedger(fabric, self._intent.jobs.values())
         self._usage = Usage.of(self._intent.jobs.values())
         self._listeners: list[Listener] = []
         self._publish_counts()
+
+    def free_capacity(self, all_servers: bool = False) -> tuple[FreeCapacity, int]:
+        """(free GPUs per pod and per server, the intent revision they are of):
+        taken under the lock, so a concurrent placement is either all in or out."""
+        with self._lock:
+            return free_capacity(self.fabric, self._usage, all_servers), self._intent.revision
 
     def snapshot(self) -> Intent:
         return self._intent
@@ -146,11 +153,13 @@ class IntentService:
                     f"job {request.job_id!r} already exists (placed at {existing.placed_at:.3f}); "
                     "release it first, or retry with its original request_id"
                 )
-            state = FabricState(current.jobs, current.drains, self._live_load(), self._jobs_bps, self._usage)
+            state = FabricState(
+                current.jobs, current.drains, self._live_load(), self._ledger.bps, self._usage, self._ledger
+            )
             job = place(self.fabric, state, request, self._clock())
             new = current.with_jobs({job.job_id: job})
             self._commit(new, Change(puts={("job", job.job_id): job_to_doc(job)}))
-            add_job(self.fabric, self._jobs_bps, job)
+            self._ledger.add(job)
             self._usage.add(job)
         log.info(
             "job %s placed: %d GPUs in pods %s, %d cross-leaf flows, predicted max utilization %.3f",
@@ -174,7 +183,7 @@ class IntentService:
             current = self._intent
             new = current.without_job(job_id)  # raises NotFound
             self._commit(new, Change(puts={}, deletes=frozenset({("job", job_id)})))
-            add_job(self.fabric, self._jobs_bps, current.jobs[job_id], sign=-1.0)
+            self._ledger.add(current.jobs[job_id], sign=-1.0)
             self._usage.remove(current.jobs[job_id])
         job = current.jobs[job_id]
         log.info("job %s released (revision %d)", job_id, new.revision)
@@ -205,7 +214,7 @@ class IntentService:
                 puts={**puts, record: {}} if drained else puts, deletes=frozenset() if drained else frozenset({record})
             )
             self._commit(new, change)
-            self._jobs_bps = jobs_load(self.fabric, new.jobs.values())
+            self._ledger.reset(new.jobs.values())
         log.info(
             "%s %s %s; %d job(s) rerouted (revision %d)",
             "drained" if drained else "undrained",
@@ -224,16 +233,20 @@ class IntentService:
         self._intent = new
 
     def _changed(self, intent: Intent, events: list[JobEvent]) -> None:
-        self._publish_counts()
+        allocated = [e.job for e in events if e.kind in (JobEventKind.PLACED, JobEventKind.RELEASED)]
+        self._publish_counts({(g.nic.pod, g.nic.rail) for job in allocated for g in job.gpus})
         for listener in list(self._listeners):
             listener(intent, events)
 
-    def _publish_counts(self) -> None:
+    def _publish_counts(self, pod_rails: Iterable[tuple[int, int]] | None = None) -> None:
+        """Gauges from the intent. The allocation gauges (one per pod and rail:
+        hundreds on a large fabric) only where GPUs changed hands, unless
+        `pod_rails` is None (at start)."""
         intent = self._intent
         for kind, count in intent.object_counts().items():
             self._metrics.intent_objects.labels(kind).set(count)
         self._metrics.jobs_active.set(len(intent.jobs))
-        held = Counter((pod, rail) for (pod, _), rails in self._usage.used.items() for rail in rails)
-        for pod, rail in self.fabric.pod_rails:
+        held = self._usage.held
+        for pod, rail in self.fabric.pod_rails if pod_rails is None else pod_rails:
             self._metrics.gpus_allocated.labels(str(pod), str(rail)).set(held.get((pod, rail), 0))
-        self._metrics.predicted_max_utilization.set(max_utilization(self.fabric, self._jobs_bps))
+        self._metrics.predicted_max_utilization.set(self._ledger.peak())

@@ -100,6 +100,10 @@ class Daemon:
         self.api = ApiServer(self.intent, self.ingest, self.metrics, self.reconciler.connected, str(config.grpc))
         self._stop = threading.Event()
         self._apps: app_manager.AppManager | None = None
+        # Likewise what was just built: the intent loaded from the store, the
+        # metrics' label sets. Full passes then walk only what placements add
+        # later; at 16k GPUs each pass is a PlaceJob that waits for it.
+        gc.freeze()
 
     def start(self) -> None:
         self.metrics_server = self.metrics.serve(self.config.metrics.host, self.config.metrics.port)

@@ -3,8 +3,8 @@
 A job's GPUs are rail-aligned: local rank g on every server of the job sits
 on rail g, so the collective's cross-server traffic for rank g stays on rail
 g's leaves and the spines of its plane (the premise of a rail-optimized
-fabric). A job takes `gpus_per_server` GPUs (rails 0..k-1) on each of
-gpu_count / k servers.
+fabric). A job takes `gpus_per_server` GPUs (k of them, the same k rails on
+every server: placement chooses which) on each of gpu_count / k servers.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ import operator
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 
+import numpy as np
+
 from controller.fabric import Endpoint, Fabric, Link
 from controller.te.jobs import Drains, Job, JobFlow
 
@@ -18,6 +20,12 @@ Load = dict[Endpoint, float]
 
 
 def flow_path(fabric: Fabric, flow: JobFlow) -> tuple[Endpoint, ...]:
+    if not flow.via:
+        # Within one leaf (most of a large job's flows): the NIC, then the
+        # leaf's port to the other NIC, without the general path derivation.
+        dst = fabric.attachment(flow.dst)
+        if fabric.attachment(flow.src).node == dst.node:
+            return (fabric.nic_egress(flow.src), dst)
     return fabric.egress_path(flow.src, flow.dst, flow.via or None)
 
 
@@ -37,6 +45,62 @@ def add_job(fabric: Fabric, load: Load, job: Job, sign: float = 1.0) -> None:
                 load[egress] = value
             else:
                 load.pop(egress, None)
+
+
+class LoadLedger:
+    """The placed jobs' load (`bps`, what `jobs_load` returns), kept in step
+    job by job, with the two figures placement reads on every request held
+    as arrays over the fabric's egresses: the peak utilization (one max over
+    an array instead of a pass over every loaded egress) and each pod's
+    uplink load."""
+
+    def __init__(self, fabric: Fabric, jobs: Iterable[Job] = ()) -> None:
+        self.fabric = fabric
+        self.bps: Load = {}
+        capacity = fabric.capacity_bps
+        self._row = {egress: i for i, egress in enumerate(capacity)}
+        self._capacity = np.fromiter(capacity.values(), dtype=np.float64, count=len(capacity))
+        self._bps = np.zeros(len(capacity))
+        uplinks = [(pod, egress) for pod, egresses in fabric.pod_uplinks.items() for egress in egresses]
+        self._uplink_rows = np.array([self._row[e] for _, e in uplinks], dtype=np.int64)
+        self._uplink_pods = np.array([pod for pod, _ in uplinks], dtype=np.int64)
+        self._pods = sorted(fabric.pod_uplinks)
+        self.uplink_pod: dict[Endpoint, int] = {egress: pod for pod, egress in uplinks}
+        for job in jobs:
+            self.add(job)
+
+    def reset(self, jobs: Iterable[Job]) -> None:
+        self.bps = {}
+        self._bps[:] = 0.0
+        for job in jobs:
+            self.add(job)
+
+    def add(self, job: Job, sign: float = 1.0) -> None:
+        """Adds (sign=1) or removes (sign=-1) a job's demand."""
+        load, touched = self.bps, set[Endpoint]()
+        for flow in job.flows:
+            path = flow_path(self.fabric, flow)
+            touched.update(path)
+            for egress in path:  # as add_job does
+                value = load.get(egress, 0.0) + sign * flow.demand_bps
+                if value > 1e-6:
+                    load[egress] = value
+                else:
+                    load.pop(egress, None)
+        if touched:
+            rows = np.fromiter((self._row[e] for e in touched), dtype=np.int64, count=len(touched))
+            self._bps[rows] = np.fromiter((load.get(e, 0.0) for e in touched), dtype=np.float64, count=len(touched))
+
+    def peak(self) -> float:
+        """max_utilization(fabric, bps)."""
+        return float((self._bps / self._capacity).max()) if self.bps else 0.0
+
+    def pod_uplink_bps(self) -> dict[int, float]:
+        """Per pod, the load leaving its switches' uplinks."""
+        if not self._pods:
+            return {}
+        sums = np.bincount(self._uplink_pods, weights=self._bps[self._uplink_rows], minlength=max(self._pods) + 1)
+        return {pod: float(sums[pod]) for pod in self._pods}
 
 
 def max_utilization(fabric: Fabric, load: Mapping[Endpoint, float]) -> float:

@@ -94,11 +94,16 @@ def assign_greedy(fabric: Fabric, drains: Drains, base: Loads, flows: Sequence[J
     via ''); returns the flows, in input order, and their load layer."""
     layer = Layer(fabric, base)
     placed: list[JobFlow] = list(flows)
+    capacity = fabric.capacity_bps
+    # Without drains, a path's middle (the hops a via chooses) depends only on
+    # the two leaves: worked out once per leaf pair, not per flow and via.
+    middles: dict[tuple[str, str], list[tuple[str, tuple[Endpoint, ...]]]] = {}
     for i in sorted(range(len(flows)), key=lambda i: (-flows[i].demand_bps, flows[i].src, flows[i].dst)):
         flow = flows[i]
-        if _same_leaf(fabric, flow):
+        src_leaf, dst_leaf = fabric.attachment(flow.src).node, fabric.attachment(flow.dst).node
+        if src_leaf == dst_leaf:
             chosen = replace(flow, via="")
-        else:
+        elif drains.switches or drains.links:
             chosen = replace(
                 flow,
                 via=min(
@@ -106,6 +111,22 @@ def assign_greedy(fabric: Fabric, drains: Drains, base: Loads, flows: Sequence[J
                     key=lambda v: (layer.peak(fabric.egress_path(flow.src, flow.dst, v), flow.demand_bps), v),
                 ),
             )
+        else:
+            options = middles.get((src_leaf, dst_leaf))
+            if options is None:
+                vias = _vias_or_fail(fabric, drains, flow)
+                options = [(v, fabric.egress_path(flow.src, flow.dst, v)[1:-1]) for v in vias]
+                middles[(src_leaf, dst_leaf)] = options
+            demand = flow.demand_bps
+            ends = fabric.nic_egress(flow.src), fabric.attachment(flow.dst)
+            # The same (peak over the whole path, via) key as above, the ends shared by every via.
+            common = max((layer.bps(e) + demand) / capacity[e] for e in ends)
+
+            def key(option: tuple[str, tuple[Endpoint, ...]], common=common, demand=demand) -> tuple[float, str]:
+                middle = max(((layer.bps(e) + demand) / capacity[e] for e in option[1]), default=0.0)
+                return max(common, middle), option[0]
+
+            chosen = replace(flow, via=min(options, key=key)[0])
         layer.add(flow_path(fabric, chosen), chosen.demand_bps)
         placed[i] = chosen
     return improve(fabric, drains, layer, placed), layer

@@ -8,7 +8,7 @@ fabric carries.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from controller.fabric import NicId
 from controller.te.jobs import JobFlow, Pattern
@@ -17,9 +17,16 @@ ServerKey = tuple[int, int]  # (pod, server index)
 
 
 def pattern_flows(
-    pattern: Pattern, servers: Sequence[ServerKey], rails: int | Sequence[int], demand_bps: float
+    pattern: Pattern,
+    servers: Sequence[ServerKey],
+    rails: int | Sequence[int],
+    demand_bps: float,
+    nics: Mapping[tuple[int, int, int], NicId] | None = None,
 ) -> list[JobFlow]:
-    """`rails`: the job's rails on every server (an int n: rails 0..n-1)."""
+    """`rails`: the job's rails on every server (an int n: rails 0..n-1).
+    `nics`: (rail, pod, server) -> the fabric's own NicId, to share instead of
+    making new ones (a placed job's flows live as long as the job: fewer
+    objects for the garbage collector to walk)."""
     ordered = sorted(servers)
     m = len(ordered)
     if m < 2:
@@ -30,11 +37,13 @@ def pattern_flows(
         pairs = [pair for child, parent in _tree_edges(ordered) for pair in ((child, parent), (parent, child))]
     else:
         pairs = [(i, j) for i in range(m) for j in range(m) if i != j]
-    return [
-        JobFlow(NicId(rail, *ordered[i]), NicId(rail, *ordered[j]), demand_bps)
-        for rail in (range(rails) if isinstance(rails, int) else rails)
-        for i, j in pairs
-    ]
+    out: list[JobFlow] = []
+    for rail in range(rails) if isinstance(rails, int) else rails:
+        ends = [NicId(rail, *key) for key in ordered]
+        if nics is not None:
+            ends = [nics.get(nic, nic) for nic in ends]
+        out.extend(JobFlow(ends[i], ends[j], demand_bps) for i, j in pairs)
+    return out
 
 
 def _binary_tree(nodes: Sequence[int]) -> list[tuple[int, int]]:

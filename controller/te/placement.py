@@ -1,15 +1,25 @@
 """Job placement: which servers and GPUs a job gets, and which spine each of
 its cross-pod flows takes. Pure: state and request in, Job out.
 
-Servers: rail-aligned (the same k rails on each of the job's servers),
-packed into as few pods as possible, preferring pods with headroom. A job
-smaller than a server takes free rails of partly used servers first (best
-fit), so small jobs do not strand whole servers' worth of GPUs. Several candidate server sets
-(each single pod that fits; the largest-pods-first packing; plain first-fit)
-are each routed two ways (min-max greedy, and the ECMP hash) and the
-placement with the lowest predicted maximum link utilization wins, fewer
-pods breaking ties. Because first-fit with hashed paths is always among the
-candidates, a placement is never predicted worse than that naive one.
+Servers: rail-aligned (the same k rails on each of the job's servers). A job
+smaller than a server goes where it fits tightest (best fit: the fewest GPUs
+left free on its servers, anywhere in the fabric), so whole servers stay
+whole for the jobs that need them; jobs of whole servers are packed into as
+few pods as possible, preferring pods with headroom. Several candidate
+server sets (the tightest single pod; the largest-pods-first packing; the
+fabric's tightest servers; plain first-fit) are each routed two ways
+(min-max greedy, and the ECMP hash). The lowest predicted maximum link
+utilization wins; then the fewest GPUs left free on the job's servers; then
+fewer pods; then headroom. First-fit with hashed paths is always evaluated
+unless a candidate already sits at the floor (the peak the fabric has
+before this job, which no placement goes below), so a placement is never
+predicted worse than that naive one.
+
+Cost per request on a 16k-GPU fabric: free rails are read as arrays over the
+servers (te/capacity.py); with the ledgers the intent service keeps
+(FabricState.usage and .ledger) the peak and the pods' uplink loads are read
+without a pass over every loaded link; and a candidate that cannot beat the
+best is not routed.
 """
 
 from __future__ import annotations
@@ -21,11 +31,24 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from controller.fabric import Endpoint, Fabric, NicId
+from controller.fabric import Endpoint, Fabric
+from controller.te.capacity import Usage, free_capacity, free_masks, server_table
 from controller.te.jobs import Drains, Gpu, Job, JobFlow, JobRequest, validate_request
-from controller.te.load import drained, jobs_load, max_utilization, merged
-from controller.te.paths import Layer, NoPath, assign_greedy, assign_hashed
+from controller.te.load import LoadLedger, drained, jobs_load, max_utilization, merged
+from controller.te.paths import Layer, Loads, NoPath, assign_greedy, assign_hashed
 from controller.te.patterns import ServerKey, pattern_flows
+
+__all__ = [
+    "FabricState",
+    "NoCapacity",
+    "Usage",
+    "available_servers",
+    "choose_rails",
+    "free_gpus_by_pod",
+    "free_rail_masks",
+    "gpu_usage",
+    "place",
+]
 
 
 class NoCapacity(Exception):
@@ -39,53 +62,59 @@ class FabricState:
     jobs: Mapping[str, Job] = field(default_factory=dict)
     drains: Drains = field(default_factory=Drains)
     measured_bps: Mapping[Endpoint, float] = field(default_factory=dict)
-    # jobs_load(jobs), when the caller keeps it up to date (the service does):
-    # recomputing it per request would cost more than the placement itself.
+    # jobs_load(jobs), when the caller keeps it up to date: recomputing it per
+    # request would cost more than the placement itself.
     jobs_bps: Mapping[Endpoint, float] | None = None
     usage: Usage | None = None  # Usage.of(jobs), likewise
+    # Both of the above and more, kept job by job (the service does): with it,
+    # a request reads the peak and the pods' uplink loads without a pass over
+    # every loaded egress of the fabric.
+    ledger: LoadLedger | None = None
+
+    def predicted(self, fabric: Fabric) -> Mapping[Endpoint, float]:
+        if self.ledger is not None:
+            return self.ledger.bps
+        return self.jobs_bps if self.jobs_bps is not None else jobs_load(fabric, self.jobs.values())
 
     def base_load(self, fabric: Fabric) -> Mapping[Endpoint, float]:
-        predicted = self.jobs_bps if self.jobs_bps is not None else jobs_load(fabric, self.jobs.values())
+        """Per egress, the larger of the placed jobs' demand and the measured rate."""
+        predicted = self.predicted(fabric)
         return merged(predicted, self.measured_bps) if self.measured_bps else predicted
 
+    def gpu_ledger(self) -> Usage:
+        return self.usage if self.usage is not None else Usage.of(self.jobs.values())
 
-@dataclass
-class Usage:
-    """Which job holds each GPU, and which servers are held exclusively. A
-    ledger the service updates per job instead of rebuilding per request."""
 
-    used: dict[ServerKey, dict[int, str]] = field(default_factory=lambda: defaultdict(dict))
-    exclusive: dict[ServerKey, str] = field(default_factory=dict)
+class _Larger:
+    """base_load() without building it: a read-through view (all placement
+    reads is .get) that costs nothing per request."""
 
-    @classmethod
-    def of(cls, jobs) -> Usage:
-        usage = cls()
-        for job in jobs:
-            usage.add(job)
-        return usage
+    def __init__(self, a: Mapping[Endpoint, float], b: Mapping[Endpoint, float]) -> None:
+        self.a, self.b = a, b
 
-    def add(self, job: Job) -> None:
-        job_id, used = job.job_id, self.used
-        for gpu in job.gpus:
-            used[(gpu.nic.pod, gpu.nic.server)][gpu.nic.rail] = job_id
-        if job.request.exclusive:
-            for key in job.server_keys():
-                self.exclusive[key] = job_id
+    def get(self, egress: Endpoint, default: float = 0.0) -> float:
+        return max(self.a.get(egress, default), self.b.get(egress, default))
 
-    def remove(self, job: Job) -> None:
-        for gpu in job.gpus:
-            key = (gpu.nic.pod, gpu.nic.server)
-            rails = self.used.get(key, {})
-            rails.pop(gpu.nic.rail, None)
-            if not rails:
-                self.used.pop(key, None)
-            if self.exclusive.get(key) == job.job_id:
-                del self.exclusive[key]
+
+def _loads(fabric: Fabric, state: FabricState) -> tuple[Loads, float, dict[int, float]]:
+    """(base load to read through, its peak utilization, each pod's uplink load)."""
+    predicted, measured, ledger = state.predicted(fabric), state.measured_bps, state.ledger
+    if ledger is None:
+        base = state.base_load(fabric)
+        return base, max_utilization(fabric, base), _pod_uplink_load(fabric, base)
+    pod_load = ledger.pod_uplink_bps()
+    if not measured:
+        return predicted, ledger.peak(), pod_load
+    larger = _Larger(predicted, measured)
+    # Pods with a measured uplink: the per-egress larger of the two, summed.
+    for pod in {ledger.uplink_pod[e] for e in measured if e in ledger.uplink_pod}:
+        pod_load[pod] = sum(larger.get(e, 0.0) for e in fabric.pod_uplinks[pod])
+    return larger, max(ledger.peak(), max_utilization(fabric, measured)), pod_load
 
 
 def gpu_usage(state: FabricState) -> tuple[dict[ServerKey, dict[int, str]], dict[ServerKey, str]]:
     """(server -> rail -> job using it, server -> job holding it exclusively)."""
-    usage = state.usage if state.usage is not None else Usage.of(state.jobs.values())
+    usage = state.gpu_ledger()
     return usage.used, usage.exclusive
 
 
@@ -120,24 +149,59 @@ def available_servers(
 def free_rail_masks(fabric: Fabric, state: FabricState, exclusive_request: bool) -> dict[ServerKey, int]:
     """Per server, its free and reachable rails as a bit mask (rail r = bit r);
     a server held exclusively, or any partly used one for an exclusive request, has none."""
-    used, exclusive = gpu_usage(state)
-    any_drains = bool(state.drains.switches or state.drains.links)
-    out = {}
-    for server in fabric.servers:
-        key = (server.pod, server.index)
-        taken = used.get(key, {})
-        if key in exclusive or (exclusive_request and taken):
-            out[key] = 0
-            continue
-        mask = 0
-        for nic in server.nics:
-            if nic.rail not in taken and not (any_drains and drained(fabric, state.drains, [fabric.nic_egress(nic)])):
-                mask |= 1 << nic.rail
-        out[key] = mask
-    return out
+    masks = free_masks(fabric, state.gpu_ledger(), state.drains, exclusive_request)
+    return dict(zip(server_table(fabric).keys, masks.tolist()))
 
 
 RAIL_SET_LIMIT = 256  # beyond this many k-of-rails sets, only contiguous ones are tried
+
+
+@dataclass(frozen=True)
+class _Choice:
+    rails: tuple[int, ...]
+    avail: dict[int, list[ServerKey]]  # per pod, servers with the rails free, tightest fit first
+    free: Mapping[ServerKey, int]  # free GPUs on those servers before this job
+
+
+def _choose(fabric: Fabric, state: FabricState, request: JobRequest) -> _Choice:
+    rails, k, m = fabric.rails, request.per_server(fabric.rails), request.server_count(fabric.rails)
+    table = server_table(fabric)
+    masks = free_masks(fabric, state.gpu_ledger(), state.drains, request.exclusive)
+    free_count = table.popcount(masks)
+    # Only servers with k rails free can take any rail set: the loop below runs over those.
+    rows = np.flatnonzero(free_count >= k)
+    free, count, pods = masks[rows], free_count[rows], table.pods[rows]
+    if k >= rails:
+        sets = [tuple(range(rails))]
+    else:
+        sets = list(itertools.combinations(range(rails), k))
+        if len(sets) > RAIL_SET_LIMIT:
+            sets = [tuple(range(s, s + k)) for s in range(rails - k + 1)]
+    best: tuple[tuple, tuple[int, ...], np.ndarray] | None = None
+    for chosen in sets:
+        want = sum(1 << r for r in chosen)
+        fits = np.flatnonzero((free & want) == want)
+        if len(fits) < m:
+            continue
+        if request.max_pods:
+            per_pod = np.bincount(pods[fits])
+            if np.sort(per_pod)[::-1][: request.max_pods].sum() < m:
+                continue
+        # Tightest fit first: the free GPUs the job's m best servers would leave.
+        leftover = int(np.sort(count[fits])[:m].sum())
+        aligned = chosen[0] % k == 0 and chosen == tuple(range(chosen[0], chosen[0] + k))
+        score = (leftover, not aligned, chosen)
+        if best is None or score < best[0]:
+            best = (score, chosen, fits)
+    if best is None:
+        return _Choice(tuple(range(k)), {}, {})
+    keys = table.keys
+    chosen_rows = rows[best[2]]
+    free_of = dict(zip((keys[i] for i in chosen_rows.tolist()), free_count[chosen_rows].tolist()))
+    avail: dict[int, list[ServerKey]] = defaultdict(list)
+    for key in sorted(free_of, key=lambda key: (free_of[key], key)):
+        avail[key[0]].append(key)
+    return _Choice(best[1], dict(avail), free_of)
 
 
 def choose_rails(
@@ -147,58 +211,42 @@ def choose_rails(
     servers that have them free, best fit first: a job smaller than a server
     goes where it leaves the fewest free GPUs behind, so whole servers stay
     whole for the jobs that need them. Full-server jobs take every rail."""
-    rails, k, m = fabric.rails, request.per_server(fabric.rails), request.server_count(fabric.rails)
-    if k >= rails:
-        return tuple(range(rails)), available_servers(fabric, state, request, range(rails))
-    masks = free_rail_masks(fabric, state, request.exclusive)
-    keys = list(masks)
-    free = np.array([masks[key] for key in keys], dtype=np.int64)
-    free_count = np.array([bin(mask).count("1") for mask in free.tolist()], dtype=np.int64)
-    pods = np.array([pod for pod, _ in keys], dtype=np.int64)
-    sets = list(itertools.combinations(range(rails), k))
-    if len(sets) > RAIL_SET_LIMIT:
-        sets = [tuple(range(s, s + k)) for s in range(rails - k + 1)]
-    best: tuple[tuple, tuple[int, ...], np.ndarray] | None = None
-    for chosen in sets:
-        want = sum(1 << r for r in chosen)
-        fits = np.flatnonzero((free & want) == want)
-        per_pod = np.bincount(pods[fits])
-        if np.sort(per_pod)[::-1][: request.max_pods or None].sum() < m:
-            continue
-        # Tightest fit first: the free GPUs the job's m best servers would leave.
-        leftover = int(np.sort(free_count[fits])[:m].sum())
-        aligned = chosen[0] % k == 0 and chosen == tuple(range(chosen[0], chosen[0] + k))
-        score = (leftover, not aligned, chosen)
-        if best is None or score < best[0]:
-            best = (score, chosen, fits)
-    if best is None:
-        return tuple(range(k)), {}
-    avail: dict[int, list[ServerKey]] = defaultdict(list)
-    for i in sorted(best[2].tolist(), key=lambda i: (free_count[i], keys[i])):
-        avail[keys[i][0]].append(keys[i])
-    return best[1], dict(avail)
+    choice = _choose(fabric, state, request)
+    return choice.rails, choice.avail
 
 
 SINGLE_POD_CANDIDATES = 2
 
 
 def _candidates(
-    avail: dict[int, list[ServerKey]], m: int, max_pods: int, pod_load: Mapping[int, float], measured: bool
+    choice: _Choice, m: int, max_pods: int, pod_load: Mapping[int, float], measured: bool
 ) -> tuple[list[list[ServerKey]], list[ServerKey] | None]:
     """(candidate server sets, the first-fit set if it is allowed)."""
-    # Single pods that fit, the ones with the most headroom first. A job inside
-    # one pod loads only its servers' access links, which carry no placed
-    # demand while free: single pods differ only in measured traffic, and
-    # without any, one candidate stands for them all.
-    fitting = sorted((p for p, servers in avail.items() if len(servers) >= m), key=lambda p: (pod_load.get(p, 0.0), p))
+    avail, free = choice.avail, choice.free
+
+    def leftover(pod: int) -> int:
+        return sum(free.get(key, 0) for key in avail[pod][:m])
+
+    # Single pods that fit: the tightest fit first (all alike for whole
+    # servers), then the most headroom. A job inside one pod loads only its
+    # servers' access links, which carry no placed demand while free: single
+    # pods differ only in measured traffic, and without any, one candidate
+    # stands for them all.
+    fitting = sorted(
+        (p for p, servers in avail.items() if len(servers) >= m), key=lambda p: (leftover(p), pod_load.get(p, 0.0), p)
+    )
     candidates = [avail[p][:m] for p in fitting[: SINGLE_POD_CANDIDATES if measured else 1]]
     packed: list[ServerKey] = []
     for pod in sorted(avail, key=lambda p: (-len(avail[p]), pod_load.get(p, 0.0), p)):
         packed += avail[pod][: m - len(packed)]
         if len(packed) == m:
             break
-    first_fit = [key for _, servers in sorted(avail.items()) for key in servers][:m]
-    for extra in (packed, first_fit):
+    everywhere = [key for servers in avail.values() for key in servers]
+    # The fabric's tightest servers wherever they are, and the naive first fit
+    # (the first servers in pod, index order).
+    tightest = sorted(everywhere, key=lambda key: (free.get(key, 0), key))[:m]
+    first_fit = sorted(everywhere)[:m]
+    for extra in (packed, tightest, first_fit):
         if len(extra) == m and extra not in candidates:
             candidates.append(extra)
     limit = max_pods or len(avail) or 1
@@ -206,15 +254,16 @@ def _candidates(
     return allowed, first_fit if first_fit in allowed else None
 
 
-def _routings(fabric: Fabric, drains: Drains, base: Mapping[Endpoint, float], flows: list[JobFlow], hashed_too: bool):
+def _routings(fabric: Fabric, drains: Drains, base: Loads, flows: list[JobFlow], hashed_too: bool):
     """Yields (flows with their spines, predicted peak on the links they touch)
     for min-max routing, and also for ECMP-hash routing if asked. Flows inside
     one leaf have no choice, so their load is laid down once and shared."""
     local = Layer(fabric, base)
     cross_at = []
     for i, flow in enumerate(flows):
-        if fabric.attachment(flow.src).node == fabric.attachment(flow.dst).node:
-            local.add(fabric.egress_path(flow.src, flow.dst), flow.demand_bps)
+        dst = fabric.attachment(flow.dst)
+        if fabric.attachment(flow.src).node == dst.node:
+            local.add((fabric.nic_egress(flow.src), dst), flow.demand_bps)  # egress_path within one leaf
         else:
             cross_at.append(i)
     cross = [flows[i] for i in cross_at]
@@ -230,13 +279,7 @@ def _routings(fabric: Fabric, drains: Drains, base: Mapping[Endpoint, float], fl
 
 def free_gpus_by_pod(fabric: Fabric, state: FabricState) -> dict[int, int]:
     """GPUs no job holds, per pod (a server held exclusively has none free)."""
-    used, exclusive = gpu_usage(state)
-    free_by_pod: dict[int, int] = defaultdict(int)
-    for server in fabric.servers:
-        key = (server.pod, server.index)
-        if key not in exclusive:
-            free_by_pod[server.pod] += sum(1 for nic in server.nics if nic.rail not in used.get(key, {}))
-    return free_by_pod
+    return {pod.pod: pod.free_gpus for pod in free_capacity(fabric, state.gpu_ledger()).pods}
 
 
 def _free_summary(fabric: Fabric, state: FabricState, avail: dict[int, list[ServerKey]], k: int) -> str:
@@ -252,11 +295,11 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
     rails = fabric.rails
     k, m = request.per_server(rails), request.server_count(rails)
     if request.servers:
-        job_rails, avail = tuple(range(k)), available_servers(fabric, state, request)
+        choice = _Choice(tuple(range(k)), available_servers(fabric, state, request), {})
     else:
-        job_rails, avail = choose_rails(fabric, state, request)
-    base = state.base_load(fabric)
-    pod_load = _pod_uplink_load(fabric, base)
+        choice = _choose(fabric, state, request)
+    job_rails, avail = choice.rails, choice.avail
+    base, floor, pod_load = _loads(fabric, state)
     wanted = f"{request.gpu_count} GPUs as {m} server(s) x {k}"
 
     if request.servers:
@@ -271,19 +314,32 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
             )
         candidates, first_fit = [keys], None
     else:
-        candidates, first_fit = _candidates(avail, m, request.max_pods, pod_load, bool(state.measured_bps))
+        candidates, first_fit = _candidates(choice, m, request.max_pods, pod_load, bool(state.measured_bps))
         if not candidates:
             limit = f" within {request.max_pods} pod(s)" if request.max_pods else ""
             raise NoCapacity(f"{wanted}{limit} does not fit: " + _free_summary(fabric, state, avail, k))
 
-    floor = max_utilization(fabric, base)
     best, last_error = None, ""
+    lowest = round(floor, 9)
+    nics = server_table(fabric).nics
     for order, servers in enumerate(candidates):
-        flows = pattern_flows(request.pattern, servers, job_rails, request.flow_gbps * 1e9)
+        pods = {pod for pod, _ in servers}
+        # Lowest predicted peak; then the fewest GPUs left free on the job's
+        # servers (whole servers stay whole); then fewest pods; then the
+        # pods with the most headroom.
+        rest = (
+            sum(choice.free.get(key, 0) for key in servers),
+            len(pods),
+            sum(pod_load.get(p, 0.0) for p in pods),
+            order,
+        )
+        if not _may_win(best, lowest, rest):
+            continue
+        flows = pattern_flows(request.pattern, servers, job_rails, request.flow_gbps * 1e9, nics)
         # First-fit with ECMP hashing is the naive placement; evaluating it
         # guarantees the answer is never predicted worse than that.
         routings = _routings(fabric, state.drains, base, flows, hashed_too=servers == first_fit)
-        while True:
+        while _may_win(best, lowest, rest):
             try:
                 placed, touched_peak = next(routings)
             except StopIteration:
@@ -292,20 +348,25 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
                 last_error = str(exc)
                 break
             peak = max(floor, touched_peak)
-            pods = {pod for pod, _ in servers}
-            # Lowest predicted peak; then fewest pods; then the pods with the most headroom.
-            score = (round(peak, 9), len(pods), sum(pod_load.get(p, 0.0) for p in pods), order)
+            score = (round(peak, 9), *rest)
             if best is None or score < best[0]:
                 best = (score, servers, placed, peak)
     if best is None:
         raise NoCapacity(f"{wanted}: no candidate has a usable path ({last_error})")
     _, servers, flows, peak = best
     gpus = tuple(
-        Gpu(j * k + local, NicId(rail, pod, idx))
+        Gpu(j * k + local, nics[(rail, pod, idx)])
         for j, (pod, idx) in enumerate(sorted(servers))
         for local, rail in enumerate(job_rails)
     )
     return Job(request, gpus, tuple(flows), peak, now)
+
+
+def _may_win(best: tuple | None, lowest: float, rest: tuple) -> bool:
+    """Once the best is at the floor (no placement is predicted below the peak
+    already there), a candidate can only win on the rest of the score, which
+    is known before routing: what cannot win is not routed."""
+    return best is None or best[0][0] > lowest or rest < best[0][1:]
 
 
 def _pod_uplink_load(fabric: Fabric, load: Mapping[Endpoint, float]) -> dict[int, float]:

@@ -29,6 +29,7 @@ UNARY = [f"/railyard.v1.PlacementService/{m}" for m in ("PlaceJob", "ReleaseJob"
     f"/railyard.v1.FabricService/{m}"
     for m in (
         "GetFabric",
+        "GetFreeCapacity",
         "ListLinks",
         "DrainLink",
         "UndrainLink",

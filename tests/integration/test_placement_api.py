@@ -180,3 +180,26 @@ def test_live_link_view_reports_telemetry_and_placement_avoids_hot_pods(emu, ctl
         job = client.place_job("small", 4, "ring", flow_gbps=10.0).job
         assert list(job.pods) == [1]
         client.release_job("small")
+
+
+def test_free_capacity_per_pod_and_server(emu, ctl):
+    with ctl.client() as client:
+        gpu = client.place_job("free-1", 1, "ring").job.gpus[0]
+        free = client.free_capacity()
+        assert (free.gpu_count, free.free_gpu_count, free.whole_free_servers, free.partly_free_servers) == (8, 7, 3, 1)
+        (server,) = [s for s in free.servers if s.server == gpu.server]
+        assert server.free_gpu_count == 1 and list(server.free_rails) == [1 - gpu.rail]
+        fabric = client.get_fabric()
+        assert fabric.free_gpu_count == 7
+        per_pod = [(p.pod, p.free_gpu_count) for p in fabric.pod_capacity]
+        assert per_pod == [(p, 3 if p == gpu.pod else 4) for p in (0, 1)]
+        other = client.free_capacity([1 - gpu.pod])
+        assert [p.pod for p in other.pods] == [1 - gpu.pod] and other.free_gpu_count == 4 and len(other.servers) == 2
+        assert len(client.free_capacity(include_full_servers=True).servers) == 4
+        with pytest.raises(grpc.RpcError) as err:
+            client.free_capacity([9])
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # The next 1-GPU job fills the same server's other GPU: no server is left half used.
+        second = client.place_job("free-2", 1, "ring").job.gpus[0]
+        assert second.server == gpu.server
+        assert client.free_capacity().partly_free_servers == 0

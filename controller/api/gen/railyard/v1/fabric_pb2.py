@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from controller.api.gen.railyard.v1 import common_pb2 as railyard_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18railyard/v1/fabric.proto\x12\x0brailyard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18railyard/v1/common.proto\"\x82\x01\n\tFlowMatch\x12\x13\n\x0bsrc_address\x18\x01 \x01(\t\x12\x13\n\x0b\x64st_address\x18\x02 \x01(\t\x12\'\n\x08protocol\x18\x03 \x01(\x0e\x32\x15.railyard.v1.Protocol\x12\x10\n\x08src_port\x18\x04 \x01(\r\x12\x10\n\x08\x64st_port\x18\x05 \x01(\r\"c\n\x07\x46lowPin\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x05match\x18\x02 \x01(\x0b\x32\x16.railyard.v1.FlowMatch\x12\r\n\x05spine\x18\x03 \x01(\t\x12\x14\n\x0c\x66orward_only\x18\x04 \x01(\x08\"3\n\x0ePinFlowRequest\x12!\n\x03pin\x18\x01 \x01(\x0b\x32\x14.railyard.v1.FlowPin\"M\n\x0fPinFlowResponse\x12!\n\x03pin\x18\x01 \x01(\x0b\x32\x14.railyard.v1.FlowPin\x12\x17\n\x0fintent_revision\x18\x02 \x01(\x04\" \n\x10UnpinFlowRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"O\n\x11UnpinFlowResponse\x12!\n\x03pin\x18\x01 \x01(\x0b\x32\x14.railyard.v1.FlowPin\x12\x17\n\x0fintent_revision\x18\x02 \x01(\x04\"8\n\x0fListPinsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"O\n\x10ListPinsResponse\x12\"\n\x04pins\x18\x01 \x03(\x0b\x32\x14.railyard.v1.FlowPin\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x12\n\x10GetFabricRequest\"q\n\x06Switch\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04tier\x18\x02 \x01(\t\x12\x0b\n\x03pod\x18\x03 \x01(\x05\x12\x0c\n\x04rail\x18\x04 \x01(\x05\x12\x0c\n\x04\x64pid\x18\x05 \x01(\t\x12\x11\n\tconnected\x18\x06 \x01(\x08\x12\x0f\n\x07\x64rained\x18\x07 \x01(\x08\"\xb0\x01\n\x11GetFabricResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x11\n\tgpu_count\x18\x03 \x01(\r\x12\r\n\x05rails\x18\x04 \x01(\r\x12\x0c\n\x04pods\x18\x05 \x01(\r\x12\x10\n\x08nic_gbps\x18\x06 \x01(\x01\x12%\n\x08switches\x18\x07 \x03(\x0b\x32\x13.railyard.v1.Switch\x12\x16\n\x0e\x66ree_gpu_count\x18\x08 \x01(\r\"\xc4\x01\n\rLinkDirection\x12\x11\n\tfrom_node\x18\x01 \x01(\t\x12\x11\n\tfrom_port\x18\x02 \x01(\r\x12\x15\n\rpredicted_bps\x18\x03 \x01(\x01\x12\x14\n\x0cmeasured_bps\x18\x04 \x01(\x01\x12\x19\n\x11utilization_ratio\x18\x05 \x01(\x01\x12\x13\n\x0bqueue_bytes\x18\x06 \x01(\x04\x12\x30\n\x0cmeasure_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xbb\x01\n\x04Link\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x61_node\x18\x02 \x01(\t\x12\x0e\n\x06\x61_port\x18\x03 \x01(\r\x12\x0e\n\x06\x62_node\x18\x04 \x01(\t\x12\x0e\n\x06\x62_port\x18\x05 \x01(\r\x12\x14\n\x0c\x63\x61pacity_bps\x18\x06 \x01(\x01\x12\x0e\n\x06\x61\x63\x63\x65ss\x18\x07 \x01(\x08\x12\x0f\n\x07\x64rained\x18\x08 \x01(\x08\x12.\n\ndirections\x18\t \x03(\x0b\x32\x1a.railyard.v1.LinkDirection\"a\n\x10ListLinksRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06switch\x18\x03 \x01(\t\x12\x16\n\x0einclude_access\x18\x04 \x01(\x08\"N\n\x11ListLinksResponse\x12 \n\x05links\x18\x01 \x03(\x0b\x32\x11.railyard.v1.Link\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\" \n\x10\x44rainLinkRequest\x12\x0c\n\x04link\x18\x01 \x01(\t\"T\n\x11\x44rainLinkResponse\x12\x0c\n\x04link\x18\x01 \x01(\t\x12\x18\n\x10rerouted_job_ids\x18\x02 \x03(\t\x12\x17\n\x0fintent_revision\x18\x03 \x01(\x04\"\"\n\x12UndrainLinkRequest\x12\x0c\n\x04link\x18\x01 \x01(\t\"<\n\x13UndrainLinkResponse\x12\x0c\n\x04link\x18\x01 \x01(\t\x12\x17\n\x0fintent_revision\x18\x02 \x01(\x04\"$\n\x12\x44rainSwitchRequest\x12\x0e\n\x06switch\x18\x01 \x01(\t\"X\n\x13\x44rainSwitchResponse\x12\x0e\n\x06switch\x18\x01 \x01(\t\x12\x18\n\x10rerouted_job_ids\x18\x02 \x03(\t\x12\x17\n\x0fintent_revision\x18\x03 \x01(\x04\"&\n\x14UndrainSwitchRequest\x12\x0e\n\x06switch\x18\x01 \x01(\t\"@\n\x15UndrainSwitchResponse\x12\x0e\n\x06switch\x18\x01 \x01(\t\x12\x17\n\x0fintent_revision\x18\x02 \x01(\x04\x32\xca\x05\n\rFabricService\x12J\n\tGetFabric\x12\x1d.railyard.v1.GetFabricRequest\x1a\x1e.railyard.v1.GetFabricResponse\x12J\n\tListLinks\x12\x1d.railyard.v1.ListLinksRequest\x1a\x1e.railyard.v1.ListLinksResponse\x12J\n\tDrainLink\x12\x1d.railyard.v1.DrainLinkRequest\x1a\x1e.railyard.v1.DrainLinkResponse\x12P\n\x0bUndrainLink\x12\x1f.railyard.v1.UndrainLinkRequest\x1a .railyard.v1.UndrainLinkResponse\x12P\n\x0b\x44rainSwitch\x12\x1f.railyard.v1.DrainSwitchRequest\x1a .railyard.v1.DrainSwitchResponse\x12V\n\rUndrainSwitch\x12!.railyard.v1.UndrainSwitchRequest\x1a\".railyard.v1.UndrainSwitchResponse\x12\x44\n\x07PinFlow\x12\x1b.railyard.v1.PinFlowRequest\x1a\x1c.railyard.v1.PinFlowResponse\x12J\n\tUnpinFlow\x12\x1d.railyard.v1.UnpinFlowRequest\x1a\x1e.railyard.v1.UnpinFlowResponse\x12G\n\x08ListPins\x12\x1c.railyard.v1.ListPinsRequest\x1a\x1d.railyard.v1.ListPinsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18railyard/v1/fabric.proto\x12\x0brailyard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18railyard/v1/common.proto\"\x82\x01\n\tFlowMatch\x12\x13\n\x0bsrc_address\x18\x01 \x01(\t\x12\x13\n\x0b\x64st_address\x18\x02 \x01(\t\x12\'\n\x08protocol\x18\x03 \x01(\x0e\x32\x15.railyard.v1.Protocol\x12\x10\n\x08src_port\x18\x04 \x01(\r\x12\x10\n\x08\x64st_port\x18\x05 \x01(\r\"c\n\x07\x46lowPin\x12\x0c\n\x04name\x18\x01 \x01(\t\x12%\n\x05match\x18\x02 \x01(\x0b\x32\x16.railyard.v1.FlowMatch\x12\r\n\x05spine\x18\x03 \x01(\t\x12\x14\n\x0c\x66orward_only\x18\x04 \x01(\x08\"3\n\x0ePinFlowRequest\x12!\n\x03pin\x18\x01 \x01(\x0b\x32\x14.railyard.v1.FlowPin\"M\n\x0fPinFlowResponse\x12!\n\x03pin\x18\x01 \x01(\x0b\x32\x14.railyard.v1.FlowPin\x12\x17\n\x0fintent_revision\x18\x02 \x01(\x04\" \n\x10UnpinFlowRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"O\n\x11UnpinFlowResponse\x12!\n\x03pin\x18\x01 \x01(\x0b\x32\x14.railyard.v1.FlowPin\x12\x17\n\x0fintent_revision\x18\x02 \x01(\x04\"8\n\x0fListPinsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"O\n\x10ListPinsResponse\x12\"\n\x04pins\x18\x01 \x03(\x0b\x32\x14.railyard.v1.FlowPin\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\x12\n\x10GetFabricRequest\"q\n\x06Switch\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04tier\x18\x02 \x01(\t\x12\x0b\n\x03pod\x18\x03 \x01(\x05\x12\x0c\n\x04rail\x18\x04 \x01(\x05\x12\x0c\n\x04\x64pid\x18\x05 \x01(\t\x12\x11\n\tconnected\x18\x06 \x01(\x08\x12\x0f\n\x07\x64rained\x18\x07 \x01(\x08\"\xe0\x01\n\x11GetFabricResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x11\n\tgpu_count\x18\x03 \x01(\r\x12\r\n\x05rails\x18\x04 \x01(\r\x12\x0c\n\x04pods\x18\x05 \x01(\r\x12\x10\n\x08nic_gbps\x18\x06 \x01(\x01\x12%\n\x08switches\x18\x07 \x03(\x0b\x32\x13.railyard.v1.Switch\x12\x16\n\x0e\x66ree_gpu_count\x18\x08 \x01(\r\x12.\n\x0cpod_capacity\x18\t \x03(\x0b\x32\x18.railyard.v1.PodCapacity\"~\n\x0bPodCapacity\x12\x0b\n\x03pod\x18\x01 \x01(\r\x12\x11\n\tgpu_count\x18\x02 \x01(\r\x12\x16\n\x0e\x66ree_gpu_count\x18\x03 \x01(\r\x12\x1a\n\x12whole_free_servers\x18\x04 \x01(\r\x12\x1b\n\x13partly_free_servers\x18\x05 \x01(\r\"\x8e\x01\n\x0eServerCapacity\x12\x0e\n\x06server\x18\x01 \x01(\t\x12\x0b\n\x03pod\x18\x02 \x01(\r\x12\r\n\x05index\x18\x03 \x01(\r\x12\x11\n\tgpu_count\x18\x04 \x01(\r\x12\x16\n\x0e\x66ree_gpu_count\x18\x05 \x01(\r\x12\x12\n\nfree_rails\x18\x06 \x03(\r\x12\x11\n\texclusive\x18\x07 \x01(\x08\"D\n\x16GetFreeCapacityRequest\x12\x0c\n\x04pods\x18\x01 \x03(\r\x12\x1c\n\x14include_full_servers\x18\x02 \x01(\x08\"\xec\x01\n\x17GetFreeCapacityResponse\x12\x11\n\tgpu_count\x18\x01 \x01(\r\x12\x16\n\x0e\x66ree_gpu_count\x18\x02 \x01(\r\x12\x1a\n\x12whole_free_servers\x18\x03 \x01(\r\x12\x1b\n\x13partly_free_servers\x18\x04 \x01(\r\x12&\n\x04pods\x18\x05 \x03(\x0b\x32\x18.railyard.v1.PodCapacity\x12,\n\x07servers\x18\x06 \x03(\x0b\x32\x1b.railyard.v1.ServerCapacity\x12\x17\n\x0fintent_revision\x18\x07 \x01(\x04\"\xc4\x01\n\rLinkDirection\x12\x11\n\tfrom_node\x18\x01 \x01(\t\x12\x11\n\tfrom_port\x18\x02 \x01(\r\x12\x15\n\rpredicted_bps\x18\x03 \x01(\x01\x12\x14\n\x0cmeasured_bps\x18\x04 \x01(\x01\x12\x19\n\x11utilization_ratio\x18\x05 \x01(\x01\x12\x13\n\x0bqueue_bytes\x18\x06 \x01(\x04\x12\x30\n\x0cmeasure_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xbb\x01\n\x04Link\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06\x61_node\x18\x02 \x01(\t\x12\x0e\n\x06\x61_port\x18\x03 \x01(\r\x12\x0e\n\x06\x62_node\x18\x04 \x01(\t\x12\x0e\n\x06\x62_port\x18\x05 \x01(\r\x12\x14\n\x0c\x63\x61pacity_bps\x18\x06 \x01(\x01\x12\x0e\n\x06\x61\x63\x63\x65ss\x18\x07 \x01(\x08\x12\x0f\n\x07\x64rained\x18\x08 \x01(\x08\x12.\n\ndirections\x18\t \x03(\x0b\x32\x1a.railyard.v1.LinkDirection\"a\n\x10ListLinksRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06switch\x18\x03 \x01(\t\x12\x16\n\x0einclude_access\x18\x04 \x01(\x08\"N\n\x11ListLinksResponse\x12 \n\x05links\x18\x01 \x03(\x0b\x32\x11.railyard.v1.Link\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\" \n\x10\x44rainLinkRequest\x12\x0c\n\x04link\x18\x01 \x01(\t\"T\n\x11\x44rainLinkResponse\x12\x0c\n\x04link\x18\x01 \x01(\t\x12\x18\n\x10rerouted_job_ids\x18\x02 \x03(\t\x12\x17\n\x0fintent_revision\x18\x03 \x01(\x04\"\"\n\x12UndrainLinkRequest\x12\x0c\n\x04link\x18\x01 \x01(\t\"<\n\x13UndrainLinkResponse\x12\x0c\n\x04link\x18\x01 \x01(\t\x12\x17\n\x0fintent_revision\x18\x02 \x01(\x04\"$\n\x12\x44rainSwitchRequest\x12\x0e\n\x06switch\x18\x01 \x01(\t\"X\n\x13\x44rainSwitchResponse\x12\x0e\n\x06switch\x18\x01 \x01(\t\x12\x18\n\x10rerouted_job_ids\x18\x02 \x03(\t\x12\x17\n\x0fintent_revision\x18\x03 \x01(\x04\"&\n\x14UndrainSwitchRequest\x12\x0e\n\x06switch\x18\x01 \x01(\t\"@\n\x15UndrainSwitchResponse\x12\x0e\n\x06switch\x18\x01 \x01(\t\x12\x17\n\x0fintent_revision\x18\x02 \x01(\x04\x32\xa8\x06\n\rFabricService\x12J\n\tGetFabric\x12\x1d.railyard.v1.GetFabricRequest\x1a\x1e.railyard.v1.GetFabricResponse\x12\\\n\x0fGetFreeCapacity\x12#.railyard.v1.GetFreeCapacityRequest\x1a$.railyard.v1.GetFreeCapacityResponse\x12J\n\tListLinks\x12\x1d.railyard.v1.ListLinksRequest\x1a\x1e.railyard.v1.ListLinksResponse\x12J\n\tDrainLink\x12\x1d.railyard.v1.DrainLinkRequest\x1a\x1e.railyard.v1.DrainLinkResponse\x12P\n\x0bUndrainLink\x12\x1f.railyard.v1.UndrainLinkRequest\x1a .railyard.v1.UndrainLinkResponse\x12P\n\x0b\x44rainSwitch\x12\x1f.railyard.v1.DrainSwitchRequest\x1a .railyard.v1.DrainSwitchResponse\x12V\n\rUndrainSwitch\x12!.railyard.v1.UndrainSwitchRequest\x1a\".railyard.v1.UndrainSwitchResponse\x12\x44\n\x07PinFlow\x12\x1b.railyard.v1.PinFlowRequest\x1a\x1c.railyard.v1.PinFlowResponse\x12J\n\tUnpinFlow\x12\x1d.railyard.v1.UnpinFlowRequest\x1a\x1e.railyard.v1.UnpinFlowResponse\x12G\n\x08ListPins\x12\x1c.railyard.v1.ListPinsRequest\x1a\x1d.railyard.v1.ListPinsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -54,31 +54,39 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SWITCH']._serialized_start=740
   _globals['_SWITCH']._serialized_end=853
   _globals['_GETFABRICRESPONSE']._serialized_start=856
-  _globals['_GETFABRICRESPONSE']._serialized_end=1032
-  _globals['_LINKDIRECTION']._serialized_start=1035
-  _globals['_LINKDIRECTION']._serialized_end=1231
-  _globals['_LINK']._serialized_start=1234
-  _globals['_LINK']._serialized_end=1421
-  _globals['_LISTLINKSREQUEST']._serialized_start=1423
-  _globals['_LISTLINKSREQUEST']._serialized_end=1520
-  _globals['_LISTLINKSRESPONSE']._serialized_start=1522
-  _globals['_LISTLINKSRESPONSE']._serialized_end=1600
-  _globals['_DRAINLINKREQUEST']._serialized_start=1602
-  _globals['_DRAINLINKREQUEST']._serialized_end=1634
-  _globals['_DRAINLINKRESPONSE']._serialized_start=1636
-  _globals['_DRAINLINKRESPONSE']._serialized_end=1720
-  _globals['_UNDRAINLINKREQUEST']._serialized_start=1722
-  _globals['_UNDRAINLINKREQUEST']._serialized_end=1756
-  _globals['_UNDRAINLINKRESPONSE']._serialized_start=1758
-  _globals['_UNDRAINLINKRESPONSE']._serialized_end=1818
-  _globals['_DRAINSWITCHREQUEST']._serialized_start=1820
-  _globals['_DRAINSWITCHREQUEST']._serialized_end=1856
-  _globals['_DRAINSWITCHRESPONSE']._serialized_start=1858
-  _globals['_DRAINSWITCHRESPONSE']._serialized_end=1946
-  _globals['_UNDRAINSWITCHREQUEST']._serialized_start=1948
-  _globals['_UNDRAINSWITCHREQUEST']._serialized_end=1986
-  _globals['_UNDRAINSWITCHRESPONSE']._serialized_start=1988
-  _globals['_UNDRAINSWITCHRESPONSE']._serialized_end=2052
-  _globals['_FABRICSERVICE']._serialized_start=2055
-  _globals['_FABRICSERVICE']._serialized_end=2769
+  _globals['_GETFABRICRESPONSE']._serialized_end=1080
+  _globals['_PODCAPACITY']._serialized_start=1082
+  _globals['_PODCAPACITY']._serialized_end=1208
+  _globals['_SERVERCAPACITY']._serialized_start=1211
+  _globals['_SERVERCAPACITY']._serialized_end=1353
+  _globals['_GETFREECAPACITYREQUEST']._serialized_start=1355
+  _globals['_GETFREECAPACITYREQUEST']._serialized_end=1423
+  _globals['_GETFREECAPACITYRESPONSE']._serialized_start=1426
+  _globals['_GETFREECAPACITYRESPONSE']._serialized_end=1662
+  _globals['_LINKDIRECTION']._serialized_start=1665
+  _globals['_LINKDIRECTION']._serialized_end=1861
+  _globals['_LINK']._serialized_start=1864
+  _globals['_LINK']._serialized_end=2051
+  _globals['_LISTLINKSREQUEST']._serialized_start=2053
+  _globals['_LISTLINKSREQUEST']._serialized_end=2150
+  _globals['_LISTLINKSRESPONSE']._serialized_start=2152
+  _globals['_LISTLINKSRESPONSE']._serialized_end=2230
+  _globals['_DRAINLINKREQUEST']._serialized_start=2232
+  _globals['_DRAINLINKREQUEST']._serialized_end=2264
+  _globals['_DRAINLINKRESPONSE']._serialized_start=2266
+  _globals['_DRAINLINKRESPONSE']._serialized_end=2350
+  _globals['_UNDRAINLINKREQUEST']._serialized_start=2352
+  _globals['_UNDRAINLINKREQUEST']._serialized_end=2386
+  _globals['_UNDRAINLINKRESPONSE']._serialized_start=2388
+  _globals['_UNDRAINLINKRESPONSE']._serialized_end=2448
+  _globals['_DRAINSWITCHREQUEST']._serialized_start=2450
+  _globals['_DRAINSWITCHREQUEST']._serialized_end=2486
+  _globals['_DRAINSWITCHRESPONSE']._serialized_start=2488
+  _globals['_DRAINSWITCHRESPONSE']._serialized_end=2576
+  _globals['_UNDRAINSWITCHREQUEST']._serialized_start=2578
+  _globals['_UNDRAINSWITCHREQUEST']._serialized_end=2616
+  _globals['_UNDRAINSWITCHRESPONSE']._serialized_start=2618
+  _globals['_UNDRAINSWITCHRESPONSE']._serialized_end=2682
+  _globals['_FABRICSERVICE']._serialized_start=2685
+  _globals['_FABRICSERVICE']._serialized_end=3493
 # @@protoc_insertion_point(module_scope)

@@ -103,7 +103,7 @@ class Switch(_message.Message):
     def __init__(self, name: _Optional[str] = ..., tier: _Optional[str] = ..., pod: _Optional[int] = ..., rail: _Optional[int] = ..., dpid: _Optional[str] = ..., connected: _Optional[bool] = ..., drained: _Optional[bool] = ...) -> None: ...
 
 class GetFabricResponse(_message.Message):
-    __slots__ = ("name", "kind", "gpu_count", "rails", "pods", "nic_gbps", "switches", "free_gpu_count")
+    __slots__ = ("name", "kind", "gpu_count", "rails", "pods", "nic_gbps", "switches", "free_gpu_count", "pod_capacity")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
@@ -112,6 +112,7 @@ class GetFabricResponse(_message.Message):
     NIC_GBPS_FIELD_NUMBER: _ClassVar[int]
     SWITCHES_FIELD_NUMBER: _ClassVar[int]
     FREE_GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    POD_CAPACITY_FIELD_NUMBER: _ClassVar[int]
     name: str
     kind: str
     gpu_count: int
@@ -120,7 +121,66 @@ class GetFabricResponse(_message.Message):
     nic_gbps: float
     switches: _containers.RepeatedCompositeFieldContainer[Switch]
     free_gpu_count: int
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., gpu_count: _Optional[int] = ..., rails: _Optional[int] = ..., pods: _Optional[int] = ..., nic_gbps: _Optional[float] = ..., switches: _Optional[_Iterable[_Union[Switch, _Mapping]]] = ..., free_gpu_count: _Optional[int] = ...) -> None: ...
+    pod_capacity: _containers.RepeatedCompositeFieldContainer[PodCapacity]
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., gpu_count: _Optional[int] = ..., rails: _Optional[int] = ..., pods: _Optional[int] = ..., nic_gbps: _Optional[float] = ..., switches: _Optional[_Iterable[_Union[Switch, _Mapping]]] = ..., free_gpu_count: _Optional[int] = ..., pod_capacity: _Optional[_Iterable[_Union[PodCapacity, _Mapping]]] = ...) -> None: ...
+
+class PodCapacity(_message.Message):
+    __slots__ = ("pod", "gpu_count", "free_gpu_count", "whole_free_servers", "partly_free_servers")
+    POD_FIELD_NUMBER: _ClassVar[int]
+    GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FREE_GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_FREE_SERVERS_FIELD_NUMBER: _ClassVar[int]
+    PARTLY_FREE_SERVERS_FIELD_NUMBER: _ClassVar[int]
+    pod: int
+    gpu_count: int
+    free_gpu_count: int
+    whole_free_servers: int
+    partly_free_servers: int
+    def __init__(self, pod: _Optional[int] = ..., gpu_count: _Optional[int] = ..., free_gpu_count: _Optional[int] = ..., whole_free_servers: _Optional[int] = ..., partly_free_servers: _Optional[int] = ...) -> None: ...
+
+class ServerCapacity(_message.Message):
+    __slots__ = ("server", "pod", "index", "gpu_count", "free_gpu_count", "free_rails", "exclusive")
+    SERVER_FIELD_NUMBER: _ClassVar[int]
+    POD_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FREE_GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FREE_RAILS_FIELD_NUMBER: _ClassVar[int]
+    EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    server: str
+    pod: int
+    index: int
+    gpu_count: int
+    free_gpu_count: int
+    free_rails: _containers.RepeatedScalarFieldContainer[int]
+    exclusive: bool
+    def __init__(self, server: _Optional[str] = ..., pod: _Optional[int] = ..., index: _Optional[int] = ..., gpu_count: _Optional[int] = ..., free_gpu_count: _Optional[int] = ..., free_rails: _Optional[_Iterable[int]] = ..., exclusive: _Optional[bool] = ...) -> None: ...
+
+class GetFreeCapacityRequest(_message.Message):
+    __slots__ = ("pods", "include_full_servers")
+    PODS_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_FULL_SERVERS_FIELD_NUMBER: _ClassVar[int]
+    pods: _containers.RepeatedScalarFieldContainer[int]
+    include_full_servers: bool
+    def __init__(self, pods: _Optional[_Iterable[int]] = ..., include_full_servers: _Optional[bool] = ...) -> None: ...
+
+class GetFreeCapacityResponse(_message.Message):
+    __slots__ = ("gpu_count", "free_gpu_count", "whole_free_servers", "partly_free_servers", "pods", "servers", "intent_revision")
+    GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FREE_GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_FREE_SERVERS_FIELD_NUMBER: _ClassVar[int]
+    PARTLY_FREE_SERVERS_FIELD_NUMBER: _ClassVar[int]
+    PODS_FIELD_NUMBER: _ClassVar[int]
+    SERVERS_FIELD_NUMBER: _ClassVar[int]
+    INTENT_REVISION_FIELD_NUMBER: _ClassVar[int]
+    gpu_count: int
+    free_gpu_count: int
+    whole_free_servers: int
+    partly_free_servers: int
+    pods: _containers.RepeatedCompositeFieldContainer[PodCapacity]
+    servers: _containers.RepeatedCompositeFieldContainer[ServerCapacity]
+    intent_revision: int
+    def __init__(self, gpu_count: _Optional[int] = ..., free_gpu_count: _Optional[int] = ..., whole_free_servers: _Optional[int] = ..., partly_free_servers: _Optional[int] = ..., pods: _Optional[_Iterable[_Union[PodCapacity, _Mapping]]] = ..., servers: _Optional[_Iterable[_Union[ServerCapacity, _Mapping]]] = ..., intent_revision: _Optional[int] = ...) -> None: ...
 
 class LinkDirection(_message.Message):
     __slots__ = ("from_node", "from_port", "predicted_bps", "measured_bps", "utilization_ratio", "queue_bytes", "measure_time")

@@ -39,6 +39,11 @@ class FabricServiceStub:
                 request_serializer=railyard_dot_v1_dot_fabric__pb2.GetFabricRequest.SerializeToString,
                 response_deserializer=railyard_dot_v1_dot_fabric__pb2.GetFabricResponse.FromString,
                 _registered_method=True)
+        self.GetFreeCapacity = channel.unary_unary(
+                '/railyard.v1.FabricService/GetFreeCapacity',
+                request_serializer=railyard_dot_v1_dot_fabric__pb2.GetFreeCapacityRequest.SerializeToString,
+                response_deserializer=railyard_dot_v1_dot_fabric__pb2.GetFreeCapacityResponse.FromString,
+                _registered_method=True)
         self.ListLinks = channel.unary_unary(
                 '/railyard.v1.FabricService/ListLinks',
                 request_serializer=railyard_dot_v1_dot_fabric__pb2.ListLinksRequest.SerializeToString,
@@ -86,6 +91,13 @@ class FabricServiceServicer:
 
     def GetFabric(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetFreeCapacity(self, request, context):
+        """Free GPUs per pod and per server: where the next job can go.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -145,6 +157,11 @@ def add_FabricServiceServicer_to_server(servicer, server):
                     servicer.GetFabric,
                     request_deserializer=railyard_dot_v1_dot_fabric__pb2.GetFabricRequest.FromString,
                     response_serializer=railyard_dot_v1_dot_fabric__pb2.GetFabricResponse.SerializeToString,
+            ),
+            'GetFreeCapacity': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetFreeCapacity,
+                    request_deserializer=railyard_dot_v1_dot_fabric__pb2.GetFreeCapacityRequest.FromString,
+                    response_serializer=railyard_dot_v1_dot_fabric__pb2.GetFreeCapacityResponse.SerializeToString,
             ),
             'ListLinks': grpc.unary_unary_rpc_method_handler(
                     servicer.ListLinks,
@@ -214,6 +231,33 @@ class FabricService:
             '/railyard.v1.FabricService/GetFabric',
             railyard_dot_v1_dot_fabric__pb2.GetFabricRequest.SerializeToString,
             railyard_dot_v1_dot_fabric__pb2.GetFabricResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetFreeCapacity(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railyard.v1.FabricService/GetFreeCapacity',
+            railyard_dot_v1_dot_fabric__pb2.GetFreeCapacityRequest.SerializeToString,
+            railyard_dot_v1_dot_fabric__pb2.GetFreeCapacityResponse.FromString,
             options,
             channel_credentials,
             insecure,
