@@ -106,7 +106,8 @@ def step(
             del moves[key]
             decisions.append(Decision(DecisionKind.EXPIRE, describe_flow(key), "flow quiet; back to ECMP", now))
     fresh = {e: s for e, s in ports.items() if now - s.observed_at <= cfg.max_age_s}
-    residual = _residual(index, fresh, flows, elephants, routes)
+    tx = _port_load(index, fresh)
+    residual = _residual(index, tx, flows, elephants, routes)
     if state.residual is not None and len(state.residual) == len(residual):
         residual = (1 - cfg.background_smoothing) * state.residual + cfg.background_smoothing * residual
     background = np.where(residual > cfg.background_floor * index.capacity, residual, 0.0)
@@ -146,56 +147,74 @@ def step(
         Decision(DecisionKind.EXPIRE, ad.nic_ip(dst), "incast over; meters removed", now)
         for dst in sorted({m.dst for m in state.meters.values()} - {m.dst for m in meters.values()})
     ]
+    # A metered flow carries what its meter lets through, whatever its record
+    # (counted before the meter) says; TE may move it to relieve others.
+    placed = [
+        e._replace(rate_bps=min(e.rate_bps, meters[e.key].rate_bps)) if e.key in meters else e
+        for e in elephants + starved
+    ]
     outcome = rebalance(
         fabric,
         index,
         dead,
-        elephants + starved,
+        placed,
         routes + starved_routes,
         background,
+        tx,
         moves,
         now,
         cfg,
         steered,
+        frozenset(meters),
     )
+    # An unfixable link stays unfixable while it stays over, until a move
+    # actually relieves it: one decision per onset, not one each time a noisy
+    # verdict wavers.
+    unfixable = outcome.unfixable.keys() | {
+        n for n in state.unfixable & outcome.collisions.keys() if n not in outcome.relieved
+    }
+    collisions = outcome.collisions.keys() - unfixable
+    why = {**outcome.collisions, **outcome.unfixable}
     decisions += [
-        Decision(DecisionKind.COLLISION, name, why, now)
-        for name, why in sorted(outcome.collisions.items())
-        if name not in state.collisions
+        Decision(DecisionKind.COLLISION, name, why[name], now) for name in sorted(collisions - state.collisions)
     ]
     decisions += [
-        Decision(DecisionKind.UNFIXABLE, name, why, now)
-        for name, why in sorted(outcome.unfixable.items())
-        if name not in state.unfixable
+        Decision(DecisionKind.UNFIXABLE, name, why[name], now) for name in sorted(unfixable - state.unfixable)
     ]
     decisions += outcome.decisions
     pin_metered(fabric, meters, moves, flows, now)
     return TeState(
         moves,
         frozenset(ad.nic_ip(d) for d in incasts),
-        frozenset(outcome.collisions),
+        frozenset(collisions),
         down,
         recent,
         meters,
-        frozenset(outcome.unfixable),
+        frozenset(unfixable),
         residual,
     ), decisions
 
 
+def _port_load(index: LinkIndex, ports: Mapping[Endpoint, PortSample]) -> np.ndarray:
+    """Per egress, what its port reports sending (0 if unreported)."""
+    tx = np.zeros(len(index.capacity))
+    for egress, sample in ports.items():
+        i = index.ids.get(egress)
+        if i is not None:
+            tx[i] = sample.tx_bps
+    return tx
+
+
 def _residual(
     index: LinkIndex,
-    ports: Mapping[Endpoint, PortSample],
+    tx: np.ndarray,
     flows: Mapping[FlowKey, FlowSample],
     elephants: list[Elephant],
     routes: list[Routes],
 ) -> np.ndarray:
     """Per egress, what its measured load is beyond the elephants on it:
     mice, and flows TE does not see, or noise."""
-    tx = np.zeros(len(index.capacity))
-    for egress, sample in ports.items():
-        i = index.ids.get(egress)
-        if i is not None:
-            tx[i] = sample.tx_bps
+    tx = tx.copy()
     rows = [r.base + r.position[e.via] for e, r in zip(elephants, routes) if e.via in r.position]
     if rows:
         # This sample's rates, not the smoothed ones: the same instant as the port counters.

@@ -4,10 +4,12 @@ the fabric back under capacity in one cycle.
 Loads are arrays over the fabric's egresses (LinkIndex), kept twice: by the
 elephants' demands (what they would send, bounded by what a path can carry)
 and by what they measure. A move is made only when it lowers the flow's own
-bottleneck by `min_gain` on both: a gain only the demands see is a demand no
-routing can meet, and one only the measurements see is noise. So a fabric
-whose best routing still shares a link makes no move at all, and a flow is
-never moved from where the hash put it to somewhere that measures worse.
+bottleneck by `min_gain` by demand, and the measurements agree (they show a
+gain too): a gain only the demands see is a demand no routing can meet. So a
+fabric whose best routing still shares a link makes no move at all, and a
+flow is never moved from where the hash put it to somewhere that measures
+worse. Only a squeezed elephant (or a metered one) is a candidate, which
+keeps noisy counters from moving flows that get what they ask for.
 
 Caps are local: each leaf moves at most `max_moves_per_leaf` elephants per
 cycle (by default its uplink count), and a moved flow stays put for
@@ -36,6 +38,7 @@ class Outcome:
     decisions: list[Decision]
     collisions: dict[str, str]  # link -> why: over capacity and TE can act on it
     unfixable: dict[str, str]  # link -> why: over capacity and no move relieves it
+    relieved: frozenset[str]  # links a move of this cycle took load off
 
 
 class _Fleet:
@@ -44,7 +47,12 @@ class _Fleet:
     elephants each link carries (looked up only for the links worked on)."""
 
     def __init__(
-        self, index: LinkIndex, elephants: list[Elephant], routes: list[Routes], background: np.ndarray
+        self,
+        index: LinkIndex,
+        elephants: list[Elephant],
+        routes: list[Routes],
+        background: np.ndarray,
+        port_load: np.ndarray,
     ) -> None:
         self.index = index
         self.elephants = elephants
@@ -70,6 +78,10 @@ class _Fleet:
         else:
             self.count = np.zeros(len(self.capacity), dtype=np.int64)
             self._links = self._owners = np.zeros(0, dtype=np.int64)
+        # Measured: what the ports say they send, where that is more than the
+        # elephants' records explain (a full queue's port sends at capacity
+        # while its squeezed flows measure less).
+        self.both[1] = np.maximum(self.both[1], port_load)
 
     def row(self, i: int) -> int:
         """Elephant i's route, as a row of its Routes."""
@@ -144,9 +156,10 @@ class _Fleet:
         return gain
 
     def best(self, i: int, dead: np.ndarray, cfg: EngineConfig) -> tuple[float, int] | None:
-        """The route that saves most by demand among those saving `min_gain` both ways."""
+        """The route that saves most by demand, among those saving `min_gain` by
+        demand and something as measured."""
         gain = self.gains(i, dead)
-        ok = (gain >= cfg.min_gain).all(axis=0)
+        ok = (gain[0] >= cfg.min_gain) & (gain[1] > 0)
         if not ok.any():
             return None
         row = int(np.argmax(np.where(ok, gain[0], -np.inf)))
@@ -168,15 +181,17 @@ def rebalance(
     elephants: list[Elephant],
     routes: list[Routes],
     background: np.ndarray,
+    port_load: np.ndarray,
     moves: dict[FlowKey, Move],
     now: float,
     cfg: EngineConfig,
     steered: frozenset[tuple[NicId, NicId]] = frozenset(),
+    metered: frozenset[FlowKey] = frozenset(),
 ) -> Outcome:
     """Starts from where the elephants are (placing min-max those whose
     switch did not say), moves those on dead links, then fixes every link
     over capacity that a move can fix. Updates `moves`."""
-    fleet = _Fleet(index, elephants, routes, background)
+    fleet = _Fleet(index, elephants, routes, background, port_load)
     # Where the switches did not say where a flow is, it counts as load where
     # it would do least harm, and is not moved: a move judged against a guessed
     # path can leave the fabric worse than the hash did.
@@ -214,7 +229,10 @@ def rebalance(
         best: tuple[float, int, int] | None = None  # gain, elephant, route
         for i in sorted(fleet.members(link), key=lambda i: elephants[i].key):
             e = elephants[i]
-            if not movable(i) or _resting(moves.get(e.key), now, cfg) or e.rate_bps >= cfg.satisfied * e.demand_bps:
+            # A flow getting most of its demand gains nothing from a move; a
+            # metered one's rate is ours to set, and moving it may relieve others.
+            satisfied = e.rate_bps >= cfg.satisfied * e.demand_bps and e.key not in metered
+            if not movable(i) or _resting(moves.get(e.key), now, cfg) or satisfied:
                 continue
             leaf = fabric.attachment(elephants[i].src).node
             if budget.get(leaf, cfg.max_moves_per_leaf or len(routes[i].vias)) <= 0:
@@ -253,7 +271,8 @@ def rebalance(
             collisions[name] = why
         else:
             unfixable[name] = why
-    return Outcome(decisions, collisions, unfixable)
+    names = frozenset(f"{index.egresses[link].node}:{index.egresses[link].port}" for link in relieved)
+    return Outcome(decisions, collisions, unfixable, names)
 
 
 def _off_dead_links(

@@ -24,9 +24,8 @@ class EngineConfig:
     # Moves per leaf per cycle, at most: a local cap, so one cycle can fix
     # every leaf of the fabric while no leaf churns. 0: the leaf's uplink count.
     max_moves_per_leaf: int = 0
-    # Utilization points a move must save on the flow's bottleneck, both as
-    # predicted from demands and as measured: a gain only one of them sees is
-    # noise, or a demand that cannot be met.
+    # Utilization points a move must save on the flow's bottleneck as predicted
+    # from demands; the measurements must show a gain too.
     min_gain: float = 0.05
     # An elephant measuring at least this fraction of its demand is not
     # squeezed, wherever its link's counters say: moving it can only cost.
