@@ -155,11 +155,12 @@ class _Fleet:
             gain[:, dead[hops].any(axis=1)] = -np.inf
         return gain
 
-    def best(self, i: int, dead: np.ndarray, cfg: EngineConfig) -> tuple[float, int] | None:
+    def best(self, i: int, dead: np.ndarray, cfg: EngineConfig, metered: bool = False) -> tuple[float, int] | None:
         """The route that saves most by demand, among those saving `min_gain` by
-        demand and something as measured."""
+        demand and something as measured. A metered flow's rate is its meter's,
+        known without noise: its demand gain is enough."""
         gain = self.gains(i, dead)
-        ok = (gain[0] >= cfg.min_gain) & (gain[1] > 0)
+        ok = (gain[0] >= cfg.min_gain) & ((gain[1] > 0) | metered)
         if not ok.any():
             return None
         row = int(np.argmax(np.where(ok, gain[0], -np.inf)))
@@ -237,7 +238,7 @@ def rebalance(
             leaf = fabric.attachment(elephants[i].src).node
             if budget.get(leaf, cfg.max_moves_per_leaf or len(routes[i].vias)) <= 0:
                 continue
-            found = fleet.best(i, dead, cfg)
+            found = fleet.best(i, dead, cfg, e.key in metered)
             if found is not None and (best is None or found[0] > best[0]):
                 best = (found[0], i, found[1])
         if best is None:
@@ -267,7 +268,11 @@ def rebalance(
         name = f"{egress.node}:{egress.port}"
         why = f"{len(members)} elephants, demand {fleet.utilization(link):.2f} of the link"
         # Fixable: relieved now, or a move would relieve it but for hysteresis or budget.
-        if link in relieved or not fleet.over(link) or any(movable(i) and fleet.best(i, dead, cfg) for i in members):
+        if (
+            link in relieved
+            or not fleet.over(link)
+            or any(movable(i) and fleet.best(i, dead, cfg, elephants[i].key in metered) for i in members)
+        ):
             collisions[name] = why
         else:
             unfixable[name] = why
