@@ -8,7 +8,7 @@ PYTHON_SYSTEM := /usr/bin/python3.11
 SEED ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-scenarios observe fabric-down clean
+.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-scenarios bench-scale bench-fabric observe fabric-down clean
 
 setup: host venv
 
@@ -57,7 +57,7 @@ proto: venv
 controller: setup
 	$(VENV)/bin/railyard controller run --store $(CURDIR)/.state/intent.db
 
-bench: bench-calibrate bench-southbound bench-placement bench-scenarios
+bench: bench-calibrate bench-southbound bench-placement bench-scenarios bench-scale
 
 bench-calibrate: setup
 	$(PY) -m bench.calibrate --out bench/results/calibration.json
@@ -70,6 +70,14 @@ bench-placement: setup
 
 bench-scenarios: setup
 	$(PY) -m bench.scenarios --scenario elephant --scenario incast --out bench/results/scenarios.json
+
+# The flow-level simulator on the 2K and 16K specs: no Mininet, no root.
+bench-scale: venv
+	$(PY) -m bench.scale --out bench/results/scale.json
+
+# Fabric model at scale: build, warm, egress_path and the daemon's RSS on the 2K and 16K specs (no OVS, no root).
+bench-fabric: venv
+	$(PY) -m bench.fabric --out bench/results/fabric.json
 
 fabric-down: venv
 	$(VENV)/bin/railyard fabric down

@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import json
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from controller.fabric import Endpoint, Fabric
-from emulation.model.optimum import Optimum
-from emulation.scenarios.runner import ModeRun, scenario_optimum
-from emulation.scenarios.spec import Scenario
+from emulation.model.optimum import OptimumKind
+from emulation.scenarios.judge import (
+    OPTIMUM_NOTE,
+    TOLERANCE,
+    OptimumExceeded,
+    Phase,
+    check,
+    judge,
+    phases,
+    planned_intervals,
+)
+from emulation.scenarios.runner import ModeRun
+from emulation.scenarios.spec import Scenario, check_events
+from emulation.scenarios.timeline import te_figures
 
 
 def jain(values: list[float]) -> float:
@@ -36,10 +47,10 @@ def longest_zero_run_s(intervals: tuple[float, ...], floor_bps: float = 1e5) -> 
     return best
 
 
-def mode_figures(fabric: Fabric, run: ModeRun, best: Optimum, scenario: Scenario) -> dict:
+def mode_figures(fabric: Fabric, run: ModeRun, phases_: Sequence[Phase], scenario: Scenario) -> dict:
     duration_s = scenario.duration_s
-    goodput = [r.steady_bps for r in run.results]
-    share = [g / o if o else 0.0 for g, o in zip(goodput, best.rates_bps)]
+    judged = judge(phases_, run.results, duration_s)
+    share = [f["goodput_bps"] / f["optimum_bps"] if f["optimum_bps"] else 0.0 for f in judged["flows"]]
     tier = fabric.spine_tier
     capacity = {e: fabric.link_at(e).emulated_bps for e in tier}
     peaks = [max((s.tx_bps.get(e, 0.0) / capacity[e] for e in tier), default=0.0) for s in run.samples]
@@ -55,22 +66,24 @@ def mode_figures(fabric: Fabric, run: ModeRun, best: Optimum, scenario: Scenario
     bottleneck = max(queues, key=lambda e: (percentile(queues[e], 0.99), sum(queues[e]))) if queues else None
     backlog = queues[bottleneck] if bottleneck is not None else []
     peak = max((q for s in run.samples for q in s.queue_bytes.values()), default=0)
+    changes = sorted({0.0, *(f.start_s for f in run.flows), *(e.at_s for e in scenario.events)})
+    te = te_figures(
+        fabric, run.decisions, [(s.t, s.tx_bps) for s in run.samples], changes, run.commit_s, len(run.flows)
+    )
     return {
         "flows": [
             {
                 "flow": r.flow.five_tuple,
-                "goodput_mbps": r.steady_bps / 1e6,
-                "optimum_mbps": o / 1e6,
-                "min_interval_mbps": min(r.interval_bps, default=0.0) / 1e6,
-                # Only the planned duration: a flow stopped late reports empty tail intervals.
-                "longest_zero_s": longest_zero_run_s(r.interval_bps[: int(duration_s)]),
+                "goodput_mbps": f["goodput_bps"] / 1e6,
+                "optimum_mbps": f["optimum_bps"] / 1e6,
+                "single_path_optimum_mbps": None if f["single_path_bps"] is None else f["single_path_bps"] / 1e6,
+                "min_interval_mbps": min(planned_intervals(r, duration_s), default=0.0) / 1e6,
+                "longest_zero_s": longest_zero_run_s(planned_intervals(r, duration_s)),
                 "error": r.error,
             }
-            for r, o in zip(run.results, best.rates_bps)
+            for r, f in zip(run.results, judged["flows"])
         ],
-        "aggregate_mbps": sum(goodput) / 1e6,
-        "optimum_mbps": best.aggregate_bps / 1e6,
-        "fraction_of_optimum": sum(goodput) / best.aggregate_bps if best.aggregate_bps else 0.0,
+        **{k: v for k, v in judged.items() if k != "flows"},
         "jain_fairness": jain(share),
         "max_spine_tier_utilization": {
             "mean_of_peaks": statistics.fmean(peaks) if peaks else 0.0,
@@ -87,10 +100,7 @@ def mode_figures(fabric: Fabric, run: ModeRun, best: Optimum, scenario: Scenario
         "policed": run.policed,
         **({"incast": incast_figures(scenario, share)} if scenario.pattern == "incast" else {}),
         "te_decisions": run.te_decisions,
-        "collision_to_fix_s": {
-            "median": statistics.median(run.te_reaction_s) if run.te_reaction_s else None,
-            "all": run.te_reaction_s,
-        },
+        **te,
         "flow_mods": run.flow_mods,
     }
 
@@ -106,26 +116,97 @@ def incast_figures(scenario: Scenario, share: list[float]) -> dict:
     }
 
 
-def build_report(fabric: Fabric, scenario: Scenario, seed: int, runs: dict[str, ModeRun]) -> dict:
-    """Both runs judged against the max-min optimum of the scenario's flows
-    (identical in both runs), after any failures the scenario injects."""
-    best = scenario_optimum(fabric, runs["te"].flows, scenario)
+def optimum_figures(phases_: Sequence[Phase], duration_s: float) -> dict:
+    """The optimum the runs are judged against, phase by phase."""
     return {
+        "kind": OptimumKind.SPLITTABLE.value,
+        "about": OPTIMUM_NOTE,
+        "tolerance": TOLERANCE,
+        # Time-weighted over the phases.
+        "aggregate_mbps": sum(p.bounds.splittable.aggregate_bps * (p.end_s - p.start_s) for p in phases_)
+        / duration_s
+        / 1e6,
+        "phases": [
+            {
+                "from_s": p.start_s,
+                "to_s": p.end_s,
+                "dead_links": list(p.dead_links),
+                "aggregate_mbps": p.bounds.splittable.aggregate_bps / 1e6,
+                "method": p.bounds.splittable.method,
+                "single_path_mbps": None if p.bounds.single_path is None else p.bounds.single_path.aggregate_bps / 1e6,
+                "single_path_method": None if p.bounds.single_path is None else p.bounds.single_path.method,
+                "throughput_bound_mbps": p.bounds.throughput_bps / 1e6,
+                "solve_s": p.bounds.solve_s,
+                "rates_mbps": [r / 1e6 for r in p.bounds.splittable.rates_bps],
+                "routes": [[[via, bps / 1e6] for via, bps in route] for route in p.bounds.splittable.routes],
+                "single_path_vias": None if p.bounds.single_path is None else list(p.bounds.single_path.vias),
+            }
+            for p in phases_
+        ],
+    }
+
+
+def build_report(fabric: Fabric, scenario: Scenario, seed: int, runs: dict[str, ModeRun]) -> dict:
+    """Both runs judged against the exact optimum of the scenario's flows
+    (identical in both runs), phase by phase around its events. Raises
+    OptimumExceeded (with the report attached) when a run beats the bound."""
+    scenario = check_events(scenario, fabric.spec)
+    # Each run against the optimum of its own flows (the same pairs in both runs
+    # by construction; placed jobs could in principle differ).
+    by_flows: dict[tuple, list[Phase]] = {}
+    for run in runs.values():
+        key = tuple((f.src, f.dst, f.protocol, f.rate_bps) for f in run.flows)
+        if key not in by_flows:
+            by_flows[key] = phases(fabric, scenario, run.flows)
+    phase_of = {
+        mode: by_flows[tuple((f.src, f.dst, f.protocol, f.rate_bps) for f in run.flows)] for mode, run in runs.items()
+    }
+    shown = phase_of["te"] if "te" in phase_of else next(iter(phase_of.values()))
+    report: dict = {
         "scenario": scenario.name,
         "description": scenario.description,
         "fabric": fabric.spec.name,
         "seed": seed,
         "duration_s": scenario.duration_s,
-        "optimum": {"aggregate_mbps": best.aggregate_bps / 1e6, "vias": list(best.vias)},
-        "modes": {mode: mode_figures(fabric, run, best, scenario) for mode, run in runs.items()},
+        "events": [{"at_s": e.at_s, "link_down": e.link, "leaf": e.leaf, "spine": e.spine} for e in scenario.events],
+        "optimum": optimum_figures(shown, scenario.duration_s),
+        "modes": {mode: mode_figures(fabric, run, phase_of[mode], scenario) for mode, run in runs.items()},
     }
+    for mode, figures in report["modes"].items():
+        try:
+            check(mode, figures)
+        except OptimumExceeded as exc:
+            exc.report = report
+            raise
+    return report
+
+
+def _phase_fraction(k: int) -> Callable[[dict], str]:
+    return lambda m: f"{m['phases'][k]['fraction_of_optimum']:.1%}"
+
+
+def _pair(a: float | None, b: float | None, fmt: str) -> str:
+    return "-" if a is None else f"{a:{fmt}} / {b:{fmt}}" if b is not None else f"{a:{fmt}} / -"
 
 
 def table(report: dict) -> str:
     modes = report["modes"]
-    rows = [
+    first = next(iter(modes.values()))
+    rows: list[tuple[str, Callable[[dict], str]]] = [
         ("aggregate goodput (Mb/s)", lambda m: f"{m['aggregate_mbps']:.1f}"),
         ("fraction of optimum", lambda m: f"{m['fraction_of_optimum']:.1%}"),
+    ]
+    if len(first["phases"]) > 1:
+        for k, phase in enumerate(first["phases"]):
+            down = f", {', '.join(phase['dead_links'])} down" if phase["dead_links"] else ""
+            rows.append((f"  in {phase['from_s']:g}-{phase['to_s']:g} s{down}", _phase_fraction(k)))
+    rows.append(
+        (
+            "fraction of single-path optimum",
+            lambda m: "-" if m["fraction_of_single_path"] is None else f"{m['fraction_of_single_path']:.1%}",
+        )
+    )
+    rows += [
         ("Jain's fairness", lambda m: f"{m['jain_fairness']:.3f}"),
         ("spine-tier utilization (mean peak)", lambda m: f"{m['max_spine_tier_utilization']['mean_of_peaks']:.2f}"),
         (
@@ -142,11 +223,24 @@ def table(report: dict) -> str:
         ("policed by meters (packets)", lambda m: f"{m['policed']}"),
         ("reroutes", lambda m: f"{m['te_decisions'].get('reroute', 0):.0f}" if m["te_decisions"] else "-"),
         (
-            "collision-to-fix median (s)",
-            lambda m: "-" if m["collision_to_fix_s"]["median"] is None else f"{m['collision_to_fix_s']['median']:.2f}",
+            "collision-to-fix median / p99 (s)",
+            lambda m: _pair(m["collision_to_fix_s"]["median"], m["collision_to_fix_s"]["p99"], ".2f"),
+        ),
+        ("collisions never fixed", lambda m: f"{m['collision_to_fix_s']['unfixed']}" if m["te_decisions"] else "-"),
+        (
+            "moves per flow (mean / max)",
+            lambda m: f"{m['moves_per_flow']['mean']:.2f} / {m['moves_per_flow']['max']}" if m["te_decisions"] else "-",
+        ),
+        (
+            "path changes per flow (mean / max)",
+            lambda m: (
+                f"{m['path_changes_per_flow']['mean']:.2f} / {m['path_changes_per_flow']['max']}"
+                if m["te_decisions"]
+                else "-"
+            ),
         ),
     ]
-    if "incast" in next(iter(modes.values())):
+    if "incast" in first:
         rows += [
             ("incast senders: Jain's fairness", lambda m: f"{m['incast']['senders_jain']:.3f}"),
             (
@@ -154,9 +248,18 @@ def table(report: dict) -> str:
                 lambda m: "-" if m["incast"]["bystander_share"] is None else f"{m['incast']['bystander_share']:.1%}",
             ),
         ]
-    lines = [
-        f"{report['scenario']} on {report['fabric']}, seed {report['seed']}: optimum "
-        f"{report['optimum']['aggregate_mbps']:.1f} Mb/s",
+    optimum = report["optimum"]
+    lines = [f"{report['scenario']} on {report['fabric']}, seed {report['seed']}"]
+    for phase in optimum["phases"]:
+        down = f" ({', '.join(phase['dead_links'])} down)" if phase["dead_links"] else ""
+        single = "unknown" if phase["single_path_mbps"] is None else f"{phase['single_path_mbps']:.1f} Mb/s"
+        lines.append(
+            f"optimum {phase['from_s']:g}-{phase['to_s']:g} s{down}: {phase['aggregate_mbps']:.1f} Mb/s; "
+            f"single-path {single}; solved in {phase['solve_s'] * 1e3:.0f} ms"
+        )
+    lines += [
+        f"(optimum: {optimum['kind']}, exact, failure-aware; a run above it by more than "
+        f"{optimum['tolerance']:.0%} fails as a bug)",
         "",
     ]
     width = max(len(r[0]) for r in rows)
@@ -168,7 +271,7 @@ def table(report: dict) -> str:
         "per flow (Mb/s): "
         + "; ".join(
             f"{f['flow']}: " + " / ".join(f"{modes[m]['flows'][i]['goodput_mbps']:.1f}" for m in modes)
-            for i, f in enumerate(next(iter(modes.values()))["flows"])
+            for i, f in enumerate(first["flows"])
         )
     )
     return "\n".join(lines)

@@ -6,7 +6,6 @@ fabric with the real controller daemon and telemetry agent, then the report.
 from __future__ import annotations
 
 import logging
-import re
 import tempfile
 import threading
 import time
@@ -21,11 +20,11 @@ from controller.southbound.overlay import is_railyard_meter
 from controller.te.jobs import JobRequest, Pattern
 from controller.te.placement import FabricState, place
 from emulation.agent.telemetry_agent import FabricSampler, TelemetryAgent, read_queues
-from emulation.model.optimum import ModelFlow, Optimum, optimum
 from emulation.net import netns, ovs
 from emulation.net.fabric import EmulatedFabric
 from emulation.processes.controller_process import ControllerProcess, Ports, total
-from emulation.scenarios.spec import Scenario, incast_pairs, permutation_pairs
+from emulation.scenarios.spec import Scenario, check_events, incast_pairs, permutation_pairs
+from emulation.scenarios.timeline import LoggedDecision, parse_decisions
 from emulation.traffic.iperf import FlowResult, FlowSpec, TrafficRun, make_flows
 
 log = logging.getLogger(__name__)
@@ -50,7 +49,10 @@ class ModeRun:
     drops: int = 0  # at switch egress queues
     policed: int = 0  # by Railyard's meters at sending leaves
     te_decisions: dict[str, float] = field(default_factory=dict)
-    te_reaction_s: list[float] = field(default_factory=list)  # per reroute: traffic start -> committed
+    decisions: list[LoggedDecision] = field(default_factory=list)  # from the controller's log, since traffic start
+    # Mean decision -> bundle committed, from the controller's histogram (it
+    # exports no per-decision commit time); None when nothing was committed.
+    commit_s: float | None = None
     flow_mods: float = 0.0
     controller_log: str = ""  # the TE run's daemon log: every decision, with its reason
 
@@ -109,9 +111,6 @@ def _policed(fabric: Fabric) -> int:
     )
 
 
-_DECISION = re.compile(r"te (collision|reroute) \S+ at ([\d.]+)")
-
-
 def run_mode(
     fabric: Fabric, spec_path, scenario: Scenario, seed: int, mode: str, workdir: Path, progress: Callable[[str], None]
 ) -> ModeRun:
@@ -162,15 +161,10 @@ def run_mode(
             samples = ctl.metrics()
             run.te_decisions = {k: total(samples, "railyard_te_decisions_total", kind=k) for k in TE_DECISIONS}
             run.flow_mods = total(samples, "railyard_flow_mods_total")
-            commit = total(samples, "railyard_te_reaction_seconds_sum") / max(
-                total(samples, "railyard_te_reaction_seconds_count"), 1
-            )
-            log_text = (workdir / f"controller-{mode}.log").read_text(errors="replace")
-            run.te_reaction_s = [
-                float(at) - start + commit
-                for kind, at in _DECISION.findall(log_text)
-                if kind == "reroute" and float(at) >= start
-            ]
+            commits = total(samples, "railyard_te_reaction_seconds_count")
+            if commits:
+                run.commit_s = total(samples, "railyard_te_reaction_seconds_sum") / commits
+            run.decisions = parse_decisions((workdir / f"controller-{mode}.log").read_text(errors="replace"), start)
         finally:
             if agent is not None:
                 agent.stop()
@@ -187,18 +181,9 @@ def _link_down(fabric: Fabric, link: str) -> None:
     log.info("scenario: %s down", link)
 
 
-def scenario_optimum(fabric: Fabric, flows: list[FlowSpec], scenario: Scenario | None = None) -> Optimum:
-    """The max-min optimum; for a scenario with failures, of the fabric after them."""
-    dead = [event.link for event in scenario.events] if scenario else []
-    return optimum(
-        fabric,
-        [ModelFlow(f.src, f.dst, f.rate_bps if f.protocol == "udp" else float("inf")) for f in flows],
-        dead_links=dead,
-    )
-
-
 def run_scenario(
     fabric: Fabric, spec_path, scenario: Scenario, seed: int, progress: Callable[[str], None] = lambda _: None
 ) -> dict[str, ModeRun]:
+    scenario = check_events(scenario, fabric.spec)  # a link event that is no uplink stops here, before Mininet
     with tempfile.TemporaryDirectory(prefix="railyard-scenario-") as tmp:
         return {mode: run_mode(fabric, spec_path, scenario, seed, mode, Path(tmp), progress) for mode in MODES}

@@ -1,10 +1,25 @@
 """Scenario files and the report's arithmetic."""
 
+from dataclasses import replace
+
 import pytest
 
-from controller.fabric import load_fabric
-from emulation.scenarios.report import jain, longest_zero_run_s, percentile
-from emulation.scenarios.spec import ScenarioError, available, incast_pairs, load_scenario, permutation_pairs
+from controller.fabric import DEFAULT_SPEC, Endpoint, Tier, build_fabric, load_fabric, load_spec, parse_spec
+from controller.fabric.spec import SPECS_DIR
+from emulation.scenarios.judge import OptimumExceeded, planned_intervals
+from emulation.scenarios.report import build_report, jain, longest_zero_run_s, percentile, table
+from emulation.scenarios.runner import ModeRun, scenario_flows
+from emulation.scenarios.spec import (
+    ScenarioError,
+    available,
+    check_events,
+    incast_pairs,
+    load_scenario,
+    permutation_pairs,
+    spec_uplinks,
+)
+from emulation.scenarios.timeline import parse_decisions, te_figures
+from emulation.traffic.iperf import FlowResult
 
 FABRIC = load_fabric()
 
@@ -59,3 +74,154 @@ def test_report_arithmetic():
     assert jain([1, 0, 0, 0]) == pytest.approx(0.25)
     assert longest_zero_run_s((5e6, 0.0, 0.0, 3e6, 0.0)) == 2
     assert percentile([1, 2, 3, 4, 100], 0.99) == 100 and percentile([], 0.5) == 0.0
+
+
+# --- the report's figures: optimum per phase, the bound, goodput, TE timeline ---
+
+
+def _run(fabric, scenario, mode, rate_of, seconds=None):
+    """A run whose every flow reads `rate_of(flow, second)` at the receiver each second."""
+    flows = scenario_flows(fabric, scenario, seed=1)
+    total = int(scenario.duration_s) if seconds is None else seconds
+    results = [FlowResult(f, 0.0, tuple(rate_of(f, k) for k in range(total))) for f in flows]
+    return ModeRun(mode, flows, results)
+
+
+def _on_failed_leaf(flow):
+    # ryl0r0 (pod 0, rail 0) loses its uplink to rys0: its two senders and its two receivers share one each way.
+    return flow.src.rail == 0 and 0 in (flow.src.pod, flow.dst.pod)
+
+
+def test_the_optimum_of_a_link_failure_scenario_is_exact_per_phase():
+    scenario = load_scenario("link-failure")  # ryl0r0:3 down at 4 s of 12, on the demo fabric
+    fabric = FABRIC
+
+    def ideal(flow, second):
+        return 25e6 if second >= 4 and _on_failed_leaf(flow) else 50e6
+
+    report = build_report(fabric, scenario, 1, {"ecmp": _run(fabric, scenario, "ecmp", ideal)})
+    before, after = report["optimum"]["phases"]
+    assert (before["from_s"], before["to_s"], before["dead_links"]) == (0.0, 4.0, [])
+    assert (after["from_s"], after["to_s"], after["dead_links"]) == (4.0, 12.0, ["ryl0r0:3"])
+    # Before: 8 NICs at 50 Mb/s. After: the four flows through ryl0r0 get 25, the others 50.
+    assert before["aggregate_mbps"] == pytest.approx(400.0)
+    assert after["aggregate_mbps"] == pytest.approx(300.0)
+    assert after["single_path_mbps"] == pytest.approx(300.0)
+    assert report["optimum"]["aggregate_mbps"] == pytest.approx((4 * 400 + 8 * 300) / 12)
+    assert report["optimum"]["kind"] == "max-min fair, splittable"
+    ecmp = report["modes"]["ecmp"]
+    # A run at the optimum in each phase is at 100% of it, per phase and overall.
+    assert [p["fraction_of_optimum"] for p in ecmp["phases"]] == pytest.approx([1.0, 1.0])
+    assert ecmp["fraction_of_optimum"] == pytest.approx(1.0)
+    assert ecmp["fraction_of_single_path"] == pytest.approx(1.0)
+    # Per flow, the optimum over its judged seconds (1-3 at 50, 4-11 at 25 or 50).
+    hit = [f for f, spec in zip(ecmp["flows"], scenario_flows(fabric, scenario, 1)) if _on_failed_leaf(spec)]
+    assert len(hit) == 4 and all(f["optimum_mbps"] == pytest.approx((3 * 50 + 8 * 25) / 11) for f in hit)
+    assert "optimum 4-12 s (ryl0r0:3 down): 300.0 Mb/s" in table(report)
+
+
+def test_the_report_raises_on_a_figure_above_the_optimum():
+    scenario = load_scenario("link-failure")
+    # Every flow at line rate all along: after the failure that is 400 Mb/s against an optimum of 300.
+    run = _run(FABRIC, scenario, "te", lambda flow, second: 50e6)
+    with pytest.raises(OptimumExceeded, match=r"te run, 4-12 s: .* 133\.3% of the exact max-min fair") as err:
+        build_report(FABRIC, scenario, 1, {"te": run})
+    assert err.value.report is not None and err.value.report["optimum"]["phases"][1]["aggregate_mbps"] == 300.0
+    # Within the tolerance (measurement noise) it stands.
+    noisy = _run(FABRIC, scenario, "te", lambda f, s: (25e6 if s >= 4 and _on_failed_leaf(f) else 50e6) * 1.005)
+    assert build_report(FABRIC, scenario, 1, {"te": noisy})["modes"]["te"]["fraction_of_optimum"] == pytest.approx(
+        1.005
+    )
+
+
+def test_goodput_counts_the_planned_duration_only():
+    scenario = load_scenario("elephant")  # 10 s
+    # Slow start, then 23 Mb/s for the rest of the 10 s, then 5 s of zeros while iperf3 waits to finish.
+    run = _run(FABRIC, scenario, "ecmp", lambda f, s: 5e6 if s == 0 else 23e6 if s < 10 else 0.0, seconds=15)
+    flow = run.results[0]
+    assert planned_intervals(flow, scenario.duration_s) == flow.interval_bps[:10]
+    report = build_report(FABRIC, scenario, 1, {"ecmp": run})
+    figures = report["modes"]["ecmp"]
+    assert [f["goodput_mbps"] for f in figures["flows"]] == pytest.approx([23.0] * 8)
+    assert all(f["longest_zero_s"] == 0 for f in figures["flows"])
+    # A flow that starts late was asked for duration - start seconds.
+    late = FlowResult(replace(flow.flow, start_s=2.0), 0.0, (1.0,) * 12)
+    assert len(planned_intervals(late, 10.0)) == 8
+
+
+def test_link_events_are_checked_against_the_specs_uplinks(tmp_path):
+    spec = load_spec(DEFAULT_SPEC)
+    path = tmp_path / "s.yaml"
+    path.write_text("duration_s: 10\ntraffic: {pattern: permutation}\nevents: [{at_s: 4, link_down: ryl0r0:1}]")
+    with pytest.raises(ScenarioError) as err:  # port 1 faces a server: not an uplink
+        check_events(load_scenario(str(path)), spec)
+    assert err.value.field == "events[0].link_down"
+    assert "ryl0r0:3 (to rys0)" in err.value.allowed and "ryl1r1:4 (to rys1)" in err.value.allowed
+    # As (leaf, spine): resolved to the leaf's port facing that spine.
+    path.write_text(
+        "duration_s: 10\ntraffic: {pattern: permutation}\nevents: [{at_s: 4, link_down: {leaf: ryl0r1, spine: rys1}}]"
+    )
+    (event,) = check_events(load_scenario(str(path)), spec).events
+    assert (event.link, event.spine) == ("ryl0r1:4", "rys1")
+    for bad, field in (
+        ("{leaf: ryl9r0, spine: rys1}", "events[0].link_down.leaf"),
+        ("{leaf: ryl0r1, spine: rys7}", "events[0].link_down.spine"),
+        ("nowhere", "events[0].link_down"),
+    ):
+        path.write_text(f"duration_s: 10\ntraffic: {{pattern: permutation}}\nevents: [{{at_s: 4, link_down: {bad}}}]")
+        with pytest.raises(ScenarioError) as err:
+            check_events(load_scenario(str(path)), spec)
+        assert err.value.field == field and err.value.allowed
+    # The shipped link-failure scenario on a spec where ryl0r0:3 is a server's port is refused, not run.
+    wide = parse_spec(
+        "name: wide\npods: 2\nservers_per_pod: 4\nrails: 2\nspines: 2\nrates: {nic_gbps: 400, emulated_nic_mbps: 50}"
+    )
+    with pytest.raises(ScenarioError, match=r"ryl0r0:3 is not an uplink of 'wide'.*ryl0r0:5 \(to rys0\)"):
+        check_events(load_scenario("link-failure"), wide)
+
+
+def test_spec_uplinks_match_the_built_fabrics():
+    for spec_file in sorted(SPECS_DIR.glob("*.yaml")):
+        spec = load_spec(spec_file)
+        if spec.pods * spec.servers_per_pod * spec.rails > 4096:
+            continue  # the big ones take a while to build; the formula is the same
+        fabric = build_fabric(spec)
+        built = {
+            f"{switch}:{port}": link.peer(switch).node
+            for switch in fabric.switches
+            for port, link in fabric.ports(switch).items()
+            if not link.is_access
+            and fabric.switch(switch).tier is not Tier.SPINE
+            and fabric.switch(link.peer(switch).node).tier is not Tier.LEAF
+        }
+        assert spec_uplinks(spec) == built, spec_file.name
+
+
+LOG = """\
+2026-01-01 te collision ryl0r0:3 at 1000.600: 2 elephants, demand 2.00 of the uplink
+2026-01-01 te reroute 10.0.0.1:30000->10.0.1.1:5201/tcp at 1000.800: rys0 -> rys1: its bottleneck -0.50 of capacity
+2026-01-01 te reroute 10.0.0.1:30000->10.0.1.1:5201/tcp at 1004.000: rys1 -> rys1: ACKs pinned
+2026-01-01 te collision ryl1r0:4 at 1005.000: 2 elephants, demand 2.00 of the uplink
+2026-01-01 te expire 10.0.0.1:30000->10.0.1.1:5201/tcp at 1009.000: flow quiet; back to ECMP
+"""
+
+
+def test_collision_to_fix_runs_from_the_first_sample_showing_it_to_the_commit_removing_it():
+    decisions = parse_decisions("te reroute x at 999.000: before the run\n" + LOG, started_at=1000.0)
+    assert [d.kind for d in decisions] == ["collision", "reroute", "reroute", "collision", "expire"]
+    assert decisions[1].at_s == pytest.approx(0.8) and decisions[1].vias == ("rys0", "rys1")
+    up = Endpoint("ryl0r0", 3)  # ryl0r0's uplink to rys0, full from the 0.5 s sample on
+    samples = [(t, {up: 50e6 if t >= 0.5 else 10e6}) for t in (0.25, 0.5, 0.75, 1.0)]
+    figures = te_figures(FABRIC, decisions, samples, [0.0], commit_s=0.05, n_flows=8)
+    fix = figures["collision_to_fix_s"]
+    first, second = fix["episodes"]
+    # Onset at the 0.5 s sample; the move off rys0 decided at 0.8, committed 0.05 later.
+    assert (first["onset_s"], first["detected_s"], first["fixed_s"]) == pytest.approx((0.5, 0.6, 0.85))
+    assert fix["all"] == pytest.approx([0.35]) and fix["median"] == pytest.approx(0.35)
+    assert fix["p99"] == pytest.approx(0.35)
+    # The second collision is never relieved: counted, not timed.
+    assert second["fixed_s"] is None and fix["unfixed"] == 1
+    # Two moves of one flow, one of which changed its path; one flow back to ECMP.
+    assert figures["moves_per_flow"] == {"mean": 2 / 8, "max": 2}
+    assert figures["path_changes_per_flow"] == {"mean": 1 / 8, "max": 1}
+    assert figures["returned_to_ecmp"] == 1

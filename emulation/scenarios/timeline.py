@@ -1,0 +1,183 @@
+"""TE's decisions over a run, read back from the controller's log, and the
+figures made of them: collision-to-fix, moves and path changes per flow. Pure.
+
+The controller logs every decision as `te KIND SUBJECT at WALLCLOCK: REASON`
+(controller/runtime/te_runner.py). A collision's subject is its uplink
+("switch:port"); a move's is the flow ("src:sport->dst:dport/proto") and
+its reason starts "OLD_VIA -> NEW_VIA:".
+
+Collision-to-fix, per collision: from its onset to the commit that removes it.
+- Detected: the engine's `collision` line for the uplink.
+- Onset: the first sample of the runner's own port telemetry (every 0.25 s,
+  independent of the controller) in which that uplink runs full, not before
+  the last change that could have made the collision: traffic or a flow
+  starting, a scenario event, a committed move onto that uplink, the end of
+  the uplink's previous collision. Never later than the detection.
+- Fixed: the first move after the detection that takes a flow off the
+  uplink, plus the commit latency (decision to bundle committed on the
+  switches). The controller exports that latency only as a histogram, so
+  its mean stands for every move's; without it, the decision time.
+A collision that no move ever relieves is counted as unfixed, not timed.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from controller.fabric import Endpoint, Fabric, FabricError, NicId
+from controller.fabric import addressing as ad
+
+SATURATED = 0.9  # of capacity: an uplink carrying a collision runs full
+MOVES = ("reroute", "revert")  # decisions that rewrite a flow's entries
+
+_LINE = re.compile(r"\bte (\S+) (\S+) at ([\d.]+): (.*)$", re.MULTILINE)
+_VIAS = re.compile(r"^(\S*) -> (\S+):")
+_FLOW = re.compile(r"^([\d.]+):\d+->([\d.]+):\d+/")
+
+
+@dataclass(frozen=True)
+class LoggedDecision:
+    kind: str  # DecisionKind's value: collision, reroute, revert, expire, unfixable, ...
+    subject: str
+    at_s: float  # since traffic start
+    reason: str
+
+    @property
+    def vias(self) -> tuple[str, str] | None:
+        """(old, new) for a move whose reason names both ("" for an old via TE did not know)."""
+        m = _VIAS.match(self.reason)
+        return (m.group(1), m.group(2)) if m else None
+
+
+def parse_decisions(log_text: str, started_at: float) -> list[LoggedDecision]:
+    """Every decision logged at or after `started_at` (wall clock), in order."""
+    return [
+        LoggedDecision(kind, subject, float(at) - started_at, reason)
+        for kind, subject, at, reason in _LINE.findall(log_text)
+        if float(at) >= started_at
+    ]
+
+
+@dataclass(frozen=True)
+class Episode:
+    uplink: str
+    detected_s: float
+    onset_s: float
+    fixed_s: float | None  # None: no move relieved it
+
+    @property
+    def to_fix_s(self) -> float | None:
+        return None if self.fixed_s is None else self.fixed_s - self.onset_s
+
+
+def episodes(
+    fabric: Fabric,
+    decisions: Sequence[LoggedDecision],
+    samples: Sequence[tuple[float, Mapping[Endpoint, float]]],
+    changes_s: Sequence[float],
+    commit_s: float | None,
+) -> list[Episode]:
+    """Every collision the engine reported. `samples`: (seconds since start,
+    bps per egress); `changes_s`: when traffic or the fabric changed (flow
+    starts, scenario events)."""
+    commit = commit_s or 0.0
+    moves = [(d, _flow(d.subject), d.vias) for d in decisions if d.kind in MOVES]
+    out: list[Episode] = []
+    last_end: dict[str, float] = {}
+    for d in decisions:
+        if d.kind != "collision":
+            continue
+        uplink = _endpoint(d.subject)
+        if uplink is None:
+            continue
+        onto = [
+            m.at_s + commit
+            for m, flow, vias in moves
+            if flow and vias and m.at_s + commit <= d.at_s and _crosses(fabric, flow, vias[1], uplink)
+        ]
+        floor = max([0.0, *(t for t in changes_s if t <= d.at_s), *onto, last_end.get(d.subject, 0.0)])
+        capacity = fabric.link_at(uplink).emulated_bps
+        full = [t for t, tx in samples if floor <= t <= d.at_s and tx.get(uplink, 0.0) >= SATURATED * capacity]
+        onset = min(full, default=d.at_s)
+        fixed = next(
+            (
+                m.at_s + commit
+                for m, flow, vias in moves
+                if m.at_s >= d.at_s
+                and flow
+                and vias
+                and _crosses(fabric, flow, vias[0], uplink)
+                and not _crosses(fabric, flow, vias[1], uplink)
+            ),
+            None,
+        )
+        out.append(Episode(d.subject, d.at_s, onset, fixed))
+        last_end[d.subject] = fixed if fixed is not None else d.at_s
+    return out
+
+
+def te_figures(
+    fabric: Fabric,
+    decisions: Sequence[LoggedDecision],
+    samples: Sequence[tuple[float, Mapping[Endpoint, float]]],
+    changes_s: Sequence[float],
+    commit_s: float | None,
+    n_flows: int,
+) -> dict:
+    found = episodes(fabric, decisions, samples, changes_s, commit_s)
+    times = sorted(e.to_fix_s for e in found if e.to_fix_s is not None)
+    moves = Counter(d.subject for d in decisions if d.kind in MOVES)
+    changes = Counter(d.subject for d in decisions if d.kind in MOVES and (v := d.vias) and v[0] != v[1])
+    return {
+        "collision_to_fix_s": {
+            "median": statistics.median(times) if times else None,
+            "p99": _p99(times),
+            "all": times,
+            "unfixed": sum(e.fixed_s is None for e in found),
+            "commit_latency_s": commit_s,
+            "episodes": [
+                {"uplink": e.uplink, "onset_s": e.onset_s, "detected_s": e.detected_s, "fixed_s": e.fixed_s}
+                for e in found
+            ],
+        },
+        "unfixable_collisions": sum(d.kind == "unfixable" for d in decisions),
+        "moves_per_flow": _per_flow(moves, n_flows),
+        "path_changes_per_flow": _per_flow(changes, n_flows),
+        "returned_to_ecmp": sum(d.kind == "expire" and _flow(d.subject) is not None for d in decisions),
+    }
+
+
+def _p99(ordered: list[float]) -> float | None:
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else None
+
+
+def _per_flow(counts: Counter[str], n_flows: int) -> dict:
+    return {"mean": sum(counts.values()) / n_flows if n_flows else 0.0, "max": max(counts.values(), default=0)}
+
+
+def _endpoint(name: str) -> Endpoint | None:
+    switch, _, port = name.rpartition(":")
+    return Endpoint(switch, int(port)) if switch and port.isdigit() else None
+
+
+def _flow(subject: str) -> tuple[NicId, NicId] | None:
+    m = _FLOW.match(subject)
+    if not m:
+        return None
+    try:
+        return ad.parse_nic_address(m.group(1)), ad.parse_nic_address(m.group(2))
+    except ad.AddressError:
+        return None
+
+
+def _crosses(fabric: Fabric, flow: tuple[NicId, NicId], via: str, uplink: Endpoint) -> bool:
+    if not via:
+        return False  # where ECMP had it: unknown
+    try:
+        return uplink in fabric.egress_path(flow[0], flow[1], via)
+    except FabricError:
+        return False

@@ -1,0 +1,83 @@
+"""The simulator's edge: the result as JSON and a PNG over time."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def stem(result: dict) -> str:
+    return f"simulate-{result['workload']}-{result['fabric']}-seed{result['seed']}"
+
+
+def write(result: dict, out_dir: Path) -> Path:
+    """Writes STEM.json and STEM.png under out_dir; returns the JSON's path."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"{stem(result)}.json"
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    plot(result, path.with_suffix(".png"))
+    return path
+
+
+def _phase_line(ax, result: dict, key: str, field: str, scale: float, label: str, style: str) -> None:
+    """A step line of a static figure (ECMP, spraying) over the phases."""
+    phases = result["phases"]
+    end = result["te"]["simulated_s"]
+    xs, ys = [], []
+    for i, phase in enumerate(phases):
+        stop = phases[i + 1]["start_s"] if i + 1 < len(phases) else end
+        xs += [phase["start_s"], stop]
+        ys += [phase[key][field] * scale] * 2
+    ax.plot(xs, ys, style, label=label)
+
+
+def plot(result: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cycles = result["cycles"]
+    t = [c["t"] for c in cycles]
+    fig, axes = plt.subplots(4, 1, figsize=(9, 11), sharex=True)
+    fig.suptitle(
+        f"{result['workload']} on {result['fabric']} ({result['gpus']} GPUs, {result['flows']} flows), "
+        f"seed {result['seed']}"
+    )
+
+    ax = axes[0]
+    ax.plot(t, [c["fraction_of_optimum"] * 100 for c in cycles], "-", label="TE (Railyard)")
+    _phase_line(ax, result, "ecmp", "fraction_of_optimum", 100, "ECMP (5-tuple hash)", "--")
+    _phase_line(ax, result, "spray", "fraction_of_optimum", 100, "ideal packet spraying", ":")
+    ax.axhline(result["te"]["target"] * 100, color="grey", linewidth=0.5)
+    ax.set_ylabel("% of optimum")
+    ax.legend(loc="lower right")
+
+    ax = axes[1]
+    ax.plot(t, [c["collided_uplinks"] for c in cycles], "-", label="TE")
+    ax.plot(t, [c["engine_collisions"] for c in cycles], "-", alpha=0.6, label="TE, as the engine sees them")
+    _phase_line(ax, result, "ecmp", "collided_uplinks", 1, "ECMP", "--")
+    ax.set_ylabel("collided uplinks")
+    ax.legend(loc="upper right")
+
+    ax = axes[2]
+    width = result["telemetry"]["interval_s"] * 0.8
+    ax.bar(t, [c["reroutes"] for c in cycles], width=width, label="reroutes")
+    ax.plot(t, [c["flow_mods"] for c in cycles], ".", label="flow-mods")
+    ax.set_ylabel("per cycle")
+    if any(c["flow_mods"] for c in cycles):
+        ax.set_yscale("symlog")
+    ax.legend(loc="upper right")
+
+    ax = axes[3]
+    ax.plot(t, [c["step_s"] * 1e3 for c in cycles], "-", label="engine step")
+    ax.plot(t, [c["telemetry_s"] * 1e3 for c in cycles], "-", alpha=0.6, label="telemetry")
+    ax.plot(t, [c["fluid_s"] * 1e3 for c in cycles], "-", alpha=0.6, label="fluid model")
+    ax.plot(t, [c["overlay_s"] * 1e3 for c in cycles], "-", alpha=0.6, label="overlay")
+    ax.set_ylabel("wall ms per cycle")
+    ax.set_xlabel("simulated time (s)")
+    ax.legend(loc="upper right")
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
