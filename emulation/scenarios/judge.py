@@ -87,9 +87,12 @@ def planned_intervals(result: FlowResult, duration_s: float) -> tuple[float, ...
 
 def measured(result: FlowResult, duration_s: float) -> list[tuple[float, float, float]]:
     """(start, end, bps) of the intervals a flow is judged on: the planned
-    duration, minus the first second (slow start) when there is more."""
+    duration, minus a TCP flow's first second (slow start) when there is
+    more. A UDP flow keeps its first second: its receiver, busy at the start,
+    reads the backlog in the seconds after, and judging those without the
+    short first one would credit it with more than its link carried."""
     intervals = planned_intervals(result, duration_s)
-    first = 1 if len(intervals) > 1 else 0
+    first = 1 if len(intervals) > 1 and result.flow.protocol != "udp" else 0
     t0 = result.flow.start_s
     return [(t0 + k, t0 + k + 1.0, bps) for k, bps in enumerate(intervals) if k >= first]
 
