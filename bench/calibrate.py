@@ -22,8 +22,8 @@ from pathlib import Path
 
 from bench import write_result
 from controller.fabric import DEFAULT_SPEC, NicId, build_fabric, load_spec
+from emulation.model.pairs import permutation_pairs
 from emulation.net.fabric import EmulatedFabric
-from emulation.scenarios.spec import permutation_pairs
 from emulation.traffic.probes import run_elephants, steer_by_source_port
 
 FIDELITY_TARGET = 0.95

@@ -20,10 +20,11 @@ from controller.southbound.overlay import is_railyard_meter
 from controller.te.jobs import JobRequest, Pattern
 from controller.te.placement import FabricState, place
 from emulation.agent.telemetry_agent import FabricSampler, TelemetryAgent, read_queues
+from emulation.model.pairs import incast_pairs, permutation_pairs
 from emulation.net import netns, ovs
 from emulation.net.fabric import EmulatedFabric
 from emulation.processes.controller_process import ControllerProcess, Ports, total
-from emulation.scenarios.spec import Scenario, check_events, incast_pairs, permutation_pairs
+from emulation.scenarios.spec import Scenario, ScenarioError, check_events
 from emulation.scenarios.timeline import LoggedDecision, parse_decisions
 from emulation.traffic.iperf import FlowResult, FlowSpec, TrafficRun, make_flows
 
@@ -63,9 +64,9 @@ def scenario_flows(fabric: Fabric, scenario: Scenario, seed: int, client=None) -
     (ECMP run: no controller at all, so nothing steers the job's flows)."""
     rate = fabric.spec.rates.emulated_nic_mbps * 1e6
     if scenario.pattern == "permutation":
-        return make_flows(permutation_pairs(fabric), scenario.protocol, seed=seed, rate_bps=rate)
+        return make_flows(permutation_pairs(fabric, ScenarioError), scenario.protocol, seed=seed, rate_bps=rate)
     if scenario.pattern == "incast":
-        senders, bystander = incast_pairs(fabric, scenario.fan_in, seed)
+        senders, bystander = incast_pairs(fabric, scenario.fan_in, seed, ScenarioError)
         flows = [
             replace(f, start_s=scenario.incast_start_s)
             for f in make_flows(senders, scenario.protocol, seed=seed, rate_bps=rate)

@@ -7,14 +7,13 @@ controller (it learns them from telemetry).
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
 
 from controller.errors import FieldError
-from controller.fabric import Fabric, FabricSpec, Kind, NicId, PlaneMode
+from controller.fabric import FabricSpec, Kind, PlaneMode
 from controller.fabric import addressing as ad
 from controller.fabric.spec import SPECS_DIR
 
@@ -225,38 +224,3 @@ def _listed_uplinks(uplinks: dict[str, str], near: str, first: int = 12) -> str:
     shown = [f"{name} (to {above})" for name, above in ordered[:first]]
     more = f", ... ({len(uplinks)} uplinks in all)" if len(uplinks) > first else ""
     return ", ".join(shown) + more
-
-
-def permutation_pairs(fabric: Fabric) -> list[tuple[NicId, NicId]]:
-    """Every NIC sends to the same server slot, same rail, in the next pod."""
-    pods = sorted({n.pod for n in fabric.nics})
-    if len(pods) < 2:
-        raise ScenarioError("traffic.pattern", f"fabric {fabric.spec.name!r} has one pod", "a fabric with 2+ pods")
-    return [(n, NicId(n.rail, pods[(pods.index(n.pod) + 1) % len(pods)], n.server)) for n in fabric.nics]
-
-
-def incast_pairs(
-    fabric: Fabric, fan_in: int, seed: int
-) -> tuple[list[tuple[NicId, NicId]], tuple[NicId, NicId] | None]:
-    """(senders -> one receiver, a bystander pair), all on one rail (a server
-    reaches another rail through its NIC on that rail anyway). Senders sit
-    in other pods, so the incast crosses the spine tier where routing has a
-    say. The bystander comes from another pod too, into a NIC beside the
-    receiver (same leaf): it shares the spine -> leaf downlinks the incast
-    crosses, but no sender's NIC and not the receiver's."""
-    rng = random.Random(seed)
-    rail = rng.choice(sorted({n.rail for n in fabric.nics}))
-    on_rail = sorted(n for n in fabric.nics if n.rail == rail)
-    dst = on_rail[-1]
-    remote = [n for n in on_rail if n.pod != dst.pod]
-    if len(remote) < fan_in:
-        raise ScenarioError(
-            "traffic.fan_in",
-            f"{fan_in} senders on rail {rail} outside the receiver's pod",
-            f"at most {len(remote)} on fabric {fabric.spec.name!r}",
-        )
-    senders, spare = remote[:fan_in], remote[fan_in:]
-    leaf = fabric.attachment(dst).node
-    beside = [n for n in on_rail if n != dst and fabric.attachment(n).node == leaf]
-    bystander = (spare[-1], beside[0]) if spare and beside else None
-    return [(s, dst) for s in senders], bystander

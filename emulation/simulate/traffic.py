@@ -31,6 +31,7 @@ from controller.te.load import Load, add_job
 from controller.te.patterns import pattern_flows
 from controller.te.placement import FabricState, NoCapacity, Usage, available_servers, place
 from controller.te.view import FlowKey
+from emulation.model.pairs import incast_pairs, permutation_pairs
 from emulation.simulate.workload import Workload, WorkloadError
 
 TCP_BASE_PORT = 5201
@@ -76,39 +77,6 @@ def flow_keys(pairs: Sequence[tuple[NicId, NicId]], protocol: str, seed: int) ->
     return keys
 
 
-def permutation_pairs(fabric: Fabric) -> list[tuple[NicId, NicId]]:
-    """Every NIC sends to the same server slot, same rail, in the next pod (as the scenarios do)."""
-    pods = sorted({n.pod for n in fabric.nics})
-    if len(pods) < 2:
-        raise WorkloadError("traffic.pattern", f"fabric {fabric.spec.name!r} has one pod", "a fabric with 2+ pods")
-    following = {p: pods[(i + 1) % len(pods)] for i, p in enumerate(pods)}
-    return [(n, NicId(n.rail, following[n.pod], n.server)) for n in fabric.nics]
-
-
-def incast_pairs(
-    fabric: Fabric, fan_in: int, seed: int
-) -> tuple[list[tuple[NicId, NicId]], tuple[NicId, NicId] | None]:
-    """(senders -> one receiver, a bystander pair), chosen as the incast
-    scenario chooses them: one rail, senders in other pods than the receiver,
-    the bystander into the NIC beside the receiver."""
-    rng = random.Random(seed)
-    rail = rng.choice(sorted({n.rail for n in fabric.nics}))
-    on_rail = sorted(n for n in fabric.nics if n.rail == rail)
-    dst = on_rail[-1]
-    remote = [n for n in on_rail if n.pod != dst.pod]
-    if len(remote) < fan_in:
-        raise WorkloadError(
-            "traffic.fan_in",
-            f"{fan_in} senders on rail {rail} outside the receiver's pod",
-            f"at most {len(remote)} on fabric {fabric.spec.name!r}",
-        )
-    senders, spare = remote[:fan_in], remote[fan_in:]
-    leaf = fabric.attachment(dst).node
-    beside = [n for n in on_rail if n != dst and fabric.attachment(n).node == leaf]
-    bystander = (spare[-1], beside[0]) if spare and beside else None
-    return [(s, dst) for s in senders], bystander
-
-
 def check_events(fabric: Fabric, workload: Workload) -> None:
     """Every link event names a link between two switches of this fabric."""
     for i, event in enumerate(workload.events):
@@ -132,12 +100,12 @@ def build_arms(fabric: Fabric, workload: Workload, seed: int) -> tuple[Arm, Arm]
     nic_bps = fabric.spec.rates.nic_gbps * 1e9
     demand = (workload.rate_gbps * 1e9 if workload.rate_gbps else nic_bps) if workload.protocol == "udp" else math.inf
     if workload.pattern == "permutation":
-        pairs = permutation_pairs(fabric)
+        pairs = permutation_pairs(fabric, WorkloadError)
         keys = flow_keys(pairs, workload.protocol, seed)
         arm = Arm(tuple(SimFlow(k, s, d, demand) for k, (s, d) in zip(keys, pairs)))
         return arm, arm
     if workload.pattern == "incast":
-        senders, bystander = incast_pairs(fabric, workload.fan_in, seed)
+        senders, bystander = incast_pairs(fabric, workload.fan_in, seed, WorkloadError)
         keys = flow_keys(senders, workload.protocol, seed)
         flows = [SimFlow(k, s, d, demand, workload.start_s) for k, (s, d) in zip(keys, senders)]
         if workload.bystander and bystander:

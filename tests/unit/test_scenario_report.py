@@ -6,6 +6,7 @@ import pytest
 
 from controller.fabric import DEFAULT_SPEC, Endpoint, Tier, build_fabric, load_fabric, load_spec, parse_spec
 from controller.fabric.spec import SPECS_DIR
+from emulation.model.pairs import incast_pairs, permutation_pairs
 from emulation.scenarios.judge import OptimumExceeded, planned_intervals
 from emulation.scenarios.report import build_report, jain, longest_zero_run_s, percentile, table
 from emulation.scenarios.runner import ModeRun, scenario_flows
@@ -13,9 +14,7 @@ from emulation.scenarios.spec import (
     ScenarioError,
     available,
     check_events,
-    incast_pairs,
     load_scenario,
-    permutation_pairs,
     spec_uplinks,
 )
 from emulation.scenarios.timeline import parse_decisions, te_figures
@@ -54,7 +53,7 @@ def test_traffic_patterns_cross_pods_and_converge():
     pairs = permutation_pairs(FABRIC)
     assert len(pairs) == len(FABRIC.nics) and all(a.pod != b.pod and a.rail == b.rail for a, b in pairs)
     with pytest.raises(ScenarioError, match=r"fan_in.*at most 2"):
-        incast_pairs(FABRIC, 3, seed=1)  # the demo fabric has 2 NICs per rail outside any pod
+        incast_pairs(FABRIC, 3, seed=1, error=ScenarioError)  # the demo fabric has 2 NICs per rail outside any pod
     three_pod = load_fabric(load_scenario("incast").spec_path())
     senders, bystander = incast_pairs(three_pod, 3, seed=1)
     assert len({dst for _, dst in senders}) == 1 and len({src for src, _ in senders}) == 3

@@ -13,10 +13,11 @@ from controller.cli.main import main
 from controller.fabric import build_fabric, load_fabric, parse_spec
 from controller.intent.model import Intent
 from controller.te.engine import Move
+from emulation.model.pairs import permutation_pairs
 from emulation.simulate.flowmods import FlowModCounter
 from emulation.simulate.routes import Network, build_routes, ecmp_routes, flow_hash
 from emulation.simulate.run import simulate
-from emulation.simulate.traffic import build_arms, permutation_pairs
+from emulation.simulate.traffic import build_arms
 from emulation.simulate.workload import WorkloadError, load_workload, parse_workload
 
 DEMO = load_fabric()  # 2 pods x 2 servers x 2 rails, 2 shared spines, 400G everywhere

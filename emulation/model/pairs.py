@@ -1,0 +1,46 @@
+"""The NIC pairs of the traffic patterns that the emulated scenarios and the
+simulator share: a cross-pod permutation, and an incast with a bystander.
+`error` is the caller's FieldError kind, so the field is named in its
+context (a scenario's or a workload's). Pure."""
+
+from __future__ import annotations
+
+import random
+
+from controller.errors import FieldError
+from controller.fabric import Fabric, NicId
+
+
+def permutation_pairs(fabric: Fabric, error: type[FieldError] = FieldError) -> list[tuple[NicId, NicId]]:
+    """Every NIC sends to the same server slot, same rail, in the next pod."""
+    pods = sorted({n.pod for n in fabric.nics})
+    if len(pods) < 2:
+        raise error("traffic.pattern", f"fabric {fabric.spec.name!r} has one pod", "a fabric with 2+ pods")
+    return [(n, NicId(n.rail, pods[(pods.index(n.pod) + 1) % len(pods)], n.server)) for n in fabric.nics]
+
+
+def incast_pairs(
+    fabric: Fabric, fan_in: int, seed: int, error: type[FieldError] = FieldError
+) -> tuple[list[tuple[NicId, NicId]], tuple[NicId, NicId] | None]:
+    """(senders -> one receiver, a bystander pair), all on one rail (a server
+    reaches another rail through its NIC on that rail anyway). Senders sit
+    in other pods, so the incast crosses the spine tier where routing has a
+    say. The bystander comes from another pod too, into a NIC beside the
+    receiver (same leaf): it shares the spine -> leaf downlinks the incast
+    crosses, but no sender's NIC and not the receiver's."""
+    rng = random.Random(seed)
+    rail = rng.choice(sorted({n.rail for n in fabric.nics}))
+    on_rail = sorted(n for n in fabric.nics if n.rail == rail)
+    dst = on_rail[-1]
+    remote = [n for n in on_rail if n.pod != dst.pod]
+    if len(remote) < fan_in:
+        raise error(
+            "traffic.fan_in",
+            f"{fan_in} senders on rail {rail} outside the receiver's pod",
+            f"at most {len(remote)} on fabric {fabric.spec.name!r}",
+        )
+    senders, spare = remote[:fan_in], remote[fan_in:]
+    leaf = fabric.attachment(dst).node
+    beside = [n for n in on_rail if n != dst and fabric.attachment(n).node == leaf]
+    bystander = (spare[-1], beside[0]) if spare and beside else None
+    return [(s, dst) for s in senders], bystander
