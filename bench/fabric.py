@@ -97,7 +97,6 @@ def measure_model(spec_path: Path, calls: int, seed: int) -> dict:
 
 def measure_controller(spec_path: Path, workdir: Path, timeout_s: float) -> dict:
     # Imported here: the model's own process should not carry gRPC's memory.
-    import grpc
 
     from emulation.processes.controller_process import ControllerProcess, Ports
 
@@ -106,16 +105,7 @@ def measure_controller(spec_path: Path, workdir: Path, timeout_s: float) -> dict
     ctl.start()
     assert ctl.proc is not None
     try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                with ctl.client() as client:
-                    client.get_fabric()
-                break
-            except grpc.RpcError:
-                if ctl.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"controller not serving; see {workdir / 'controller.log'}") from None
-                time.sleep(0.1)
+        ctl.wait_serving_api(timeout_s)
         serving_s = time.perf_counter() - started
         at_serving = _status_mib(ctl.proc.pid)
         first = []

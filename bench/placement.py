@@ -171,16 +171,7 @@ def run_api(spec: Path, stream: list[JobRequest], seed: int, workdir: Path) -> d
     by_size: dict[int, list[float]] = {}
     placed_s, refused_s = [], []
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with ctl.client() as client:
-                    client.get_fabric()
-                break
-            except grpc.RpcError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        ctl.wait_serving_api(60.0)
         with ctl.client() as client:
             for request in stream:
                 started = time.perf_counter()

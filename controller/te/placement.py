@@ -45,7 +45,6 @@ __all__ = [
     "available_servers",
     "choose_rails",
     "free_gpus_by_pod",
-    "free_rail_masks",
     "gpu_usage",
     "place",
 ]
@@ -144,13 +143,6 @@ def available_servers(
             continue
         out[server.pod].append(key)
     return out
-
-
-def free_rail_masks(fabric: Fabric, state: FabricState, exclusive_request: bool) -> dict[ServerKey, int]:
-    """Per server, its free and reachable rails as a bit mask (rail r = bit r);
-    a server held exclusively, or any partly used one for an exclusive request, has none."""
-    masks = free_masks(fabric, state.gpu_ledger(), state.drains, exclusive_request)
-    return dict(zip(server_table(fabric).keys, masks.tolist()))
 
 
 RAIL_SET_LIMIT = 256  # beyond this many k-of-rails sets, only contiguous ones are tried
@@ -268,8 +260,6 @@ def _routings(fabric: Fabric, drains: Drains, base: Loads, flows: list[JobFlow],
             cross_at.append(i)
     cross = [flows[i] for i in cross_at]
     for assign in (assign_greedy, assign_hashed) if hashed_too else (assign_greedy,):
-        # A Layer is not a Mapping, but assign_* only read their base through
-        # .get(egress, 0.0), which a Layer answers: layers stack.
         placed, layer = assign(fabric, drains, local, cross)
         routed = list(flows)
         for i, flow in zip(cross_at, placed):

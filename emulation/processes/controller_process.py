@@ -16,6 +16,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.api.client import Client
@@ -138,6 +139,23 @@ class ControllerProcess:
                 last_error = str(exc)
             time.sleep(0.1)
         raise TimeoutError(f"controller not ready after {timeout_s:g} s ({last_error}); see {self.log_path}")
+
+    def wait_serving_api(self, timeout_s: float = 60.0) -> None:
+        """Until the gRPC API answers (no switches needed: a daemon with no fabric attached)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with self.client() as client:
+                    client.get_fabric()
+                return
+            except grpc.RpcError:
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise RuntimeError(f"controller exited with {self.proc.returncode}; see {self.log_path}") from None
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"controller API not serving after {timeout_s:g} s; see {self.log_path}"
+                    ) from None
+                time.sleep(0.1)
 
     def wait_reconciles(self, count: int = 1, timeout_s: float = 15.0) -> Samples:
         """Until `count` more reconcile passes finished (of any trigger)."""
