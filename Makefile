@@ -8,7 +8,7 @@ PYTHON_SYSTEM := /usr/bin/python3.11
 SEED ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-scenarios bench-scale bench-fabric observe fabric-down clean
+.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-scenarios bench-scale bench-fabric bench-crossval observe fabric-down clean
 
 setup: host venv
 
@@ -78,6 +78,10 @@ bench-scale: venv
 # Fabric model at scale: build, warm, egress_path and the daemon's RSS on the 2K and 16K specs (no OVS, no root).
 bench-fabric: venv
 	$(PY) -m bench.fabric --out bench/results/fabric.json
+
+# The simulator against the emulation: default and three-pod, elephant and link-failure, 5 seeds (~25 min).
+bench-crossval: setup
+	$(PY) -m bench.crossval --out bench/results/crossval.json
 
 fabric-down: venv
 	$(VENV)/bin/railyard fabric down

@@ -61,9 +61,12 @@ class Scenario:
     fabric: str | None = None  # the spec it runs on unless one is given: a file in the shipped specs, or a path
 
     def spec_path(self, override: str | None = None) -> str | None:
-        if override or not self.fabric:
-            return override
-        return str(_spec_file(self.fabric))
+        """The spec to run on: `override`, else the scenario's own; either a
+        shipped spec's file name or a path (None: the default spec)."""
+        name = override or self.fabric
+        if not name:
+            return None
+        return str(_spec_file(name) or name)  # a missing file is reported when it is read
 
 
 def _spec_file(name: str) -> Path | None:

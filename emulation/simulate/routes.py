@@ -9,11 +9,16 @@ via, so routes are computed once per (leaf pair, via) from the fabric's own
 How a flow is routed is a choice of one route per flow (ECMP, TE) or a
 split over several with weights (spraying); either way it becomes the flow
 x link share matrix the fluid model solves (`emulation.model.fluid`).
+
+ECMP is the emulated underlay's own choice, bucket for bucket: every switch
+on a route that has more than one next hop forwards through an OVS select
+group (emulation/net/underlay.py), and `ecmp_routes` picks at each of them
+the bucket OVS 3.1 picks (`emulation.simulate.ovs_hash`).
 """
 
 from __future__ import annotations
 
-import zlib
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -24,8 +29,7 @@ import scipy.sparse as sp
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.te.load import link_name
 from emulation.model.fluid import incidence
-
-_U64 = np.uint64
+from emulation.simulate import ovs_hash
 
 
 class Network:
@@ -71,7 +75,13 @@ class Routes:
     Flow f's options are `options[start[f]:start[f + 1]]` (route ids), in the
     order of `fabric.vias` ("" alone when both ends share a leaf). Route r
     crosses the egresses `hops[r, :hop_count[r]]` between the two NICs' own
-    ends, `src_egress[f]` and `dst_egress[f]`."""
+    ends, `src_egress[f]` and `dst_egress[f]`.
+
+    Where the underlay hashes: at route r's t-th hashing switch (one with
+    more than one next hop, so a select group: a rail leaf; a fat tree's
+    edge, then its aggregation switch) the route leaves by its hop
+    `hops[r, tier_hop[r, t]]`, the group's bucket `bucket[r, t]` (both -1
+    past the route's last hashing switch)."""
 
     network: Network
     src_egress: np.ndarray  # per flow: the source NIC's transmit side
@@ -82,6 +92,8 @@ class Routes:
     hop_count: np.ndarray
     via: tuple[str, ...]  # per route
     by_via: tuple[dict[str, int], ...]  # per flow: via -> route id
+    bucket: np.ndarray  # per route x hashing switch: the select group's bucket index it takes, -1 padded
+    tier_hop: np.ndarray  # per route x hashing switch: which of its hops that bucket's port is, -1 padded
 
     @property
     def flow_count(self) -> int:
@@ -140,10 +152,13 @@ class Routes:
         return np.all(live | (self.hops < 0), axis=1)
 
     def ingress_usable(self, capacity: np.ndarray) -> np.ndarray:
-        """Per route: its first hop (the ingress leaf's uplink) is up. That is
-        all a hashing leaf knows: a bucket whose port is down is skipped."""
-        first = np.where(self.hop_count > 0, self.hops[:, 0], 0)
-        return (self.hop_count == 0) | (capacity[first] > 0)
+        """Per route and hashing switch (as `bucket`): the port it leaves that
+        switch by is up. That is all a select group knows: a bucket whose
+        watch port is down is skipped. The ingress leaf is the first (on a
+        two-tier fabric, the only) hashing switch; a fat tree's aggregation
+        switch hashes again, over its own uplinks."""
+        hop = np.take_along_axis(self.hops, np.maximum(self.tier_hop, 0), axis=1)
+        return (self.tier_hop < 0) | (capacity[np.maximum(hop, 0)] > 0)
 
 
 def build_routes(network: Network, pairs: Sequence[tuple[NicId, NicId]]) -> Routes:
@@ -153,6 +168,9 @@ def build_routes(network: Network, pairs: Sequence[tuple[NicId, NicId]]) -> Rout
     hop_lists: list[tuple[int, ...]] = []
     vias: list[str] = []
     group_routes: dict[tuple[str, str], tuple[int, ...]] = {}
+    tier_lists: list[tuple[tuple[int, int], ...]] = []  # per route: (hop, bucket) at each hashing switch
+    # (switch, destination leaf) -> the switch's select group towards it, as port -> bucket index.
+    groups: dict[tuple[str, str], dict[int, int]] = {}
     src_egress = np.empty(len(pairs), dtype=np.int64)
     dst_egress = np.empty(len(pairs), dtype=np.int64)
     per_flow: list[tuple[int, ...]] = []
@@ -168,7 +186,9 @@ def build_routes(network: Network, pairs: Sequence[tuple[NicId, NicId]]) -> Rout
                 key = (*leaves, via)
                 if key not in route_of:
                     route_of[key] = len(hop_lists)
-                    hop_lists.append(tuple(index[e] for e in fabric.egress_path(src, dst, via or None)[1:-1]))
+                    path = fabric.egress_path(src, dst, via or None)[1:-1]
+                    hop_lists.append(tuple(index[e] for e in path))
+                    tier_lists.append(_hashing_hops(fabric, path, dst, dst_end.node, groups))
                     vias.append(via)
                 ids.append(route_of[key])
             routes = group_routes[leaves] = tuple(ids)
@@ -182,6 +202,12 @@ def build_routes(network: Network, pairs: Sequence[tuple[NicId, NicId]]) -> Rout
     options = np.fromiter((r for routes in per_flow for r in routes), dtype=np.int64, count=int(counts.sum()))
     via_maps: dict[tuple[int, ...], dict[str, int]] = {}
     by_via = tuple(via_maps.setdefault(r, {vias[i]: i for i in r}) for r in per_flow)
+    tiers = max((len(t) for t in tier_lists), default=0)
+    tier_hop = np.full((len(tier_lists), tiers), -1, dtype=np.int64)
+    bucket = np.full((len(tier_lists), tiers), -1, dtype=np.int64)
+    for r, t in enumerate(tier_lists):
+        for i, (hop, b) in enumerate(t):
+            tier_hop[r, i], bucket[r, i] = hop, b
     return Routes(
         network,
         src_egress,
@@ -192,47 +218,115 @@ def build_routes(network: Network, pairs: Sequence[tuple[NicId, NicId]]) -> Rout
         np.fromiter((len(h) for h in hop_lists), dtype=np.int64, count=len(hop_lists)),
         tuple(vias),
         by_via,
+        bucket,
+        tier_hop,
     )
+
+
+def _hashing_hops(
+    fabric: Fabric,
+    path: Sequence[Endpoint],
+    dst: NicId,
+    dst_leaf: str,
+    groups: dict[tuple[str, str], dict[int, int]],
+) -> tuple[tuple[int, int], ...]:
+    """(hop, bucket index) at each hop of `path` where the underlay hashes:
+    the switch has more than one next hop towards dst, so build_underlay
+    gave it a select group with one bucket per next hop, in next_hops order."""
+    out = []
+    for i, hop in enumerate(path):
+        group = groups.get((hop.node, dst_leaf))
+        if group is None:
+            # Next hops depend on the destination's leaf only, so one lookup serves all its NICs.
+            ports = fabric.next_hops(hop.node, dst)
+            group = groups[(hop.node, dst_leaf)] = {p: b for b, p in enumerate(ports)} if len(ports) > 1 else {}
+        if group:
+            out.append((i, group[hop.port]))
+    return tuple(out)
 
 
 # --- the underlay's hash ----------------------------------------------------------
 
+_PROTOCOLS = {"tcp": ovs_hash.TCP, "udp": ovs_hash.UDP, "icmp": 1}
+
+
+@functools.lru_cache(maxsize=1 << 17)
+def _address(text: str) -> int:
+    """An IPv4 address as an integer: by hand and memoised, as ipaddress's
+    parser costs several times more and this runs per flow."""
+    octets = bytes(map(int, text.split(".")))  # ValueError past 255
+    if len(octets) != 4:
+        raise ValueError(f"not an IPv4 address: {text!r}")
+    return int.from_bytes(octets, "big")
+
 
 def flow_hash(keys: Sequence[tuple]) -> np.ndarray:
-    """A fixed hash of each flow's 5-tuple, the fields the underlay's select
-    groups hash (emulation/net/underlay.py HASH_FIELDS)."""
-    return np.fromiter((zlib.crc32("|".join(map(str, key)).encode()) for key in keys), dtype=np.uint64, count=len(keys))
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser: a well-spread 64-bit hash of each value."""
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> _U64(30))) * _U64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> _U64(27))) * _U64(0x94D049BB133111EB)
-        return x ^ (x >> _U64(31))
+    """Per flow, the hash the underlay's select groups compute from its
+    5-tuple (FlowKey: source and destination address, protocol name or
+    number, source and destination port): OVS's own, so `ecmp_routes` picks
+    the bucket the emulated switch picks. uint32."""
+    n = len(keys)
+    protocols = _PROTOCOLS
+    src = np.fromiter((_address(k[0]) for k in keys), dtype=np.uint32, count=n)
+    dst = np.fromiter((_address(k[1]) for k in keys), dtype=np.uint32, count=n)
+    proto = np.fromiter((k[2] if isinstance(k[2], int) else protocols[k[2]] for k in keys), dtype=np.uint32, count=n)
+    sport = np.fromiter((k[3] for k in keys), dtype=np.uint32, count=n)
+    dport = np.fromiter((k[4] for k in keys), dtype=np.uint32, count=n)
+    return ovs_hash.select_hash(src, dst, proto, sport, dport)
 
 
 def ecmp_routes(routes: Routes, hashes: np.ndarray, usable: np.ndarray | None = None) -> np.ndarray:
-    """Per flow, the route its 5-tuple hashes onto. Like an OVS select group
-    with selection_method=hash, the pick is by highest score of (flow hash,
-    bucket): rendezvous hashing, so a dead bucket (a route not `usable` at
-    the ingress leaf) moves only the flows that were on it.
+    """Per flow, the route the underlay's select groups send it along, given
+    each flow's `flow_hash`: at every hashing switch, the bucket OVS picks
+    (group_best_live_bucket: the highest score, the later bucket on a tie,
+    buckets whose port is down skipped). `usable` is `Routes.ingress_usable`
+    (per route and hashing switch), or per route for the ingress leaf alone.
 
-    One pick per flow over its vias: on a two-tier fabric the ingress leaf is
-    the only switch with a choice. In a fat tree the edge and then the
-    aggregation switch each hash; one pick over the cores has the same spread
-    (without the polarisation identical hashes at both tiers could add), and
-    only the edge's failover is modelled."""
-    via_hash = np.fromiter((zlib.crc32(v.encode()) for v in routes.via), dtype=np.uint64, count=len(routes.via))
+    As in OVS, the choices are rendezvous hashing: a dead bucket moves only
+    the flows that were on it. A switch with no live bucket drops the flow;
+    here it keeps its best bucket, which crosses a dead link, so it gets
+    nothing either way.
+
+    A fat tree hashes twice, at the edge over its aggregation switches and at
+    the aggregation switch over its cores, both modelled. Both groups hash
+    the same fields with the same basis and bucket ids 0..k/2-1, so their
+    score orders agree: with every link up, a flow the edge sends to
+    aggregation switch x leaves it on its uplink x too, and only k/2 of the
+    (k/2)^2 cores carry cross-pod traffic. That polarisation is the emulated
+    underlay's, so it is the model's too."""
+    hashes = np.asarray(hashes, dtype=np.uint32)
     flow_of = routes.option_flow
-    with np.errstate(over="ignore"):
-        score = _mix(hashes[flow_of] * _U64(0x9E3779B97F4A7C15) ^ via_hash[routes.options])
-    if usable is not None:
-        alive = usable[routes.options]
-        # Usable buckets first; a flow with none keeps its hash over all of them.
-        score = np.where(alive, score >> _U64(1) | _U64(1 << 63), score >> _U64(1))
-    # Per flow (a contiguous run of options), the first option with the run's highest score.
-    best = np.maximum.reduceat(score, routes.start[:-1])
-    winners = np.flatnonzero(score == best[flow_of])
+    options = routes.options
+    tiers = routes.bucket.shape[1]
+    if tiers > 2:
+        raise ValueError(f"routes hash at {tiers} switches; ecmp_routes models at most two")
+    if usable is not None and usable.ndim == 1:
+        usable = np.column_stack([usable, np.ones((len(usable), max(tiers - 1, 0)), dtype=bool)])[:, :tiers]
+    # Per option, a key whose per-flow maximum is OVS's choice: at each
+    # hashing switch in turn (32 bits each, the first one highest),
+    # live | score (16 bits) | bucket index (15 bits). Liveness first: any
+    # live bucket beats every dead one; the index last: a tie goes to the
+    # later bucket. All options of a flow that share the first switch's
+    # bucket share its liveness and score, so the second switch decides
+    # among exactly those.
+    key = np.zeros(len(options), dtype=np.uint64)
+    for t in range(tiers):
+        bucket = routes.bucket[options, t]
+        hashing = bucket >= 0
+        size = int(bucket.max(initial=-1)) + 1
+        if size > 1 << 15:
+            raise ValueError(f"a select group of {size} buckets")
+        # Scores per (flow, bucket id), then gathered per option: a group has no more buckets than a flow has options.
+        scores = ovs_hash.bucket_scores(hashes[:, None], np.arange(max(size, 1), dtype=np.uint32)[None, :])
+        field = scores[flow_of, np.maximum(bucket, 0)].astype(np.uint64) << np.uint64(15)
+        field |= np.maximum(bucket, 0).astype(np.uint64)
+        if usable is not None:
+            field |= usable[options, t].astype(np.uint64) << np.uint64(31)
+        else:
+            field |= np.uint64(1 << 31)
+        key |= np.where(hashing, field, np.uint64(0)) << np.uint64(32 * (1 - t))
+    # Per flow (a contiguous run of options), the first option with the run's highest key.
+    best = np.maximum.reduceat(key, routes.start[:-1])
+    winners = np.flatnonzero(key == best[flow_of])
     first = winners[np.r_[True, flow_of[winners[1:]] != flow_of[winners[:-1]]]]
     return routes.options[first]

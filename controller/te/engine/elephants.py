@@ -29,13 +29,17 @@ def find_elephants(
     Their rates are smoothed with what `recent` saw (one noisy sample must
     not move a flow) and their demands are Hedera's, bounded by the widest
     route's narrowest hop: a demand no path can carry is no demand."""
-    threshold = cfg.elephant_fraction * fabric.spec.rates.nic_gbps * 1e9
+    # Hedera's threshold is a share of the NIC; where every path is narrower
+    # than a NIC, of what the flow's widest path carries: a flow taking a
+    # tenth of its path is an elephant there, however wide its NIC.
+    nic_bps = fabric.spec.rates.nic_gbps * 1e9
+    floor = cfg.elephant_fraction * min(nic_bps, float(index.capacity.min()))
     oldest = now - cfg.max_age_s
     a = cfg.smoothing
     seen: list[tuple[FlowKey, NicId, NicId, float, str]] = []
     routes = []
     for key, sample in flows.items():
-        if sample.observed_at < oldest or sample.rate_bps < threshold:
+        if sample.observed_at < oldest or sample.rate_bps < floor:
             continue
         src, dst = nic_of(key[0]), nic_of(key[1])
         if src is None or dst is None:
@@ -46,13 +50,15 @@ def find_elephants(
             continue  # not a NIC of this fabric
         if not found.vias:
             continue  # same leaf: nothing to steer
+        if sample.rate_bps < cfg.elephant_fraction * min(nic_bps, found.bottleneck_bps):
+            continue
         move = moves.get(key)
         via = move.via if move is not None else index.via_of(found, sample.ingress)
         last = recent.get(key)
         rate = sample.rate_bps if last is None else (1 - a) * last.elephant.rate_bps + a * sample.rate_bps
         seen.append((key, src, dst, rate, via))
         routes.append(found)
-    demands = _hedera([s[1] for s in seen], [s[2] for s in seen], fabric.spec.rates.nic_gbps * 1e9).tolist()
+    demands = _hedera([s[1] for s in seen], [s[2] for s in seen], nic_bps).tolist()
     out = [Elephant(*s, min(d, r.bottleneck_bps)) for s, d, r in zip(seen, demands, routes)]
     return out, routes
 

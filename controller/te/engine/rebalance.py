@@ -166,6 +166,12 @@ class _Fleet:
         row = int(np.argmax(np.where(ok, gain[0], -np.inf)))
         return float(gain[0, row]), row
 
+    def peak_with(self, i: int, row: int) -> float:
+        """The peak utilization by demand of elephant i's route `row`, were it moved there."""
+        hops = self.routes[i].hops[row]
+        added = np.where(np.isin(hops, self.hops(i)), 0.0, self.bps[i, 0])  # links both routes share carry it now
+        return float(((self.both[0, hops] + added) / self.capacity[hops]).max())
+
     def least_loaded(self, i: int, dead: np.ndarray) -> int | None:
         """The live route whose peak would be lowest with elephant i on it."""
         hops = self.routes[i].hops
@@ -227,7 +233,11 @@ def rebalance(
         _, link = heapq.heappop(heap)
         if not fleet.over(link):
             continue
-        best: tuple[float, int, int] | None = None  # gain, elephant, route
+        # Of the moves that pass, the one leaving the lower peak on the link
+        # it relieves and the route it takes: the lowest peak, not the largest
+        # gain, which would favour the smallest elephants and can leave the
+        # big ones stuck where only a swap would free them.
+        best: tuple[float, float, int, int] | None = None  # peak after, -gain, elephant, route
         for i in sorted(fleet.members(link), key=lambda i: elephants[i].key):
             e = elephants[i]
             # A flow getting most of its demand gains nothing from a move; a
@@ -239,12 +249,16 @@ def rebalance(
             if budget.get(leaf, cfg.max_moves_per_leaf or len(routes[i].vias)) <= 0:
                 continue
             found = fleet.best(i, dead, cfg, e.key in metered)
-            if found is not None and (best is None or found[0] > best[0]):
-                best = (found[0], i, found[1])
+            if found is not None:
+                gain, row = found
+                left = (fleet.both[0, link] - fleet.bps[i, 0]) / fleet.capacity[link]
+                candidate = (max(left, fleet.peak_with(i, row)), -gain, i, row)
+                best = candidate if best is None else min(best, candidate)
         if best is None:
             stuck.add(link)
             continue
-        gain, i, row = best
+        _, minus_gain, i, row = best
+        gain = -minus_gain
         e = elephants[i]
         leaf = fabric.attachment(e.src).node
         budget[leaf] = budget.get(leaf, cfg.max_moves_per_leaf or len(routes[i].vias)) - 1

@@ -1,0 +1,130 @@
+"""Cross-validation: the flow-level simulator against the emulated fabric,
+same spec, same scenario, same seeds.
+
+make bench-crossval  ->  bench/results/crossval.json
+(python -m bench.crossval --spec default.yaml --spec three-pod.yaml
+ --scenario elephant --scenario link-failure --seeds 1 2 3 4 5)
+
+The seed draws the flows' source ports in both (emulation/traffic/iperf.py
+make_flows, emulation/simulate/traffic.py), so both hash the same 5-tuples;
+the simulator's ECMP reproduces OVS's select-group hash, so every flow starts
+on the same spine in both. What is compared is each mode's aggregate as a
+fraction of the optimum (the same failure-aware max-min LP on both sides),
+time-weighted over the run: the emulated goodput over the planned duration,
+the simulated rates over the TE cycles (ECMP: over its phases). A case passes
+when the two are within `--tolerance` points.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+from typing import Any
+
+from bench import write_result
+from controller.fabric import Fabric, load_fabric
+from emulation.net import ovs
+from emulation.scenarios.report import build_report
+from emulation.scenarios.runner import run_scenario
+from emulation.scenarios.spec import Scenario, check_events, load_scenario
+from emulation.simulate.run import simulate
+from emulation.simulate.workload import LinkDown, Telemetry, Workload
+
+TOLERANCE_POINTS = 5.0
+
+
+def workload_of(scenario: Scenario, fabric: Fabric, telemetry: Telemetry) -> Workload:
+    """The scenario as a simulator workload: the same pattern, duration and link events."""
+    if scenario.pattern != "permutation":
+        raise ValueError(f"scenario {scenario.name}: pattern {scenario.pattern!r}; cross-validated: permutation")
+    checked = check_events(scenario, fabric.spec)
+    return Workload(
+        name=scenario.name,
+        description=scenario.description,
+        duration_s=scenario.duration_s,
+        pattern="permutation",
+        protocol=scenario.protocol,
+        telemetry=telemetry,
+        events=tuple(LinkDown(e.at_s, e.link) for e in checked.events),
+    )
+
+
+def simulated_fractions(result: dict) -> dict[str, float]:
+    """ECMP time-weighted over its phases, TE averaged over its (evenly spaced) cycles."""
+    duration = result["duration_s"]
+    phases = result["phases"]
+    ends = [p["start_s"] for p in phases[1:]] + [duration]
+    ecmp = sum(p["ecmp"]["fraction_of_optimum"] * (end - p["start_s"]) for p, end in zip(phases, ends)) / duration
+    te = statistics.fmean(c["fraction_of_optimum"] for c in result["cycles"])
+    return {"ecmp": ecmp, "te": te}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", action="append", help="repeatable; default: default.yaml and three-pod.yaml")
+    parser.add_argument("--scenario", action="append", help="repeatable; default: elephant and link-failure")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    # As the emulated agent reports (emulation/agent DEFAULT_INTERVAL_S): a TE cycle per batch.
+    parser.add_argument("--interval", type=float, default=0.1, help="simulated telemetry interval, s")
+    parser.add_argument("--noise", type=float, default=0.1, help="simulated telemetry noise, +-fraction")
+    parser.add_argument("--latency", type=float, default=0.05, help="simulated decision-to-switch latency, s")
+    parser.add_argument("--tolerance", type=float, default=TOLERANCE_POINTS, help="points")
+    parser.add_argument("--out", default="bench/results/crossval.json")
+    args = parser.parse_args()
+    ovs.check_running()
+    telemetry = Telemetry(args.interval, args.noise, args.latency)
+    cases: list[dict[str, Any]] = []
+    for spec_name in args.spec or ["default.yaml", "three-pod.yaml"]:
+        for name in args.scenario or ["elephant", "link-failure"]:
+            scenario = load_scenario(name)
+            spec_path = scenario.spec_path(spec_name)
+            fabric = load_fabric(spec_path)
+            workload = workload_of(scenario, fabric, telemetry)
+            for seed in args.seeds:
+                report = build_report(fabric, scenario, seed, run_scenario(fabric, spec_path, scenario, seed))
+                emulated = {mode: report["modes"][mode]["fraction_of_optimum"] for mode in ("ecmp", "te")}
+                flow_errors = sum(1 for m in report["modes"].values() for f in m["flows"] if f["error"])
+                simulated = simulated_fractions(simulate(fabric, workload, seed))
+                diff = {mode: 100 * (simulated[mode] - emulated[mode]) for mode in ("ecmp", "te")}
+                case = {
+                    "spec": fabric.spec.name,
+                    "scenario": name,
+                    "seed": seed,
+                    "emulated": emulated,
+                    "simulated": simulated,
+                    "difference_points": diff,
+                    "emulated_flow_errors": flow_errors,
+                    "within_tolerance": all(abs(d) <= args.tolerance for d in diff.values()),
+                }
+                cases.append(case)
+                print(
+                    f"{fabric.spec.name:12} {name:13} seed {seed}:"
+                    f" ECMP emulated {emulated['ecmp']:.1%} simulated {simulated['ecmp']:.1%} ({diff['ecmp']:+.1f});"
+                    f" TE emulated {emulated['te']:.1%} simulated {simulated['te']:.1%} ({diff['te']:+.1f})"
+                    + (f"; {flow_errors} emulated flow(s) failed to report" if flow_errors else ""),
+                    flush=True,
+                )
+    summary = {
+        mode: {
+            "max_abs_difference_points": max(abs(c["difference_points"][mode]) for c in cases),
+            "mean_difference_points": statistics.fmean(c["difference_points"][mode] for c in cases),
+        }
+        for mode in ("ecmp", "te")
+    }
+    result = {
+        "benchmark": "crossval",
+        "host": platform.node(),
+        "tolerance_points": args.tolerance,
+        "simulated_telemetry": {"interval_s": args.interval, "noise": args.noise, "latency_s": args.latency},
+        "summary": summary,
+        "cases_within_tolerance": sum(c["within_tolerance"] for c in cases),
+        "cases": cases,
+    }
+    out = write_result(args.out, result)
+    print(f"{result['cases_within_tolerance']}/{len(cases)} cases within {args.tolerance} points; {summary}")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
