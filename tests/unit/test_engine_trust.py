@@ -165,36 +165,31 @@ def _not_worse(a: list[float], b: list[float]) -> bool:
     return True
 
 
-@st.composite
-def small_worlds(draw, per_nic: int):
+def random_world(rng: random.Random, per_nic: int) -> World:
     """A small rail-optimized fabric (shared or per-rail spines, uplinks
     narrower, equal to or wider than a NIC) and a few cross-pod elephants on
     hashed spines, at most `per_nic` from or to any NIC: small enough that the
     single-path optimum is exact."""
-    pods, servers, rails = draw(st.integers(2, 3)), draw(st.integers(1, 3)), draw(st.integers(1, 2))
-    spines, mode = draw(st.integers(2, 4)), draw(st.sampled_from(["shared", "per-rail"]))
-    fabric = build_fabric(
-        parse_spec(
-            f"pods: {pods}\nservers_per_pod: {servers}\nrails: {rails}\nspines: {spines}\n"
-            f"plane_mode: {mode}\noversubscription: 1.0\n" + RATES
-        )
-    )
+    pods, servers, rails, spines = rng.randint(2, 3), rng.randint(1, 3), rng.randint(1, 2), rng.randint(2, 4)
+    spec = f"pods: {pods}\nservers_per_pod: {servers}\nrails: {rails}\nspines: {spines}\noversubscription: 1.0\n"
+    fabric = build_fabric(parse_spec(spec + f"plane_mode: {rng.choice(['shared', 'per-rail'])}\n" + RATES))
     nics = sorted(fabric.nics)
     ends: Counter[NicId] = Counter()
     flows: dict[tuple, tuple[NicId, NicId, str]] = {}
-    for _ in range(draw(st.integers(2, 6))):
-        src = draw(st.sampled_from(nics))
+    for _ in range(rng.randint(2, 6)):
+        src = rng.choice(nics)
         dsts = [n for n in nics if n.rail == src.rail and n.pod != src.pod and ends[n] < per_nic]
         if ends[src] >= per_nic or not dsts:
             continue
-        dst = draw(st.sampled_from(dsts))
+        dst = rng.choice(dsts)
         ends.update((src, dst))
-        flows[flow_key(src, dst, 40000 + len(flows))] = (src, dst, draw(st.sampled_from(fabric.vias(src, dst))))
+        flows[flow_key(src, dst, 40000 + len(flows))] = (src, dst, rng.choice(fabric.vias(src, dst)))
     return World(fabric, flows)
 
 
 def _settle(world):
-    """The engine until 10 quiet cycles in a row; then one more cycle on the same data must move nothing."""
+    """The engine until 10 quiet cycles in a row; then one more cycle on the
+    same data must move nothing. -> (settled, hashed) max-min rates, optimum."""
     state, quiet, now = TeState(), 0, 100.0
     while quiet < 10:
         assert now < 112.0, "the engine did not settle"
@@ -214,27 +209,29 @@ def _settle(world):
     return _max_min(world.fabric, settled), _max_min(world.fabric, hashed), optimum.aggregate_bps
 
 
-# Seeded (derandomize): the bound holds on nearly every world, not all, and a
-# test must not fail at random. Measured on 1,000 seeded worlds each: with
-# one elephant per NIC, 999 within min_gain of the optimum; the other at
-# 92.9%: one flow collided with two others on two links, and moving it makes
-# one pair share both, which loads by demand cannot tell apart. With up to
-# three per NIC, 983 within; the worst at 75%: Hedera splits a NIC evenly
-# among its elephants, and where the optimum gives them unequal shares no
-# single move gains by demand. Never less fair than the hash in all 2,000.
-@settings(max_examples=100, deadline=None, derandomize=True)
-@given(small_worlds(per_nic=1))
-def test_a_settled_engine_is_within_min_gain_of_the_optimum_and_one_more_cycle_moves_nothing(world):
-    te, hashed, optimum = _settle(world)
-    assert sum(te) >= (1 - EngineConfig().min_gain) * optimum * (1 - 1e-9)
-    assert _not_worse(te, hashed)
-
-
-@settings(max_examples=100, deadline=None)
-@given(small_worlds(per_nic=3))
-def test_with_elephants_sharing_nics_a_settled_engine_is_never_less_fair_than_the_hash(world):
-    # Judged max-min, as the engine and the optimum are: a move that lifts the
-    # slowest flow may lower the sum (seen: 89 -> 133 Gb/s for the slowest,
-    # 711 -> 667 in all).
-    te, hashed, _ = _settle(world)
-    assert _not_worse(te, hashed)
+@pytest.mark.parametrize(
+    "per_nic, within, mean",
+    # These 200 worlds measure (satisfied 0.7, min_gain 0.05): one elephant
+    # per NIC, 94.5% within min_gain of the optimum, mean 99.1%; up to three,
+    # 95.5% within, mean 99.5%; the worst 75% in both.
+    [(1, 0.93, 0.985), (3, 0.90, 0.98)],
+    ids=["one-elephant-per-nic", "up-to-three-per-nic"],
+)
+def test_a_settled_engine_is_near_the_optimum_never_less_fair_than_the_hash_and_stays(per_nic, within, mean):
+    """Over 200 seeded random worlds: the engine settles and one more cycle
+    moves nothing; never less fair than the hash (max-min, as the engine and
+    the optimum judge; a move that lifts the slowest flow may lower the sum);
+    and most worlds end within min_gain of the exact single-path optimum.
+    Not all: a flow squeezed to 75% of its demand counts as satisfied
+    (`EngineConfig.satisfied`, which keeps noisy counters from moving flows),
+    Hedera splits a NIC evenly where the optimum would not, and a flow that
+    collides with two others on two links can only be freed by moving it so
+    that one pair shares both, which loads by demand cannot tell apart."""
+    rng, min_gain, fractions = random.Random(per_nic), EngineConfig().min_gain, []
+    for _ in range(200):
+        world = random_world(rng, per_nic)
+        te, hashed, optimum = _settle(world)
+        assert _not_worse(te, hashed), world.flows
+        fractions.append(sum(te) / optimum)
+    assert sum(f >= 1 - min_gain - 1e-9 for f in fractions) >= within * len(fractions)
+    assert sum(fractions) / len(fractions) >= mean

@@ -29,7 +29,7 @@ class EngineConfig:
     min_gain: float = 0.05
     # An elephant measuring at least this fraction of its demand is not
     # squeezed, wherever its link's counters say: moving it can only cost.
-    satisfied: float = 0.9
+    satisfied: float = 0.7
     # Measured load on a link beyond what its elephants send is smoothed
     # (port counters and flow records are sampled apart: their difference is
     # noisy); below this fraction of the link it is noise, not traffic.
