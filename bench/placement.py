@@ -42,10 +42,10 @@ from bench import fragmentation, write_result
 from controller.fabric import NicId, load_fabric
 from controller.fabric.spec import SPECS_DIR
 from controller.te.capacity import Usage
+from controller.te.demand import planned_flows
 from controller.te.jobs import Drains, Job, JobRequest, Pattern
 from controller.te.load import LoadLedger, max_utilization
 from controller.te.paths import assign_hashed
-from controller.te.patterns import pattern_flows
 from controller.te.placement import FabricState, NoCapacity, available_servers, place
 from emulation.processes.controller_process import ControllerProcess, Ports
 
@@ -78,9 +78,8 @@ def naive(fabric, state: FabricState, request: JobRequest, tier) -> tuple[float,
     if len(servers) < request.gpu_count // k:
         return None
     base = state.base_load(fabric)
-    _, layer = assign_hashed(
-        fabric, Drains(), base, pattern_flows(request.pattern, servers, k, request.flow_gbps * 1e9)
-    )
+    flows = planned_flows(request, servers, k, fabric.spec.rates.nic_gbps * 1e9)
+    _, layer = assign_hashed(fabric, Drains(), base, flows)
     return max(max_utilization(fabric, base), layer.touched_peak()), tier_peak(fabric, layer, tier)
 
 

@@ -56,7 +56,7 @@ def _api_parsers(sub):
     place.add_argument("job_id")
     place.add_argument("--gpus", type=int, required=True, help="GPU count")
     place.add_argument("--pattern", choices=["ring", "tree", "all-to-all"], default="ring")
-    place.add_argument("--flow-gbps", type=float, default=0.0, help="bandwidth demand of each flow of the pattern")
+    place.add_argument("--flow-gbps", type=float, default=0.0, help="per-flow ceiling, Gb/s (0: the NIC)")
     place.add_argument("--gpus-per-server", type=int, default=0, help="default: min(gpus, rails)")
     place.add_argument("--servers", default="", help="comma-separated explicit servers")
     place.add_argument("--max-pods", type=int, default=0)

@@ -29,6 +29,12 @@ def flow_path(fabric: Fabric, flow: JobFlow) -> tuple[Endpoint, ...]:
     return fabric.egress_path(flow.src, flow.dst, flow.via or None)
 
 
+# Below this an egress carries nothing: what adding and removing fractional
+# rates leaves behind in floating point (a thousandth of a bit per second on
+# a 400G link), which must not read as a job's load after it is released.
+EMPTY_BPS = 1.0
+
+
 def jobs_load(fabric: Fabric, jobs: Iterable[Job]) -> Load:
     load: Load = defaultdict(float)
     for job in jobs:
@@ -41,7 +47,7 @@ def add_job(fabric: Fabric, load: Load, job: Job, sign: float = 1.0) -> None:
     for flow in job.flows:
         for egress in flow_path(fabric, flow):
             value = load.get(egress, 0.0) + sign * flow.demand_bps
-            if value > 1e-6:
+            if value >= EMPTY_BPS:
                 load[egress] = value
             else:
                 load.pop(egress, None)
@@ -83,7 +89,7 @@ class LoadLedger:
             touched.update(path)
             for egress in path:  # as add_job does
                 value = load.get(egress, 0.0) + sign * flow.demand_bps
-                if value > 1e-6:
+                if value >= EMPTY_BPS:
                     load[egress] = value
                 else:
                     load.pop(egress, None)

@@ -33,10 +33,11 @@ import numpy as np
 
 from controller.fabric import Endpoint, Fabric
 from controller.te.capacity import Usage, free_capacity, free_masks, server_table
+from controller.te.demand import planned_flows
 from controller.te.jobs import Drains, Gpu, Job, JobFlow, JobRequest, validate_request
 from controller.te.load import LoadLedger, drained, jobs_load, max_utilization, merged
 from controller.te.paths import Layer, Loads, NoPath, assign_greedy, assign_hashed
-from controller.te.patterns import ServerKey, pattern_flows
+from controller.te.patterns import ServerKey
 
 __all__ = [
     "FabricState",
@@ -312,6 +313,7 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
     best, last_error = None, ""
     lowest = round(floor, 9)
     nics = server_table(fabric).nics
+    nic_bps = fabric.spec.rates.nic_gbps * 1e9
     for order, servers in enumerate(candidates):
         pods = {pod for pod, _ in servers}
         # Lowest predicted peak; then the fewest GPUs left free on the job's
@@ -325,7 +327,7 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
         )
         if not _may_win(best, lowest, rest):
             continue
-        flows = pattern_flows(request.pattern, servers, job_rails, request.flow_gbps * 1e9, nics)
+        flows = planned_flows(request, servers, job_rails, nic_bps, nics)
         # First-fit with ECMP hashing is the naive placement; evaluating it
         # guarantees the answer is never predicted worse than that.
         routings = _routings(fabric, state.drains, base, flows, hashed_too=servers == first_fit)

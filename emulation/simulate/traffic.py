@@ -26,9 +26,9 @@ from dataclasses import dataclass, field
 from controller.fabric import Fabric, NicId
 from controller.fabric import addressing as ad
 from controller.fabric.model import FabricError
+from controller.te.demand import planned_flows
 from controller.te.jobs import Drains, Gpu, Job, JobFlow, JobRequest, Pattern
 from controller.te.load import Load, add_job
-from controller.te.patterns import pattern_flows
 from controller.te.placement import FabricState, NoCapacity, Usage, available_servers, place
 from controller.te.view import FlowKey
 from emulation.model.pairs import incast_pairs, permutation_pairs
@@ -173,7 +173,7 @@ def first_fit_arm(fabric: Fabric, requests: Sequence[JobRequest], workload: Work
         if len(servers) < m:
             refused += 1
             continue
-        flows = pattern_flows(request.pattern, servers, k, request.flow_gbps * 1e9)
+        flows = planned_flows(request, servers, k, fabric.spec.rates.nic_gbps * 1e9)
         gpus = tuple(
             Gpu(j * k + r, NicId(r, pod, idx)) for j, (pod, idx) in enumerate(sorted(servers)) for r in range(k)
         )

@@ -11,6 +11,7 @@ from controller.fabric import NicId, build_fabric, load_fabric, parse_spec
 from controller.intent.drains import rerouted_jobs
 from controller.intent.model import Intent
 from controller.southbound.overlay import desired_overlay
+from controller.te.demand import planned_flows
 from controller.te.jobs import Drains, Job, JobError, JobFlow, JobRequest, Pattern
 from controller.te.load import jobs_load, max_utilization
 from controller.te.paths import assign_hashed
@@ -74,7 +75,7 @@ def first_fit_peak(fabric, jobs, req, rails=None):
     servers = free_servers(fabric, jobs, req, rails)[:m]
     if len(servers) < m or (req.max_pods and len({p for p, _ in servers}) > req.max_pods):
         return None
-    flows = pattern_flows(req.pattern, servers, rails, req.flow_gbps * 1e9)
+    flows = planned_flows(req, servers, rails, fabric.spec.rates.nic_gbps * 1e9)
     base = jobs_load(fabric, jobs.values())
     _, layer = assign_hashed(fabric, Drains(), base, flows)
     return max(max_utilization(fabric, base), layer.touched_peak())
@@ -228,3 +229,20 @@ def test_a_multi_server_job_smaller_than_its_servers_keeps_one_rail_set():
     # It fills the server "a" left half free before breaking into a whole one.
     a_server = (taken.gpus[0].nic.pod, taken.gpus[0].nic.server)
     assert a_server in by_server
+
+
+@pytest.mark.parametrize(
+    "pattern, ceiling, expected_gbps",
+    [
+        (Pattern.RING, 0.0, {400.0}),  # one peer each way: the whole NIC
+        (Pattern.ALL_TO_ALL, 0.0, {400.0 / 3}),  # three peers share each NIC, both ways
+        (Pattern.ALL_TO_ALL, 100.0, {100.0}),  # the scheduler's stated rate caps it
+        (Pattern.ALL_TO_ALL, 200.0, {400.0 / 3}),  # ... but no flow gets more than its NIC's share
+    ],
+)
+def test_placement_predicts_each_flow_at_what_its_nics_give_it(pattern, ceiling, expected_gbps):
+    fabric = FABRICS["shared"]
+    job = place(fabric, FabricState(), JobRequest("j", 8, pattern, ceiling, gpus_per_server=2), now=0)
+    assert len({(g.nic.pod, g.nic.server) for g in job.gpus}) == 4 and job.flows
+    assert {round(f.demand_bps / 1e9, 6) for f in job.flows} == {round(g, 6) for g in expected_gbps}
+    assert job.predicted_max_utilization == pytest.approx(max_utilization(fabric, jobs_load(fabric, [job])))

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import numpy as np
-
 from controller.fabric import Fabric, NicId
+from controller.te.demand import nic_limited
 from controller.te.engine.links import LinkIndex, Routes
 from controller.te.engine.state import Elephant, EngineConfig, Move, Seen, nic_of
 from controller.te.view import FlowKey, FlowSample
@@ -58,7 +57,7 @@ def find_elephants(
         rate = sample.rate_bps if last is None else (1 - a) * last.elephant.rate_bps + a * sample.rate_bps
         seen.append((key, src, dst, rate, via))
         routes.append(found)
-    demands = _hedera([s[1] for s in seen], [s[2] for s in seen], nic_bps).tolist()
+    demands = nic_limited([s[1] for s in seen], [s[2] for s in seen], nic_bps).tolist()
     out = [Elephant(*s, min(d, r.bottleneck_bps)) for s, d, r in zip(seen, demands, routes)]
     return out, routes
 
@@ -68,40 +67,5 @@ def estimate_demands(elephants: Sequence[Elephant], nic_bps: float, rounds: int 
     limited elsewhere; a receiver asked for more than its NIC gives every flow
     at least the max-min fair share and marks the cut ones receiver-limited.
     Repeated to a fixed point."""
-    demands = _hedera([e.src for e in elephants], [e.dst for e in elephants], nic_bps, rounds)
+    demands = nic_limited([e.src for e in elephants], [e.dst for e in elephants], nic_bps, rounds)
     return {e.key: float(d) for e, d in zip(elephants, demands)}
-
-
-def _hedera(srcs: list[NicId], dsts: list[NicId], nic_bps: float, rounds: int = 10) -> np.ndarray:
-    """estimate_demands as an array: arithmetic over all senders at once;
-    only oversubscribed receivers (incasts) are visited one by one."""
-    if not srcs:
-        return np.zeros(0)
-    src, dst = _dense(srcs), _dense(dsts)
-    demand = np.zeros(len(srcs))
-    limited = np.zeros(len(srcs), dtype=bool)
-    n_src = int(src.max()) + 1
-    for _ in range(rounds):
-        before = demand.copy()
-        held = np.bincount(src, weights=np.where(limited, demand, 0.0), minlength=n_src)
-        free = np.bincount(src, weights=~limited, minlength=n_src)
-        share = np.maximum(nic_bps - held, 0.0) / np.maximum(free, 1.0)
-        demand = np.where(limited, demand, share[src])
-        asked = np.bincount(dst, weights=demand)
-        for receiver in np.flatnonzero(asked > nic_bps * (1 + 1e-9)):
-            members = np.flatnonzero(dst == receiver)
-            total, pending = nic_bps, sorted(members, key=lambda i: demand[i])
-            while pending and demand[pending[0]] < total / len(pending):
-                total -= demand[pending.pop(0)]  # small flows keep what they ask for
-            for i in pending:
-                demand[i] = total / len(pending)
-                limited[i] = True
-        if np.array_equal(demand, before):
-            break
-    return demand
-
-
-def _dense(nics: list[NicId]) -> np.ndarray:
-    """NICs -> 0..n-1, equal NICs equal numbers."""
-    numbers: dict[NicId, int] = {}
-    return np.array([numbers.setdefault(n, len(numbers)) for n in nics], dtype=np.int64)

@@ -1,0 +1,76 @@
+"""What elastic flows would send if only their NICs limited them (Hedera's
+demand estimation), defined once for the two that predict it: the TE
+engine (an elephant's demand) and job placement (a placed flow's rate).
+Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from controller.fabric import NicId
+from controller.te.jobs import JobFlow, JobRequest
+from controller.te.patterns import ServerKey, pattern_flows
+
+
+def planned_flows(
+    request: JobRequest,
+    servers: Sequence[ServerKey],
+    rails: int | Sequence[int],
+    nic_bps: float,
+    nics: Mapping[tuple[int, int, int], NicId] | None = None,
+) -> list[JobFlow]:
+    """The flows a job's collective puts on these servers and rails, each at
+    the rate placement predicts for it (`predicted_rates`)."""
+    flows = pattern_flows(request.pattern, servers, rails, 0.0, nics)
+    return predicted_rates(flows, nic_bps, request.flow_gbps * 1e9)
+
+
+def predicted_rates(flows: Sequence[JobFlow], nic_bps: float, ceiling_bps: float = 0.0) -> list[JobFlow]:
+    """A job's flows with the rate each will get from its NICs, where every
+    NIC's flows share it max-min (an all-to-all NIC sends to all its peers at
+    once; a ring's, to one). `ceiling_bps`: the most any flow asks for (the
+    scheduler's stated rate; 0: no more than the NIC)."""
+    rates = nic_limited([f.src for f in flows], [f.dst for f in flows], nic_bps)
+    cap = ceiling_bps or nic_bps
+    return [JobFlow(f.src, f.dst, min(float(r), cap), f.via) for f, r in zip(flows, rates)]
+
+
+def nic_limited(srcs: list[NicId], dsts: list[NicId], nic_bps: float, rounds: int = 10) -> np.ndarray:
+    """Per flow, the rate it would get if only the NICs limited it: Hedera's
+    demand estimation. Senders split their NIC among flows not yet limited
+    elsewhere; a receiver asked for more than its NIC gives every flow at
+    least the max-min fair share and marks the cut ones receiver-limited;
+    repeated to a fixed point. Arithmetic over all senders at once; only
+    oversubscribed receivers (incasts) are visited one by one."""
+    if not srcs:
+        return np.zeros(0)
+    src, dst = _dense(srcs), _dense(dsts)
+    demand = np.zeros(len(srcs))
+    limited = np.zeros(len(srcs), dtype=bool)
+    n_src = int(src.max()) + 1
+    for _ in range(rounds):
+        before = demand.copy()
+        held = np.bincount(src, weights=np.where(limited, demand, 0.0), minlength=n_src)
+        free = np.bincount(src, weights=~limited, minlength=n_src)
+        share = np.maximum(nic_bps - held, 0.0) / np.maximum(free, 1.0)
+        demand = np.where(limited, demand, share[src])
+        asked = np.bincount(dst, weights=demand)
+        for receiver in np.flatnonzero(asked > nic_bps * (1 + 1e-9)):
+            members = np.flatnonzero(dst == receiver)
+            total, pending = nic_bps, sorted(members, key=lambda i: demand[i])
+            while pending and demand[pending[0]] < total / len(pending):
+                total -= demand[pending.pop(0)]  # small flows keep what they ask for
+            for i in pending:
+                demand[i] = total / len(pending)
+                limited[i] = True
+        if np.array_equal(demand, before):
+            break
+    return demand
+
+
+def _dense(nics: list[NicId]) -> np.ndarray:
+    """NICs -> 0..n-1, equal NICs equal numbers."""
+    numbers: dict[NicId, int] = {}
+    return np.array([numbers.setdefault(n, len(numbers)) for n in nics], dtype=np.int64)
