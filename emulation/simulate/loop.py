@@ -41,7 +41,7 @@ from controller.te.view import EWMA_ALPHA, FlowKey, FlowSample, PortSample
 from emulation.model.fluid import link_loads, max_min_rates
 from emulation.simulate.figures import collided_uplinks, natural_demand
 from emulation.simulate.flowmods import FlowModCounter
-from emulation.simulate.routes import Routes, ecmp_routes
+from emulation.simulate.routes import AckRoutes, Routes, ack_steering, ecmp_routes
 from emulation.simulate.traffic import SimFlow
 
 GC_EVERY_CYCLES = 50
@@ -133,8 +133,10 @@ class ClosedLoop:
         phases: Sequence[Phase],
         settings: LoopSettings,
         intent: Intent | None = None,
+        acks: AckRoutes | None = None,
     ) -> None:
         self.fabric = fabric
+        self.acks = acks  # None: no link ever dies, so no ACK stream can be cut
         self.routes = routes
         self.network = routes.network
         self.flows = list(flows)
@@ -152,6 +154,8 @@ class ClosedLoop:
         )
         self.steered = self.steered_route >= 0
         self.egress_objects = self.network.egresses
+        self.pairs = [(f.src, f.dst) for f in self.flows]
+        self.job_via = [f.via for f in self.flows]
 
     def _phase_view(self, index: int) -> _PhaseView:
         """The fabric in a phase: capacities with its dead links at 0, and
@@ -193,6 +197,9 @@ class ClosedLoop:
 
         state = TeState()
         te_route = np.full(n, -1, dtype=np.int64)
+        landed: dict[int, str] = {}  # flow index -> via of its TE move in the switches
+        stalled_for: tuple[int, frozenset] | None = None
+        stalled = np.zeros(n, dtype=bool)
         meter_cap = np.full(n, np.inf)
         pending: list[tuple[float, dict[FlowKey, str], dict[FlowKey, float]]] = []
         counter = FlowModCounter(self.fabric, self.intent)
@@ -217,10 +224,12 @@ class ClosedLoop:
             while pending and pending[0][0] <= now + 1e-9:
                 _, moved, metered = pending.pop(0)
                 te_route[:] = -1
+                landed = {}
                 for key, via in moved.items():
                     i = self.index.get(key)
                     if i is not None:
                         te_route[i] = routes.by_via[i].get(via, -1)
+                        landed[i] = via
                 meter_cap[:] = np.inf
                 for key, rate in metered.items():
                     i = self.index.get(key)
@@ -231,6 +240,12 @@ class ClosedLoop:
             changes += moved_now
             current_route = route
             demand = np.where(view.started, np.minimum(self.demand, meter_cap), 0.0)
+            if self.acks is not None:
+                if stalled_for != (view.index, frozenset(landed.items())):
+                    stalled_for = (view.index, frozenset(landed.items()))
+                    steer = ack_steering(self.job_via, self.pairs, landed, self.acks)
+                    stalled = self.acks.stalled(view.capacity, steer)
+                demand = np.where(stalled, 0.0, demand)
             signature = (view.index, route.tobytes(), demand.tobytes())
             if solution is None or solution.signature != signature:
                 shares = routes.shares(route)

@@ -27,7 +27,16 @@ from controller.intent.model import Intent
 from emulation.simulate.bound import Bound, optimum_bound
 from emulation.simulate.figures import natural_demand, outcome
 from emulation.simulate.loop import ClosedLoop, LoopResult, LoopSettings, Phase, Progress, phases_of
-from emulation.simulate.routes import Network, Routes, build_routes, ecmp_routes, flow_hash
+from emulation.simulate.routes import (
+    AckRoutes,
+    Network,
+    Routes,
+    ack_routes,
+    ack_steering,
+    build_routes,
+    ecmp_routes,
+    flow_hash,
+)
 from emulation.simulate.traffic import Arm, SimFlow, build_arms
 from emulation.simulate.workload import Workload
 
@@ -45,12 +54,16 @@ class Prepared:
     routes: Routes
     hashes: np.ndarray
     phases: list[Phase]
+    acks: AckRoutes | None  # None: no link dies, no ACK stream is cut
 
 
 def prepare(network: Network, arm: Arm, workload: Workload) -> Prepared:
-    routes = build_routes(network, [(f.src, f.dst) for f in arm.flows])
+    pairs = [(f.src, f.dst) for f in arm.flows]
+    keys = [f.key for f in arm.flows]
+    routes = build_routes(network, pairs)
     events = [(e.at_s, e.link) for e in workload.events]
-    return Prepared(arm, routes, flow_hash([f.key for f in arm.flows]), phases_of(arm.flows, events))
+    acks = ack_routes(network, keys, pairs) if events else None
+    return Prepared(arm, routes, flow_hash(keys), phases_of(arm.flows, events), acks)
 
 
 def static_figures(prep: Prepared, phase: Phase, bound: Bound) -> dict:
@@ -59,9 +72,15 @@ def static_figures(prep: Prepared, phase: Phase, bound: Bound) -> dict:
     capacity = network.capacity_without(phase.dead)
     demand = np.fromiter((f.demand_bps for f in prep.arm.flows), dtype=float, count=len(prep.arm.flows))
     demand = np.where(phase.started, demand, 0.0)
+    if prep.acks is not None:  # ECMP: ACKs hashed too, but where a placed job's pair entry steers them
+        flows = prep.arm.flows
+        steer = ack_steering([f.via for f in flows], [(f.src, f.dst) for f in flows], {}, prep.acks)
+        ecmp_demand = np.where(prep.acks.stalled(capacity, steer), 0.0, demand)
+    else:
+        ecmp_demand = demand
     natural = natural_demand(routes, prep.arm.flows, phase.started)
     hashed = ecmp_routes(routes, prep.hashes, routes.ingress_usable(capacity))
-    ecmp = outcome(routes.shares(hashed), capacity, demand, natural, network.is_uplink)
+    ecmp = outcome(routes.shares(hashed), capacity, ecmp_demand, natural, network.is_uplink)
     spray = outcome(routes.spray_shares(routes.route_usable(capacity)), capacity, demand, natural, network.is_uplink)
 
     def judged(aggregate: float) -> float:
@@ -151,6 +170,7 @@ def simulate(
         railyard.phases,
         settings,
         Intent(jobs=dict(railyard.arm.jobs)),
+        railyard.acks,
     )
     notify("closed loop")
     result = loop.run(progress)

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 
 from controller.cli.main import main
-from controller.fabric import build_fabric, load_fabric, parse_spec
+from controller.fabric import NicId, build_fabric, load_fabric, parse_spec
+from controller.fabric import addressing as ad
 from controller.intent.model import Intent
 from controller.te.engine import Move
 from emulation.model.pairs import permutation_pairs
 from emulation.simulate.flowmods import FlowModCounter
-from emulation.simulate.routes import Network, build_routes, ecmp_routes, flow_hash
+from emulation.simulate.routes import Network, ack_routes, ack_steering, build_routes, ecmp_routes, flow_hash
 from emulation.simulate.run import simulate
 from emulation.simulate.traffic import build_arms
 from emulation.simulate.workload import WorkloadError, load_workload, parse_workload
@@ -116,6 +117,34 @@ def test_a_link_failure_black_holes_remote_flows_until_te_moves_them():
     # Without the link each of ryl0r0's directions has one uplink for two flows.
     assert after["optimum"]["aggregate_bps"] == pytest.approx(4 * 400e9 + 4 * 200e9)
     assert result["te"]["fraction_of_optimum_final"] == pytest.approx(1.0)
+
+
+def test_a_tcp_flow_stalls_when_its_acks_cross_a_dead_link_whatever_carries_its_data():
+    # 10.0.1.1 -> 10.0.0.1 on rail 0: its ACKs run from pod 0 back up, so
+    # with ryl0r0's uplink to rys0 down they die if they leave by rys0.
+    a, b = NicId(0, 1, 0), NicId(0, 0, 0)
+    key = (ad.nic_ip(a), ad.nic_ip(b), "tcp", 40000, 5201)
+    network = Network(DEMO)
+    acks = ack_routes(network, [key], [(a, b)])
+    dead = network.capacity_without(["ryl0r0:3"])
+    assert acks.stalled(dead, ["rys0"]).tolist() == [True]
+    assert acks.stalled(dead, ["rys1"]).tolist() == [False]
+    assert acks.stalled(network.capacity, ["rys0"]).tolist() == [False]  # nothing dead
+    udp = ack_routes(network, [(*key[:2], "udp", *key[3:])], [(a, b)])
+    assert udp.stalled(dead, ["rys0"]).tolist() == [False]  # no ACKs to lose
+    # Hashed, the ACKs leave ryl0r0 by its live uplink only: the leaf skips the dead bucket.
+    assert acks.stalled(dead, [""]).tolist() == [False]
+
+
+def test_acks_follow_the_reverse_flows_move_then_the_flows_own_then_a_job_pair():
+    a, b = NicId(0, 0, 0), NicId(0, 1, 0)
+    forward = (ad.nic_ip(a), ad.nic_ip(b), "tcp", 40000, 5201)
+    backward = (ad.nic_ip(b), ad.nic_ip(a), "tcp", 5201, 40000)  # the ACKs' own 5-tuple, also a flow
+    acks = ack_routes(Network(DEMO), [forward, backward], [(a, b), (b, a)])
+    assert acks.reverse_flow.tolist() == [1, 0]
+    assert ack_steering(["", ""], [(a, b), (b, a)], {0: "rys0", 1: "rys1"}, acks) == ["rys1", "rys0"]
+    assert ack_steering(["", ""], [(a, b), (b, a)], {0: "rys0"}, acks) == ["rys0", "rys0"]
+    assert ack_steering(["rys1", "rys0"], [(a, b), (b, a)], {}, acks) == ["rys0", "rys1"]
 
 
 def test_a_job_mix_places_through_both_rules():
