@@ -132,10 +132,11 @@ class _Fleet:
             count[link] += 1
         self.rows[i] = self.routes[i].base + row
 
-    def gains(self, i: int, dead: np.ndarray) -> np.ndarray:
+    def gains(self, i: int, dead: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(2, routes): what moving elephant i to each of its routes saves on its
         bottleneck, by demand and as measured (-inf for its own route and dead
-        ones). Only the links the two paths do not share count."""
+        ones); only the links the two paths do not share count. And (routes,):
+        each route's peak utilization by demand with elephant i moved onto it."""
         routes, here = self.routes[i], self.row(i)
         hops, old = routes.hops, routes.hops[here]
         bps = self.bps[i]
@@ -143,6 +144,7 @@ class _Fleet:
         old_load = self.both[:, old] / routes.capacity[here]  # (2, old hops)
         if routes.disjoint:
             gain = old_load.max(axis=1)[:, None] - new_load.max(axis=2)
+            peak = new_load[0].max(axis=1)
         else:
             shared = (hops[:, :, None] == old[None, None, :]).any(axis=2)  # on the old path too
             kept = (old[None, :, None] == hops[:, None, :]).any(axis=2)  # old link still used there
@@ -150,27 +152,26 @@ class _Fleet:
             old_peak = np.where(kept, -np.inf, old_load[:, None, :]).max(axis=2)
             with np.errstate(invalid="ignore"):  # its own route: nothing differs, -inf - -inf
                 gain = old_peak - new_peak
+            # A link both routes share carries the elephant already.
+            peak = np.where(shared, self.both[0, hops] / routes.capacity, new_load[0]).max(axis=1)
         gain[:, here] = -np.inf
         if dead.any():
             gain[:, dead[hops].any(axis=1)] = -np.inf
-        return gain
+        return gain, peak
 
-    def best(self, i: int, dead: np.ndarray, cfg: EngineConfig, metered: bool = False) -> tuple[float, int] | None:
+    def best(
+        self, i: int, dead: np.ndarray, cfg: EngineConfig, metered: bool = False
+    ) -> tuple[float, int, float] | None:
         """The route that saves most by demand, among those saving `min_gain` by
-        demand and something as measured. A metered flow's rate is its meter's,
-        known without noise: its demand gain is enough."""
-        gain = self.gains(i, dead)
+        demand and something as measured (a metered flow's rate is its meter's,
+        known without noise: its demand gain is enough): (gain, route, the
+        route's peak utilization by demand once the elephant is on it)."""
+        gain, peak = self.gains(i, dead)
         ok = (gain[0] >= cfg.min_gain) & ((gain[1] > 0) | metered)
         if not ok.any():
             return None
         row = int(np.argmax(np.where(ok, gain[0], -np.inf)))
-        return float(gain[0, row]), row
-
-    def peak_with(self, i: int, row: int) -> float:
-        """The peak utilization by demand of elephant i's route `row`, were it moved there."""
-        hops = self.routes[i].hops[row]
-        added = np.where(np.isin(hops, self.hops(i)), 0.0, self.bps[i, 0])  # links both routes share carry it now
-        return float(((self.both[0, hops] + added) / self.capacity[hops]).max())
+        return float(gain[0, row]), row, float(peak[row])
 
     def least_loaded(self, i: int, dead: np.ndarray) -> int | None:
         """The live route whose peak would be lowest with elephant i on it."""
@@ -250,9 +251,9 @@ def rebalance(
                 continue
             found = fleet.best(i, dead, cfg, e.key in metered)
             if found is not None:
-                gain, row = found
+                gain, row, peak = found
                 left = (fleet.both[0, link] - fleet.bps[i, 0]) / fleet.capacity[link]
-                candidate = (max(left, fleet.peak_with(i, row)), -gain, i, row)
+                candidate = (max(left, peak), -gain, i, row)
                 best = candidate if best is None else min(best, candidate)
         if best is None:
             stuck.add(link)
