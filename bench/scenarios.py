@@ -56,6 +56,8 @@ def main() -> None:
                 "collision_to_fix_p99_s": sorted(fixes)[min(len(fixes) - 1, int(0.99 * len(fixes)))] if fixes else None,
                 "moves_per_flow_max": [m["moves_per_flow"]["max"] for m in te],
                 "path_changes_per_flow_max": [m["path_changes_per_flow"]["max"] for m in te],
+                "moves_in_steady_traffic": [m["moves_in_steady_traffic"] for m in te],
+                "last_move_s": [m["last_move_s"] for m in te],
                 "te_fraction_of_single_path": [m["fraction_of_single_path"] for m in te],
                 "reroutes": [m["te_decisions"].get("reroute", 0) for m in te],
                 "te_jain": [m["jain_fairness"] for m in te],

@@ -239,6 +239,14 @@ def table(report: dict) -> str:
             lambda m: f"{m['moves_per_flow']['mean']:.2f} / {m['moves_per_flow']['max']}" if m["te_decisions"] else "-",
         ),
         (
+            "moves > 2 s after a change / last move (s)",
+            lambda m: (
+                f"{m['moves_in_steady_traffic']} / " + ("-" if m["last_move_s"] is None else f"{m['last_move_s']:.2f}")
+                if m["te_decisions"]
+                else "-"
+            ),
+        ),
+        (
             "path changes per flow (mean / max)",
             lambda m: (
                 f"{m['path_changes_per_flow']['mean']:.2f} / {m['path_changes_per_flow']['max']}"

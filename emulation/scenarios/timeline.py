@@ -120,6 +120,9 @@ def episodes(
     return out
 
 
+SETTLE_S = 2.0  # after a change of traffic or links, TE's moves are the reaction to it
+
+
 def te_figures(
     fabric: Fabric,
     decisions: Sequence[LoggedDecision],
@@ -132,7 +135,14 @@ def te_figures(
     times = sorted(e.to_fix_s for e in found if e.to_fix_s is not None)
     moves = Counter(d.subject for d in decisions if d.kind in MOVES)
     changes = Counter(d.subject for d in decisions if d.kind in MOVES and (v := d.vias) and v[0] != v[1])
+    moved_at = sorted(d.at_s for d in decisions if d.kind in MOVES)
     return {
+        "last_move_s": moved_at[-1] if moved_at else None,
+        # Moves made more than SETTLE_S after the last change of traffic or
+        # links before them: the churn steady traffic must not cause.
+        "moves_in_steady_traffic": sum(
+            at > max((c for c in changes_s if c <= at), default=0.0) + SETTLE_S for at in moved_at
+        ),
         "collision_to_fix_s": {
             "median": statistics.median(times) if times else None,
             "p99": _p99(times),

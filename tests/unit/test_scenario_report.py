@@ -224,3 +224,8 @@ def test_collision_to_fix_runs_from_the_first_sample_showing_it_to_the_commit_re
     assert figures["moves_per_flow"] == {"mean": 2 / 8, "max": 2}
     assert figures["path_changes_per_flow"] == {"mean": 1 / 8, "max": 1}
     assert figures["returned_to_ecmp"] == 1
+    # The move at 4.0 s comes more than 2 s after the last change (traffic start): churn.
+    assert figures["last_move_s"] == pytest.approx(4.0) and figures["moves_in_steady_traffic"] == 1
+    # With a link event at 3.0 s it is the reaction to that event instead.
+    again = te_figures(FABRIC, decisions, samples, [0.0, 3.0], commit_s=0.05, n_flows=8)
+    assert again["moves_in_steady_traffic"] == 0
