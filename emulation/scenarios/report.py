@@ -66,7 +66,8 @@ def mode_figures(fabric: Fabric, run: ModeRun, phases_: Sequence[Phase], scenari
     bottleneck = max(queues, key=lambda e: (percentile(queues[e], 0.99), sum(queues[e]))) if queues else None
     backlog = queues[bottleneck] if bottleneck is not None else []
     peak = max((q for s in run.samples for q in s.queue_bytes.values()), default=0)
-    changes = sorted({0.0, *(f.start_s for f in run.flows), *(e.at_s for e in scenario.events)})
+    # Traffic changes: flows starting, link events, and the end (flows stopping).
+    changes = sorted({0.0, duration_s, *(f.start_s for f in run.flows), *(e.at_s for e in scenario.events)})
     te = te_figures(
         fabric, run.decisions, [(s.t, s.tx_bps) for s in run.samples], changes, run.commit_s, len(run.flows)
     )

@@ -74,7 +74,9 @@ def step(
     are never moved: that intent outranks adaptive TE (a move made before the
     pin is given back). `jobs`: NIC pairs of placed jobs' flows. TE may
     rebalance them among their spines, but never meters them as incast
-    senders: a job's all-to-all converges on every NIC by design."""
+    senders: a job's all-to-all converges on every NIC by design; and they
+    share their NICs in the demand estimate whether or not a record shows
+    them this cycle."""
     index = link_index(fabric)
     decisions: list[Decision] = []
     moves = dict(state.moves)
@@ -92,7 +94,7 @@ def step(
     dead = index.dead(Drains(drains.switches, drains.links | down))
 
     before = state.recent
-    elephants, routes = find_elephants(fabric, index, flows, moves, before, now, cfg)
+    elephants, routes = find_elephants(fabric, index, flows, moves, before, now, cfg, jobs)
     seen = {e.key for e in elephants}
     for key, move in list(moves.items()):
         if (move.src, move.dst) in steered:

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+import numpy as np
+
 from controller.fabric import Fabric, NicId
 from controller.te.demand import nic_limited
 from controller.te.engine.links import LinkIndex, Routes
@@ -21,24 +23,35 @@ def find_elephants(
     recent: Mapping[FlowKey, Seen],
     now: float,
     cfg: EngineConfig,
+    planned: frozenset[tuple[NicId, NicId]] = frozenset(),
 ) -> tuple[list[Elephant], list[Routes]]:
     """Fresh flow records (stale data is never acted on) at or above
     `elephant_fraction` of the NIC rate, between NICs of this fabric on
     different leaves: the ones an overlay entry can steer; with their routes.
     Their rates are smoothed with what `recent` saw (one noisy sample must
     not move a flow) and their demands are Hedera's, bounded by the widest
-    route's narrowest hop: a demand no path can carry is no demand."""
+    route's narrowest hop: a demand no path can carry is no demand.
+
+    Hedera splits each NIC among every flow it sends or receives, the mice
+    too (a sender above `incast_sender_fraction` of the NIC): split among the
+    elephants alone, an all-to-all NIC's demands jump each time one of its
+    many similar flows crosses the elephant threshold, and the jumps read as
+    collisions that are not there. `planned`: NIC pairs placed jobs send
+    between; each shares its NICs whatever its records show this cycle (an
+    elastic flow of a collective is squeezed now and fast a second later)."""
     # Hedera's threshold is a share of the NIC; where every path is narrower
     # than a NIC, of what the flow's widest path carries: a flow taking a
     # tenth of its path is an elephant there, however wide its NIC.
     nic_bps = fabric.spec.rates.nic_gbps * 1e9
-    floor = cfg.elephant_fraction * min(nic_bps, float(index.capacity.min()))
+    sender_floor = min(cfg.incast_sender_fraction * nic_bps, cfg.elephant_fraction * float(index.capacity.min()))
     oldest = now - cfg.max_age_s
     a = cfg.smoothing
+    senders: list[tuple[NicId, NicId]] = []
     seen: list[tuple[FlowKey, NicId, NicId, float, str]] = []
+    sender_of: list[int] = []  # per elephant, its row in `senders`
     routes = []
     for key, sample in flows.items():
-        if sample.observed_at < oldest or sample.rate_bps < floor:
+        if sample.observed_at < oldest or sample.rate_bps < sender_floor:
             continue
         src, dst = nic_of(key[0]), nic_of(key[1])
         if src is None or dst is None:
@@ -47,6 +60,7 @@ def find_elephants(
             found = index.routes(src, dst)
         except KeyError:
             continue  # not a NIC of this fabric
+        senders.append((src, dst))
         if not found.vias:
             continue  # same leaf: nothing to steer
         if sample.rate_bps < cfg.elephant_fraction * min(nic_bps, found.bottleneck_bps):
@@ -56,8 +70,12 @@ def find_elephants(
         last = recent.get(key)
         rate = sample.rate_bps if last is None else (1 - a) * last.elephant.rate_bps + a * sample.rate_bps
         seen.append((key, src, dst, rate, via))
+        sender_of.append(len(senders) - 1)
         routes.append(found)
-    demands = nic_limited([s[1] for s in seen], [s[2] for s in seen], nic_bps).tolist()
+    measured_pairs = set(senders)
+    senders += [pair for pair in planned if pair not in measured_pairs]
+    shares = nic_limited([s for s, _ in senders], [d for _, d in senders], nic_bps)
+    demands = shares[np.array(sender_of, dtype=np.int64)].tolist() if seen else []
     out = [Elephant(*s, min(d, r.bottleneck_bps)) for s, d, r in zip(seen, demands, routes)]
     return out, routes
 
