@@ -13,10 +13,13 @@ from hypothesis import strategies as st
 
 from controller.fabric import NicId, build_fabric, parse_spec
 from controller.te.engine import EngineConfig, TeState, step
+from controller.te.engine.elephants import find_elephants
+from controller.te.engine.links import link_index
+from controller.te.view import FlowSample
 from emulation.model.fair import max_min_rates
 from emulation.model.network import ModelFlow, Units
 from emulation.model.optimum import optimum_bounds
-from tests.unit.test_engine import World, collided_world, flow_key
+from tests.unit.test_engine import FABRIC, World, collided_world, flow_key
 
 RATES = "rates: {nic_gbps: 400, emulated_nic_mbps: 50}\n"
 # 3 spines over 2 servers per pod at 1:1: every uplink is 2/3 of a NIC.
@@ -124,6 +127,34 @@ def test_a_placed_jobs_collided_flows_are_rebalanced():
     jobs = frozenset((s, d) for s, d, _ in world.flows.values())
     state, decisions = step(world.fabric, TeState(), flows, ports, 100.0, jobs=jobs)
     assert [str(d.kind) for d in decisions].count("reroute") == 1 and len(state.moves) == 1
+
+
+def test_an_idle_placed_job_takes_no_share_of_the_nics_it_would_use():
+    # The job is placed on the colliding NICs but sends nothing: the two
+    # elephants still ask for whole NICs, so their collision is still fixed.
+    world = collided_world()
+    flows, ports = world.telemetry(100.0, {})
+    (a, c, _), (b, d, _) = world.flows.values()
+    idle_job = frozenset({(a, d), (b, c), (c, a), (d, b)})
+    _, decisions = step(world.fabric, TeState(), flows, ports, 100.0, jobs=idle_job)
+    assert [str(x.kind) for x in decisions].count("reroute") == 1
+
+
+def test_a_placed_jobs_starved_flow_still_shares_its_nic():
+    # Two flows leave one NIC; the job's second one is starved right now
+    # (under 1% of the NIC). As the job's, it still halves the first one's
+    # demand: a collective's flows take turns being starved, and a demand
+    # that jumps with them would move flows back and forth.
+    src, dst, other = NicId(0, 0, 0), NicId(0, 1, 0), NicId(0, 1, 1)
+    fast, starved = flow_key(src, dst, 41000), flow_key(src, other, 41001)
+    flows = {
+        fast: FlowSample(380e9, 0, 100.0, FABRIC.egress_path(src, dst, "rys0")[1]),
+        starved: FlowSample(1e9, 0, 100.0, FABRIC.egress_path(src, other, "rys1")[1]),
+    }
+    index, cfg, job = link_index(FABRIC), EngineConfig(), frozenset({(src, dst), (src, other)})
+    as_job, _ = find_elephants(FABRIC, index, flows, {}, {}, 100.0, cfg, job)
+    alone, _ = find_elephants(FABRIC, index, flows, {}, {}, 100.0, cfg)
+    assert [e.demand_bps for e in as_job] == [200e9] and [e.demand_bps for e in alone] == [400e9]
 
 
 LARGE = build_fabric(parse_spec("pods: 4\nservers_per_pod: 64\nrails: 1\nspines: 64\nplane_mode: per-rail\n" + RATES))

@@ -74,9 +74,8 @@ def step(
     are never moved: that intent outranks adaptive TE (a move made before the
     pin is given back). `jobs`: NIC pairs of placed jobs' flows. TE may
     rebalance them among their spines, but never meters them as incast
-    senders: a job's all-to-all converges on every NIC by design; and they
-    share their NICs in the demand estimate whether or not a record shows
-    them this cycle."""
+    senders: a job's all-to-all converges on every NIC by design; and their
+    fresh records share their NICs in the demand estimate at any rate."""
     index = link_index(fabric)
     decisions: list[Decision] = []
     moves = dict(state.moves)

@@ -37,8 +37,9 @@ def find_elephants(
     elephants alone, an all-to-all NIC's demands jump each time one of its
     many similar flows crosses the elephant threshold, and the jumps read as
     collisions that are not there. `planned`: NIC pairs placed jobs send
-    between; each shares its NICs whatever its records show this cycle (an
-    elastic flow of a collective is squeezed now and fast a second later)."""
+    between; a fresh record of one shares its NICs at any rate (an elastic
+    flow of a collective starved now is fast a second later), while a job
+    with no records (idle, or between iterations) takes no share."""
     # Hedera's threshold is a share of the NIC; where every path is narrower
     # than a NIC, of what the flow's widest path carries: a flow taking a
     # tenth of its path is an elephant there, however wide its NIC.
@@ -51,10 +52,12 @@ def find_elephants(
     sender_of: list[int] = []  # per elephant, its row in `senders`
     routes = []
     for key, sample in flows.items():
-        if sample.observed_at < oldest or sample.rate_bps < sender_floor:
+        if sample.observed_at < oldest or (sample.rate_bps < sender_floor and not planned):
             continue
         src, dst = nic_of(key[0]), nic_of(key[1])
         if src is None or dst is None:
+            continue
+        if sample.rate_bps < sender_floor and (src, dst) not in planned:
             continue
         try:
             found = index.routes(src, dst)
@@ -72,8 +75,6 @@ def find_elephants(
         seen.append((key, src, dst, rate, via))
         sender_of.append(len(senders) - 1)
         routes.append(found)
-    measured_pairs = set(senders)
-    senders += [pair for pair in planned if pair not in measured_pairs]
     shares = nic_limited([s for s, _ in senders], [d for _, d in senders], nic_bps)
     demands = shares[np.array(sender_of, dtype=np.int64)].tolist() if seen else []
     out = [Elephant(*s, min(d, r.bottleneck_bps)) for s, d, r in zip(seen, demands, routes)]
