@@ -2,10 +2,11 @@
 reconciler. The engine is pure; this is the loop, the clock, the lock, the
 metrics and the log around it.
 
-Moves are soft state. After a restart they are adopted from the switches'
-own tables (entries with a "te" cookie) on the first dump, so a restarted
-controller neither forgets where it put elephants nor sends flow-mods to
-put them back.
+Moves and meters are soft state. After a restart they are adopted from the
+switches' own tables (entries with a "te" cookie, and the Railyard meters
+they apply) on the first dump, so a restarted controller neither forgets
+where it put elephants or which incast senders it polices, nor sends
+flow-mods or meter-mods to put them back.
 """
 
 from __future__ import annotations
@@ -13,13 +14,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from controller.fabric import Fabric
 from controller.intent.service import IntentService
 from controller.metrics import Metrics
-from controller.southbound.overlay import OverlayEntry, move_from_entry
+from controller.southbound.overlay import OverlayEntry, OverlayMeter, meter_from_entry, move_from_entry
 from controller.te.engine import DecisionKind, EngineConfig, Meter, Move, TeState, step
 from controller.telemetry.ingest import TelemetryIngest
 
@@ -64,21 +65,25 @@ class TeRunner:
         with self._lock:
             return self._generation, list(self._state.moves.values()), list(self._state.meters.values())
 
-    def adopt(self, entries: list[OverlayEntry]) -> None:
-        """Takes over TE entries found on a switch (after a restart)."""
+    def adopt(self, entries: list[OverlayEntry], meters: Mapping[int, OverlayMeter]) -> None:
+        """Takes over TE entries and meters found on a switch (after a restart).
+        An adopted meter is an incast seen now: it holds for `expire_after_s`
+        and stays while telemetry still shows the incast, so a restart during
+        an incast leaves its senders metered."""
         now = self.clock()
         found = [m for m in (move_from_entry(self.fabric, e, now) for e in entries) if m is not None]
-        if not found:
-            return
+        metered = [m for m in (meter_from_entry(self.fabric, e, meters, now) for e in entries) if m is not None]
         with self._lock:
-            moves = dict(self._state.moves)
+            moves, kept = dict(self._state.moves), dict(self._state.meters)
             new = {m.key: m for m in found if m.key not in moves}
-            if not new:
+            new_meters = {m.key: m for m in metered if m.key not in kept}
+            if not new and not new_meters:
                 return
             moves.update(new)
-            self._state = replace(self._state, moves=moves)
+            kept.update(new_meters)
+            self._state = replace(self._state, moves=moves, meters=kept)
             self._generation += 1
-        log.info("te: adopted %d move(s) found on the switches", len(new))
+        log.info("te: adopted %d move(s) and %d meter(s) found on the switches", len(new), len(new_meters))
 
     def applied(self, generation: int) -> None:
         """The reconciler committed the overlay for `generation`: reroutes decided

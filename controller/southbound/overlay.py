@@ -13,15 +13,16 @@ switch reports and what we want compare with `==`.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from controller.fabric import Fabric, Tier
+from controller.fabric import Fabric, NicId, Tier
 from controller.fabric import addressing as ad
 from controller.intent.model import FlowMatch, FlowPin, Intent, directions
 from controller.te.engine import Meter as TeMeter
 from controller.te.engine import Move as TeMove
 from controller.te.jobs import Job
+from controller.te.view import FlowKey
 
 # Cookie layout (64 bits): | 'RY' prefix (16) | owner kind (8) | owner id (40) |
 # Deletes and dumps are always scoped by COOKIE_PREFIX_MASK, so entries of the
@@ -240,21 +241,15 @@ def te_entries(fabric: Fabric, moves: Iterable[TeMove], meters: Iterable[TeMeter
     return out
 
 
-def move_from_entry(fabric: Fabric, entry: OverlayEntry, now: float) -> TeMove | None:
-    """The TE move an installed entry encodes (to adopt after a restart), if it is one."""
+def _te_flow(entry: OverlayEntry) -> tuple[FlowKey, NicId, NicId] | None:
+    """The flow a TE entry (a move's, or a metered flow's) was written for."""
     if entry.cookie >> 40 & 0xFF != OWNER_KINDS["te"] or entry.priority != PRIORITY_TE_MOVE:
         return None
     fields = dict(entry.match)
-    outputs = [a for a in entry.actions if a.startswith("output:")]
     ip_proto = fields.get("ip_proto")
     protocol = {6: "tcp", 17: "udp"}.get(ip_proto, "") if isinstance(ip_proto, int) else ""
-    if not outputs or not protocol:
+    if not protocol or "ipv4_src" not in fields or "ipv4_dst" not in fields:
         return None
-    via = fabric.peer(entry.switch, int(outputs[0].split(":")[1])).node
-    if via not in fabric.switches:
-        return None  # a metered flow delivered on its own leaf: its meter comes back with the incast
-    if fabric.switch(via).tier is not Tier.SPINE:
-        return None  # a fat tree's edge entry points at an aggregation switch; its core is not known here
     key = (
         str(fields["ipv4_src"]),
         str(fields["ipv4_dst"]),
@@ -265,9 +260,40 @@ def move_from_entry(fabric: Fabric, entry: OverlayEntry, now: float) -> TeMove |
     if entry.cookie != _te_cookie(key):
         return None  # the ACK entry of a move: it comes back with the move itself
     try:
-        src, dst = ad.parse_nic_address(key[0]), ad.parse_nic_address(key[1])
+        return key, ad.parse_nic_address(key[0]), ad.parse_nic_address(key[1])
     except ad.AddressError:
         return None
+
+
+def meter_from_entry(
+    fabric: Fabric, entry: OverlayEntry, meters: Mapping[int, OverlayMeter], now: float
+) -> TeMeter | None:
+    """The incast meter an installed entry applies (to adopt after a restart),
+    if it applies one of the switch's Railyard meters. The rate is read back
+    from the meter at the middle of its kbit/s step, so that rendering the
+    adopted meter gives the very meter the switch holds: no meter-mod."""
+    meter_ids_used = [int(a.split(":")[1]) for a in entry.actions if a.startswith("meter:")]
+    found = _te_flow(entry)
+    if not meter_ids_used or found is None or meter_ids_used[0] not in meters:
+        return None
+    key, src, dst = found
+    link = fabric.access_link(src)
+    rate_bps = (meters[meter_ids_used[0]].rate_kbps + 0.5) * 1000 * link.capacity_bps / link.emulated_bps
+    return TeMeter(key, src, dst, rate_bps, now)
+
+
+def move_from_entry(fabric: Fabric, entry: OverlayEntry, now: float) -> TeMove | None:
+    """The TE move an installed entry encodes (to adopt after a restart), if it is one."""
+    found = _te_flow(entry)
+    outputs = [a for a in entry.actions if a.startswith("output:")]
+    if found is None or not outputs:
+        return None
+    key, src, dst = found
+    via = fabric.peer(entry.switch, int(outputs[0].split(":")[1])).node
+    if via not in fabric.switches:
+        return None  # a metered flow delivered on its own leaf: no move (its meter: meter_from_entry)
+    if fabric.switch(via).tier is not Tier.SPINE:
+        return None  # a fat tree's edge entry points at an aggregation switch; its core is not known here
     return TeMove(key, src, dst, via, now, now)
 
 

@@ -15,6 +15,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -62,7 +63,7 @@ class TePlanner(Protocol):
 
     def plan(self) -> tuple[int, list[Move], list[Meter]]: ...
 
-    def adopt(self, entries: list[OverlayEntry]) -> None: ...
+    def adopt(self, entries: list[OverlayEntry], meters: Mapping[int, OverlayMeter]) -> None: ...
 
     def applied(self, generation: int) -> None: ...
 
@@ -222,7 +223,7 @@ class Reconciler:
             if name in fresh and self.te is not None:
                 # First look at this switch since it (or we) (re)started: keep the
                 # elephant moves it already carries instead of undoing them.
-                self.te.adopt(list(installed[name].values()))
+                self.te.adopt(list(installed[name].values()), meters_installed[name])
         te_generation, te_moves, te_meters = self.te.plan() if self.te is not None else (0, [], [])
         desired = desired_overlay(self.fabric, self.intent.snapshot(), self._job_entries, te_moves, te_meters)
         desired_meter_sets = desired_meters(self.fabric, te_meters)

@@ -3,7 +3,9 @@ tests: a fixed plan of elephant moves and incast meters."""
 
 from __future__ import annotations
 
-from controller.southbound.overlay import OverlayEntry
+from collections.abc import Mapping
+
+from controller.southbound.overlay import OverlayEntry, OverlayMeter
 from controller.te.engine import Meter, Move
 
 
@@ -18,7 +20,7 @@ class StaticTe:
     def plan(self) -> tuple[int, list[Move], list[Meter]]:
         return self.generation, list(self.moves), list(self.meters)
 
-    def adopt(self, entries: list[OverlayEntry]) -> None:
+    def adopt(self, entries: list[OverlayEntry], meters: Mapping[int, OverlayMeter]) -> None:
         self.adopted += entries
 
     def applied(self, generation: int) -> None:

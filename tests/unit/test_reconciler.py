@@ -282,6 +282,32 @@ def test_a_restarted_controller_adopts_correct_tables_without_changing_them(tmp_
     assert second.reconciler.fabric_ready.is_set()
 
 
+def test_a_restart_during_an_incast_adopts_its_meters_and_sends_no_meter_mod(tmp_path):
+    moves, meters = incast_plan()
+    first = make_rig(FABRIC, tmp_path / "intent.db", te=StaticTe(moves, meters))
+    assert first.reconcile()
+    before = first.installed()
+    meters_before = {name: dict(sw.meters) for name, sw in first.switches.items() if sw.meters}
+    assert sum(map(len, meters_before.values())) == 2
+    first.store.close()
+
+    clear(first)
+    second = make_rig(FABRIC, tmp_path / "intent.db", switches=first.switches)
+    runner = TeRunner(FABRIC, TelemetryIngest(second.metrics), second.intent, second.metrics, clock=lambda: 50.0)
+    second.reconciler.te = runner
+    assert second.reconcile()
+
+    assert journal(second) == []  # neither a flow-mod nor a meter-mod
+    assert {m for sw in second.switches.values() for m in sw.received} == STATE_READ_ONLY
+    assert second.installed() == before
+    assert {name: dict(sw.meters) for name, sw in second.switches.items() if sw.meters} == meters_before
+    _, adopted_moves, adopted_meters = runner.plan()
+    assert [(m.key, m.via) for m in adopted_moves] == [(moves[0].key, "rys1")]
+    # The rates come back to within the switch's kbit/s step, as incasts seen now.
+    assert sorted((m.key, m.src, m.dst) for m in adopted_meters) == sorted((m.key, m.src, m.dst) for m in meters)
+    assert all(m.rate_bps == pytest.approx(100e9, rel=1e-3) and m.last_incast == 50.0 for m in adopted_meters)
+
+
 def test_a_refused_bundle_changes_nothing_on_the_switch_and_fails_the_pass(tmp_path):
     rig = make_rig(FABRIC, tmp_path / "intent.db")
     pins = [tcp_pin("p1", A, B, "rys0"), FlowPin("p2", FlowMatch(A, C), "rys0", symmetric=False)]
