@@ -14,6 +14,7 @@ import pytest
 
 from controller.api.errors import FIELD_METADATA_KEY
 from controller.fabric import NicId
+from emulation.agent.telemetry_agent import TelemetryAgent
 from emulation.net import ovs
 from emulation.net.underlay import build_underlay
 from emulation.processes.controller_process import total
@@ -108,6 +109,48 @@ def test_kill_9_keeps_traffic_flowing_and_restart_sends_zero_flow_mods(emu, ctl)
     assert not result.error and len(result.interval_bps) >= 13
     assert min(result.interval_bps) > 0, f"goodput dropped to zero: {result.interval_bps}"
     unpin(ctl)
+
+
+def test_kill_9_during_an_incast_keeps_its_meters_and_restart_sends_no_meter_mod(emu, ctl):
+    # Three senders at line rate into one NIC: two across the spines, one from its own leaf.
+    receiver = NicId(0, 0, 0)
+    senders = [NicId(0, 1, 0), NicId(0, 1, 1), NicId(0, 0, 1)]
+    rate = emu.fabric.spec.rates.emulated_nic_mbps * 1e6
+    flows = [FlowSpec(s, receiver, "udp", 41000 + i, 4791 + i, rate) for i, s in enumerate(senders)]
+    leaves = sorted({emu.fabric.attachment(s).node for s in senders})
+
+    def meters() -> dict[int, int]:
+        return {i: n for leaf in leaves for i, n in ovs.meter_band_packets(leaf).items()}
+
+    agent = TelemetryAgent(emu.fabric, f"127.0.0.1:{ctl.ports.grpc}").start()
+    run = TrafficRun(emu.popen, flows, duration_s=16).start()
+    try:
+        deadline = time.monotonic() + 8
+        while len(meters()) < len(senders):
+            assert time.monotonic() < deadline, f"the incast was not metered: {meters()}"
+            time.sleep(0.2)
+        time.sleep(1)
+        before = meters()
+        ctl.kill()  # SIGKILL, mid-incast
+        time.sleep(1)
+        ctl.start()
+        ctl.wait_ready(len(emu.fabric.switches))
+        samples = ctl.wait_reconciles(2)
+        after = meters()
+    finally:
+        run.wait()
+        agent.stop()
+
+    assert total(samples, "railyard_meter_mods_total") == 0, "the restarted controller rewrote its meters"
+    assert total(samples, FLOW_MODS) == 0
+    assert after.keys() == before.keys()
+    # The same meters kept policing through the restart: a deleted and re-added one starts from zero.
+    assert all(after[i] >= before[i] > 0 for i in before), (before, after)
+    deadline = time.monotonic() + 15  # the incast is over: its meters expire, and the next test starts clean
+    while meters():
+        assert time.monotonic() < deadline, f"meters outlived the incast: {meters()}"
+        time.sleep(0.5)
+    ctl.wait_reconciles(1)
 
 
 def test_reconnect_reconciles_without_touching_correct_entries(emu, ctl):
