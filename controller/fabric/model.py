@@ -139,6 +139,9 @@ class Fabric:
             ends[nic] = (link, Endpoint(name, 0), link.peer(name))
         return ends
 
+    def has_nic(self, nic: NicId) -> bool:
+        return nic in self._nic_ends
+
     def _nic_end(self, nic: NicId) -> tuple[Link, Endpoint, Endpoint]:
         try:
             return self._nic_ends[nic]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from controller.errors import AlreadyExists, FieldError, NotFound
-from controller.fabric import Endpoint, Fabric
+from controller.fabric import Endpoint, Fabric, NicId
 from controller.intent.drains import rerouted_jobs, resolve_link, resolve_switch
 from controller.intent.model import FlowPin, Intent, pin_from_doc, pin_to_doc, validate_pin
 from controller.intent.store import Change, IntentStore
@@ -35,6 +35,7 @@ def intent_from_store(fabric: Fabric, store: IntentStore, metrics: Metrics) -> I
     record must not stop the controller from serving the rest."""
     snapshot = store.load()
     pins, jobs, drained_switches, drained_links = {}, {}, set(), set()
+    gpu_holder: dict[NicId, str] = {}  # a GPU (by its NIC) -> the job holding it
     for (kind, name), doc in snapshot.records.items():
         try:
             if kind == "pin":
@@ -47,6 +48,12 @@ def intent_from_store(fabric: Fabric, store: IntentStore, metrics: Metrics) -> I
                 job = job_from_doc(name, doc)
                 for flow in job.flows:
                     fabric.egress_path(flow.src, flow.dst, flow.via or None)
+                # Two writers on one store could each have handed out the same
+                # GPUs: the first job (by name) keeps them, the other is not loaded.
+                taken = sorted({gpu_holder[g.nic] for g in job.gpus if g.nic in gpu_holder})
+                if taken:
+                    raise ValueError(f"its GPUs are already held by job(s) {', '.join(taken)}")
+                gpu_holder.update((g.nic, name) for g in job.gpus)
                 jobs[name] = job
             elif kind == "drain-switch":
                 drained_switches.add(resolve_switch(fabric, name))
@@ -106,6 +113,10 @@ class IntentService:
         taken under the lock, so a concurrent placement is either all in or out."""
         with self._lock:
             return free_capacity(self.fabric, self._usage, all_servers), self._intent.revision
+
+    def close(self) -> None:
+        """Lets go of the store (and its one-writer lock)."""
+        self._store.close()
 
     def snapshot(self) -> Intent:
         return self._intent

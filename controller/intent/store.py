@@ -9,13 +9,17 @@ the new intent, never half of it.
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
+
+from controller.errors import HostError
 
 SCHEMA_VERSION = 1
 
@@ -34,7 +38,11 @@ class Snapshot:
     revision: int
 
 
-class StoreError(Exception):
+class StoreError(HostError):
+    """The store cannot be used: said in one line, never as a traceback."""
+
+
+class StoreInUse(StoreError):
     pass
 
 
@@ -48,25 +56,54 @@ class IntentStore(Protocol):
     def close(self) -> None: ...
 
 
+def _hold(path: Path) -> int:
+    """An exclusive lock on `path`.lock for as long as this process keeps the
+    descriptor (the kernel drops it when the process dies, kill -9 included):
+    one writer per store. Two writers would each hand out the same GPUs."""
+    lock_path = path.with_name(path.name + ".lock")
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+        os.close(fd)
+        raise StoreInUse(
+            f"{path} is in use by another Railyard controller (pid {holder}): one controller per store"
+        ) from None
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 class SqliteIntentStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._held = _hold(self.path)
         self._lock = threading.Lock()
+        try:
+            self._db = self._open()
+        except BaseException:
+            os.close(self._held)
+            raise
+
+    def _open(self) -> sqlite3.Connection:
         # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE below).
-        self._db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")  # a change the API acknowledged survives power loss
-        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        db = sqlite3.connect(str(self.path), isolation_level=None, check_same_thread=False)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute("PRAGMA synchronous=FULL")  # a change the API acknowledged survives power loss
+        version = db.execute("PRAGMA user_version").fetchone()[0]
         if version not in (0, SCHEMA_VERSION):
+            db.close()
             raise StoreError(f"{self.path}: schema version {version}, this Railyard knows {SCHEMA_VERSION}")
-        self._db.executescript(f"""
+        db.executescript(f"""
             CREATE TABLE IF NOT EXISTS intent (
                 kind TEXT NOT NULL, name TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (kind, name));
             CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
             INSERT OR IGNORE INTO meta VALUES ('revision', 0);
             PRAGMA user_version = {SCHEMA_VERSION};
         """)
+        return db
 
     def load(self) -> Snapshot:
         with self._lock:
@@ -93,3 +130,6 @@ class SqliteIntentStore:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+            if self._held >= 0:
+                os.close(self._held)  # the lock goes with it; the file stays (removing it would race a new holder)
+                self._held = -1

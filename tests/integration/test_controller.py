@@ -6,6 +6,8 @@ each leaves the intent empty again.
 """
 
 import subprocess
+import sys
+import threading
 import time
 from typing import Any
 
@@ -17,7 +19,7 @@ from controller.fabric import NicId
 from emulation.agent.telemetry_agent import TelemetryAgent
 from emulation.net import ovs
 from emulation.net.underlay import build_underlay
-from emulation.processes.controller_process import total
+from emulation.processes.controller_process import free_port, total
 from emulation.traffic.counters import ecmp_uplink
 from emulation.traffic.iperf import FlowSpec, TrafficRun
 from tests.integration.helpers import SPINE_OF_UPLINK, railyard_entries, uplink_bytes, window
@@ -131,15 +133,37 @@ def test_kill_9_during_an_incast_keeps_its_meters_and_restart_sends_no_meter_mod
             time.sleep(0.2)
         time.sleep(1)
         before = meters()
-        ctl.kill()  # SIGKILL, mid-incast
-        time.sleep(1)
-        ctl.start()
-        ctl.wait_ready(len(emu.fabric.switches))
-        samples = ctl.wait_reconciles(2)
+        metered_entries = {leaf: sum("meter:" in line for line in ovs.dump_flows(leaf)) for leaf in leaves}
+        gaps: list[str] = []
+        watching = threading.Event()
+
+        def watch() -> None:  # every 100 ms through the restart: the meters and their entries never go
+            while not watching.wait(0.1):
+                now = meters()
+                if now.keys() != before.keys():
+                    gaps.append(f"meters {sorted(now)} instead of {sorted(before)}")
+                for leaf, count in metered_entries.items():
+                    if sum("meter:" in line for line in ovs.dump_flows(leaf)) != count:
+                        gaps.append(f"{leaf}: a metered entry went missing")
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
+        try:
+            ctl.kill()  # SIGKILL, mid-incast
+            time.sleep(1)
+            ctl.start()
+            ctl.wait_ready(len(emu.fabric.switches))
+            samples = ctl.wait_reconciles(2)
+        finally:
+            watching.set()
+            watcher.join()
         after = meters()
     finally:
         run.wait()
         agent.stop()
+
+    assert gaps == []
+    assert sum(metered_entries.values()) >= len(senders)
 
     assert total(samples, "railyard_meter_mods_total") == 0, "the restarted controller rewrote its meters"
     assert total(samples, FLOW_MODS) == 0
@@ -151,6 +175,22 @@ def test_kill_9_during_an_incast_keeps_its_meters_and_restart_sends_no_meter_mod
         assert time.monotonic() < deadline, f"meters outlived the incast: {meters()}"
         time.sleep(0.5)
     ctl.wait_reconciles(1)
+
+
+def test_a_second_controller_on_the_store_in_use_exits_2_with_one_line_and_the_first_keeps_serving(ctl):
+    ports = [free_port() for _ in range(3)]
+    second = subprocess.run(
+        [sys.executable, "-m", "controller.cli", "controller", "run", "--store", str(ctl.store),
+         "--openflow-listen", f"127.0.0.1:{ports[0]}", "--grpc-listen", f"127.0.0.1:{ports[1]}",
+         "--metrics-listen", f"127.0.0.1:{ports[2]}"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert second.returncode == 2
+    assert second.stderr.strip().splitlines() == [
+        f"railyard: {ctl.store} is in use by another Railyard controller (pid {ctl.proc.pid}): one controller per store"
+    ]
+    with ctl.client() as client:
+        client.get_fabric()  # the first one still serves (an RPC error would raise)
 
 
 def test_reconnect_reconciles_without_touching_correct_entries(emu, ctl):

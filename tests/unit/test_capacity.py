@@ -188,8 +188,10 @@ def test_service_free_capacity_and_allocation_gauges_follow_place_and_release(tm
     held = Counter((g.nic.pod, g.nic.rail) for g in one.gpus)
     assert all(gauge(pod, rail) == held[(pod, rail)] for pod in (0, 1) for rail in (0, 1))
     # A restart rebuilds the same ledgers from the store.
+    free = svc.free_capacity()[0]
+    svc.close()
     again = IntentService(DEMO, SqliteIntentStore(tmp_path / "i.db"), Metrics(sorted(DEMO.switches)))
-    assert again.free_capacity()[0] == svc.free_capacity()[0]
+    assert again.free_capacity()[0] == free
 
 
 def test_ledger_reset_after_a_reroute():

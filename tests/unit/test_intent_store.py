@@ -1,6 +1,8 @@
 """Intent store, intent service and generated API code, without a switch."""
 
+import os
 import sqlite3
+from dataclasses import replace
 
 import pytest
 
@@ -9,8 +11,9 @@ from controller.errors import Conflict, NotFound
 from controller.fabric import NicId, load_fabric
 from controller.intent.model import FlowMatch, FlowPin, IntentError
 from controller.intent.service import IntentService
-from controller.intent.store import Change, SqliteIntentStore, StoreError
+from controller.intent.store import Change, SqliteIntentStore, StoreError, StoreInUse
 from controller.metrics import Metrics
+from controller.te.jobs import JobRequest, Pattern, job_to_doc
 
 FABRIC = load_fabric()
 A, B, C = NicId(0, 0, 0), NicId(0, 1, 0), NicId(0, 1, 1)
@@ -28,6 +31,7 @@ def test_pins_survive_a_restart_with_their_revision(tmp_path):
     svc.pin_flow(FlowPin("b", FlowMatch(A, C), "rys0"))
     svc.unpin("a")
     assert [e.revision for e in events] == [1, 2, 3]
+    svc.close()  # the old process is gone
     again = service(tmp_path / "i.db").snapshot()
     assert again.revision == 3 and list(again.pins) == ["b"] and again.pins["b"] == svc.snapshot().pins["b"]
 
@@ -46,6 +50,7 @@ def test_identical_pin_is_a_no_op_and_rejections_change_nothing(tmp_path):
     with pytest.raises(NotFound):
         svc.unpin("z")
     assert svc.snapshot() is before
+    svc.close()
     assert service(tmp_path / "i.db").snapshot().pins == before.pins
 
 
@@ -93,4 +98,28 @@ def test_stored_pins_the_fabric_cannot_honour_are_skipped_not_lost(tmp_path):
     store.close()
     svc = service(tmp_path / "i.db")
     assert list(svc.snapshot().pins) == ["good"]
+    svc.close()
     assert len(SqliteIntentStore(tmp_path / "i.db").load().records) == 3
+
+
+def test_a_second_writer_on_a_store_in_use_is_refused_naming_the_holder(tmp_path):
+    first = SqliteIntentStore(tmp_path / "i.db")
+    with pytest.raises(StoreInUse, match=rf"in use by another Railyard controller \(pid {os.getpid()}\)"):
+        SqliteIntentStore(tmp_path / "i.db")
+    first.apply(Change(puts={("pin", "a"): {"x": 1}}), 1)  # the first keeps writing
+    first.close()
+    assert SqliteIntentStore(tmp_path / "i.db").load().revision == 1  # and once it is gone, the store is free
+
+
+def test_jobs_that_share_a_gpu_in_the_store_load_only_the_first(tmp_path):
+    # What two writers on one store used to leave behind.
+    svc = service(tmp_path / "i.db")
+    svc.place_job(JobRequest("a", 2, Pattern.RING, 0.0))
+    job = svc.snapshot().jobs["a"]
+    svc.close()
+    store = SqliteIntentStore(tmp_path / "i.db")
+    store.apply(Change(puts={("job", "b"): job_to_doc(replace(job, request=replace(job.request, job_id="b")))}), 2)
+    store.close()
+    again = service(tmp_path / "i.db")
+    assert list(again.snapshot().jobs) == ["a"]
+    assert again.free_capacity()[0].free_gpus == FABRIC.gpu_count - 2
