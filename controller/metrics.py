@@ -106,7 +106,8 @@ class Metrics:
         )
         self.telemetry_records = Counter(
             "railyard_telemetry_records",
-            "Telemetry records by outcome (accepted, dropped: queue full, rejected: unknown switch/port/address)",
+            "Telemetry records by outcome (accepted; dropped: queue full; rejected: unknown switch, port or NIC, "
+            "or a bad value; clamped: dated more than 1 s after arrival, so re-dated to arrival + 1 s)",
             ["result"],
             registry=r,
         )
@@ -155,7 +156,7 @@ class Metrics:
                 self.bundles.labels(switch, result)
         for component, reason in KNOWN_ERRORS:
             self.errors.labels(component, reason)
-        for result in ("accepted", "dropped", "rejected"):
+        for result in ("accepted", "dropped", "rejected", "clamped"):
             self.telemetry_records.labels(result)
 
     def watch_links(self, fabric, ports) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from controller.api.errors import rpc
 from controller.api.fabric import PROTOCOL_NAMES
 from controller.api.gen.railyard.v1 import telemetry_pb2 as pb
@@ -22,21 +24,46 @@ def _finite_nonnegative(value: float) -> bool:
     return value == value and 0 <= value < float("inf")
 
 
-def convert(fabric: Fabric, msg: pb.TelemetryBatch, now: float) -> tuple[Batch, int]:
-    """(valid records as a Batch, how many were rejected). A record naming a
-    switch, port or address the fabric does not have is rejected, not guessed."""
-    rejected = 0
+# How far ahead of ours an agent's clock may run. A sample dated later is
+# dated this far ahead of its arrival: a clock in the future (or a forged
+# date) must neither hide the honest samples that follow, which only win by
+# being newer, nor outlive the forget horizon, which counts from its date.
+MAX_CLOCK_SKEW_S = 1.0
+
+
+@dataclass(frozen=True)
+class Converted:
+    batch: Batch
+    rejected: int  # records naming a switch, port or NIC the fabric does not have, or bad values
+    clamped: int  # records dated more than MAX_CLOCK_SKEW_S after they arrived
+
+
+def convert(fabric: Fabric, msg: pb.TelemetryBatch, now: float) -> Converted:
+    """The valid records as a Batch. A record naming a switch, port or NIC the
+    fabric does not have is rejected, not guessed."""
+    rejected = clamped = 0
+    latest = now + MAX_CLOCK_SKEW_S
+
+    def observed(sample) -> float:
+        nonlocal clamped
+        if not sample.HasField("observe_time"):
+            return now
+        at = _seconds(sample.observe_time)
+        if at > latest:
+            clamped += 1
+            return latest
+        return at
+
     ports, paths, flows = [], [], []
     for hop in msg.hops:
         sw = fabric.switches.get(hop.switch)
         if sw is None or hop.egress_port not in fabric.ports(hop.switch) or not _finite_nonnegative(hop.tx_bps):
             rejected += 1
             continue
-        observed = _seconds(hop.observe_time) if hop.HasField("observe_time") else now
         ports.append(
             (
                 Endpoint(hop.switch, hop.egress_port),
-                PortSample(hop.tx_bps, hop.queue_bytes, hop.drops_total, observed, not hop.link_down),
+                PortSample(hop.tx_bps, hop.queue_bytes, hop.drops_total, observed(hop), not hop.link_down),
             )
         )
     for sig in msg.paths:
@@ -44,7 +71,6 @@ def convert(fabric: Fabric, msg: pb.TelemetryBatch, now: float) -> tuple[Batch, 
         if not all(n in fabric.switches for n in names) or not _finite_nonnegative(sig.min_available_bps):
             rejected += 1
             continue
-        observed = _seconds(sig.observe_time) if sig.HasField("observe_time") else now
         paths.append(
             (
                 (sig.src_leaf, sig.spine, sig.dst_leaf),
@@ -52,15 +78,18 @@ def convert(fabric: Fabric, msg: pb.TelemetryBatch, now: float) -> tuple[Batch, 
                     sig.min_available_bps,
                     sig.max_queue_bytes,
                     Endpoint(sig.bottleneck_switch, sig.bottleneck_port),
-                    observed,
+                    observed(sig),
                 ),
             )
         )
     for rec in msg.flows:
         try:
-            ad.parse_nic_address(rec.src_address)
-            ad.parse_nic_address(rec.dst_address)
+            known = fabric.has_nic(ad.parse_nic_address(rec.src_address)) and fabric.has_nic(
+                ad.parse_nic_address(rec.dst_address)
+            )
         except ad.AddressError:
+            known = False
+        if not known:
             rejected += 1
             continue
         if (
@@ -71,7 +100,6 @@ def convert(fabric: Fabric, msg: pb.TelemetryBatch, now: float) -> tuple[Batch, 
         ):
             rejected += 1
             continue
-        observed = _seconds(rec.observe_time) if rec.HasField("observe_time") else now
         key = (rec.src_address, rec.dst_address, PROTOCOL_NAMES[rec.protocol], rec.src_port, rec.dst_port)
         ingress = None
         if rec.ingress_leaf:
@@ -79,8 +107,8 @@ def convert(fabric: Fabric, msg: pb.TelemetryBatch, now: float) -> tuple[Batch, 
                 rejected += 1
                 continue
             ingress = Endpoint(rec.ingress_leaf, rec.ingress_egress_port)
-        flows.append((key, FlowSample(rec.rate_bps, rec.bytes_total, observed, ingress)))
-    return Batch(tuple(ports), tuple(paths), tuple(flows)), rejected
+        flows.append((key, FlowSample(rec.rate_bps, rec.bytes_total, observed(rec), ingress)))
+    return Converted(Batch(tuple(ports), tuple(paths), tuple(flows)), rejected, clamped)
 
 
 class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
@@ -98,9 +126,13 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
                 rejected += size
                 self.metrics.telemetry_records.labels("rejected").inc(size)
                 continue
-            batch, bad = convert(self.fabric, msg, self.ingest.clock())
-            rejected += bad
-            self.metrics.telemetry_records.labels("rejected").inc(bad)
+            converted = convert(self.fabric, msg, self.ingest.clock())
+            batch = converted.batch
+            rejected += converted.rejected
+            self.metrics.telemetry_records.labels("rejected").inc(converted.rejected)
+            if converted.clamped:
+                # Counted apart from accepted: an agent whose clock runs ahead shows here.
+                self.metrics.telemetry_records.labels("clamped").inc(converted.clamped)
             if batch:
                 self.ingest.submit(batch)  # raises Overloaded -> RESOURCE_EXHAUSTED
                 accepted += len(batch)
