@@ -57,7 +57,7 @@ proto: venv
 controller: setup
 	$(VENV)/bin/railyard controller run --store $(CURDIR)/.state/intent.db
 
-bench: bench-calibrate bench-southbound bench-placement bench-scenarios bench-scale
+bench: bench-calibrate bench-southbound bench-placement bench-scenarios bench-scale bench-crossval
 
 bench-calibrate: setup
 	$(PY) -m bench.calibrate --out bench/results/calibration.json
