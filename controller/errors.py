@@ -7,8 +7,22 @@ from __future__ import annotations
 import re
 
 # Names of intent objects (pins, jobs): safe in logs, URLs and label values.
-NAME_PATTERN = re.compile(r"^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$")
+# Matched whole (fullmatch): with `match` and `$`, "ok\n" passed.
+NAME_PATTERN = re.compile(r"[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?")
 NAME_RULE = "1-63 characters of a-z, 0-9, '.', '_', '-', starting and ending with a letter or digit"
+SHOWN_CHARS = 64  # of a rejected value, in an error message
+
+
+def valid_name(name: str) -> bool:
+    return NAME_PATTERN.fullmatch(name) is not None
+
+
+def shown(value: str) -> str:
+    """A user's value quoted for an error message, cut short: a 1 MB id echoed
+    back would not fit the reply's trailers."""
+    if len(value) <= SHOWN_CHARS:
+        return repr(value)
+    return f"{value[:SHOWN_CHARS]!r}... ({len(value)} characters)"
 
 
 class FieldError(ValueError):

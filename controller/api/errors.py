@@ -35,11 +35,19 @@ def status_of(exc: BaseException) -> grpc.StatusCode:
     return grpc.StatusCode.INTERNAL
 
 
+MAX_DETAILS_CHARS = 2000  # a status message travels in trailers, whose size is bounded
+
+
+def _details(exc: BaseException) -> str:
+    text = str(exc)
+    return text if len(text) <= MAX_DETAILS_CHARS else text[:MAX_DETAILS_CHARS] + "... (truncated)"
+
+
 def _abort(context, method: str, exc: BaseException) -> None:
     if isinstance(exc, DOMAIN_ERRORS):
         if isinstance(exc, FieldError):
-            context.set_trailing_metadata(((FIELD_METADATA_KEY, exc.field),))
-        context.abort(status_of(exc), str(exc))
+            context.set_trailing_metadata(((FIELD_METADATA_KEY, exc.field[:200]),))
+        context.abort(status_of(exc), _details(exc))
     if context.code() is not None:
         raise exc  # the servicer aborted with its own status
     log.error("%s failed", method, exc_info=exc)
@@ -50,7 +58,7 @@ def _record(servicer, method: str, context, started: float) -> None:
     metrics = getattr(servicer, "metrics", None)
     if metrics is None:
         return
-    code = context.code() or grpc.StatusCode.OK
+    code = context.code() or (grpc.StatusCode.OK if context.is_active() else grpc.StatusCode.CANCELLED)
     metrics.api_requests.labels(method, code.name).inc()
     metrics.api_latency.labels(method).observe(time.perf_counter() - started)
 
@@ -71,6 +79,11 @@ def rpc(method):
             _check_deadline(context)
             return method(self, request, context)
         except Exception as exc:
+            if not context.is_active():
+                # The client went away (cancelled, or its deadline passed) mid-stream:
+                # routine for telemetry agents, not an internal error.
+                log.debug("%s: the client went away (%s)", method.__name__, type(exc).__name__)
+                return None
             _abort(context, method.__name__, exc)
         finally:
             _record(self, method.__name__, context, started)
@@ -89,6 +102,9 @@ def stream_guard(method):
             _check_deadline(context)
             yield from method(self, request, context)
         except Exception as exc:
+            if not context.is_active():
+                log.debug("%s: the client went away (%s)", method.__name__, type(exc).__name__)
+                return
             _abort(context, method.__name__, exc)
         finally:
             _record(self, method.__name__, context, started)

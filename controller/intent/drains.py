@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from controller.errors import Conflict, FieldError, NotFound
+from controller.errors import Conflict, FieldError, NotFound, shown
 from controller.fabric import Endpoint, Fabric, Tier
 from controller.fabric import addressing as ad
 from controller.intent.model import Intent, directions
@@ -32,13 +32,13 @@ def resolve_link(fabric: Fabric, name: str) -> str:
     try:
         link = fabric.ports(node)[int(port)]
     except KeyError:
-        raise NotFound(f"no link at {name} in fabric {fabric.spec.name!r}") from None
+        raise NotFound(f"no link at {shown(name)} in fabric {fabric.spec.name!r}") from None
     return link_name(fabric, link)
 
 
 def resolve_switch(fabric: Fabric, name: str) -> str:
     if name not in fabric.switches:
-        raise NotFound(f"no switch {name!r} in fabric {fabric.spec.name!r}")
+        raise NotFound(f"no switch {shown(name)} in fabric {fabric.spec.name!r}")
     return name
 
 

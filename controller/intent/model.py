@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 
-from controller.errors import NAME_PATTERN, NAME_RULE, Conflict, FieldError, NotFound
+from controller.errors import NAME_RULE, Conflict, FieldError, NotFound, shown, valid_name
 from controller.fabric import Fabric, NicId
 from controller.fabric import addressing as ad
 from controller.te.jobs import Drains, Job
@@ -69,7 +69,7 @@ class Intent:
 
     def without_pin(self, name: str) -> Intent:
         if name not in self.pins:
-            raise NotFound(f"no pin named {name!r}")
+            raise NotFound(f"no pin named {shown(name)}")
         pins = dict(self.pins)
         del pins[name]
         return replace(self, pins=pins, revision=self.revision + 1)
@@ -85,7 +85,7 @@ class Intent:
 
     def without_job(self, job_id: str) -> Intent:
         if job_id not in self.jobs:
-            raise NotFound(f"no job {job_id!r}")
+            raise NotFound(f"no job {shown(job_id)}")
         jobs = dict(self.jobs)
         del jobs[job_id]
         return replace(self, jobs=jobs, revision=self.revision + 1)
@@ -160,8 +160,8 @@ def spines_between(fabric: Fabric, src: NicId, dst: NicId) -> tuple[str, ...]:
 
 def validate_pin(fabric: Fabric, intent: Intent, pin: FlowPin) -> None:
     """Raises IntentError/Conflict; returns only if `intent.with_pin(pin)` is sound."""
-    if not NAME_PATTERN.match(pin.name):
-        raise IntentError("name", f"{pin.name!r} is not a valid pin name", NAME_RULE)
+    if not valid_name(pin.name):
+        raise IntentError("name", f"{shown(pin.name)} is not a valid pin name", NAME_RULE)
     validate_match(fabric, pin.match)
     allowed = spines_between(fabric, pin.match.src, pin.match.dst)
     if not allowed:

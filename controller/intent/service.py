@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from controller.errors import AlreadyExists, FieldError, NotFound
+from controller.errors import AlreadyExists, FieldError, NotFound, shown
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.intent.drains import rerouted_jobs, resolve_link, resolve_switch
 from controller.intent.model import FlowPin, Intent, pin_from_doc, pin_to_doc, validate_pin
@@ -186,7 +186,7 @@ class IntentService:
     def get_job(self, job_id: str) -> Job:
         job = self._intent.jobs.get(job_id)
         if job is None:
-            raise NotFound(f"no job {job_id!r}")
+            raise NotFound(f"no job {shown(job_id)}")
         return job
 
     def release_job(self, job_id: str) -> Job:

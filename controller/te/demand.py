@@ -5,6 +5,7 @@ Pure."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -34,7 +35,10 @@ def predicted_rates(flows: Sequence[JobFlow], nic_bps: float, ceiling_bps: float
     scheduler's stated rate; 0: no more than the NIC)."""
     rates = nic_limited([f.src for f in flows], [f.dst for f in flows], nic_bps)
     cap = ceiling_bps or nic_bps
-    return [JobFlow(f.src, f.dst, min(float(r), cap), f.via) for f, r in zip(flows, rates)]
+    # Whole bits per second: loads summed from such rates are exact in any
+    # order, so the ledgers kept job by job equal a recount to the bit, and
+    # equal loads tie the same way however they were added up.
+    return [JobFlow(f.src, f.dst, float(math.floor(min(float(r), cap))), f.via) for f, r in zip(flows, rates)]
 
 
 def nic_limited(srcs: list[NicId], dsts: list[NicId], nic_bps: float, rounds: int = 10) -> np.ndarray:

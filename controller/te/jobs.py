@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from controller.errors import NAME_PATTERN, NAME_RULE, FieldError
+from controller.errors import NAME_RULE, FieldError, shown, valid_name
 from controller.fabric import Fabric, NicId
 from controller.fabric import addressing as ad
 
@@ -85,8 +85,8 @@ class Job:
 def validate_request(fabric: Fabric, req: JobRequest) -> None:
     spec = fabric.spec
     rails = fabric.rails
-    if not NAME_PATTERN.match(req.job_id):
-        raise JobError("job_id", f"{req.job_id!r} is not a valid job id", NAME_RULE)
+    if not valid_name(req.job_id):
+        raise JobError("job_id", f"{shown(req.job_id)} is not a valid job id", NAME_RULE)
     if req.servers and not req.gpu_count:
         raise JobError("gpu_count", "is 0", "1 or more, with or without explicit servers")
     if not 1 <= req.gpu_count <= fabric.gpu_count:

@@ -3,6 +3,8 @@ oversize messages. Only the documented codes may come back, and afterwards the
 daemon is healthy with its state exactly as before."""
 
 import math
+import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -171,3 +173,32 @@ def test_adversarial_values_get_specific_errors(ctl, baseline):
     assert total(samples, "railyard_api_requests_total", code="INTERNAL") == 0
     assert total(samples, "railyard_api_requests_total", code="UNKNOWN") == 0
     assert ctl.proc.poll() is None
+
+
+def test_a_client_that_cancels_its_telemetry_stream_is_counted_cancelled_not_internal(ctl):
+    before = ctl.metrics()
+    stop = threading.Event()
+
+    def batches():
+        yield tpb.TelemetryBatch()
+        stop.wait(10)  # the agent is still "streaming" when it cancels
+
+    with grpc.insecure_channel(f"127.0.0.1:{ctl.ports.grpc}") as channel:
+        call = channel.stream_unary(
+            "/railyard.v1.TelemetryService/ReportTelemetry",
+            request_serializer=tpb.TelemetryBatch.SerializeToString,
+            response_deserializer=tpb.ReportTelemetryResponse.FromString,
+        ).future(batches())
+        time.sleep(0.5)
+        call.cancel()
+        stop.set()
+    deadline = time.monotonic() + 5
+    while total(ctl.metrics(), "railyard_api_requests_total", method="ReportTelemetry", code="CANCELLED") <= total(
+        before, "railyard_api_requests_total", method="ReportTelemetry", code="CANCELLED"
+    ):
+        assert time.monotonic() < deadline, "the cancelled stream was not counted as CANCELLED"
+        time.sleep(0.1)
+    after = ctl.metrics()
+    assert total(after, "railyard_api_requests_total", code="INTERNAL") == total(
+        before, "railyard_api_requests_total", code="INTERNAL"
+    )

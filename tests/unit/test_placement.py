@@ -176,6 +176,10 @@ def test_bad_requests_name_the_field():
         "servers[1]": JobRequest("x", 4, Pattern.RING, 1.0, servers=("ryh0s0", "nope")),
         "job_id": JobRequest("X Y", 2, Pattern.RING, 1.0),
     }
+    for bad_id in ("ok\n", "x" * 1_000_000):  # a trailing newline passed `match` with `$`
+        with pytest.raises(JobError) as err:
+            place(fabric, FabricState(), JobRequest(bad_id, 2, Pattern.RING, 1.0), now=0)
+        assert err.value.field == "job_id" and len(str(err.value)) < 400  # a 1 MB id is not echoed back
     for field, req in cases.items():
         with pytest.raises(JobError) as err:
             place(fabric, FabricState(), req, now=0)
@@ -235,9 +239,9 @@ def test_a_multi_server_job_smaller_than_its_servers_keeps_one_rail_set():
     "pattern, ceiling, expected_gbps",
     [
         (Pattern.RING, 0.0, {400.0}),  # one peer each way: the whole NIC
-        (Pattern.ALL_TO_ALL, 0.0, {400.0 / 3}),  # three peers share each NIC, both ways
+        (Pattern.ALL_TO_ALL, 0.0, {133.333333333}),  # three peers share each NIC, both ways (whole b/s)
         (Pattern.ALL_TO_ALL, 100.0, {100.0}),  # the scheduler's stated rate caps it
-        (Pattern.ALL_TO_ALL, 200.0, {400.0 / 3}),  # ... but no flow gets more than its NIC's share
+        (Pattern.ALL_TO_ALL, 200.0, {133.333333333}),  # ... but no flow gets more than its NIC's share
     ],
 )
 def test_placement_predicts_each_flow_at_what_its_nics_give_it(pattern, ceiling, expected_gbps):
