@@ -161,7 +161,8 @@ class FabricServicer(pb_grpc.FabricServiceServicer):
             and (not request.switch or request.switch in (link.a.node, link.b.node))
         ]
         named = sorted((link_name(fabric, link), link) for link in links)
-        items, token = page(named, request.page_size, request.page_token, key=lambda item: item[0])
+        scope = f"ListLinks?switch={request.switch}&include_access={request.include_access}"
+        items, token = page(named, request.page_size, request.page_token, key=lambda item: item[0], scope=scope)
         predicted = jobs_load(fabric, intent.jobs.values())
         live = self._live_ports()
         reply = pb.ListLinksResponse(next_page_token=token)
@@ -228,5 +229,5 @@ class FabricServicer(pb_grpc.FabricServiceServicer):
     @rpc
     def ListPins(self, request, context):
         pins = sorted(self.service.snapshot().pins.values())
-        items, token = page(pins, request.page_size, request.page_token, key=lambda p: p.name)
+        items, token = page(pins, request.page_size, request.page_token, key=lambda p: p.name, scope="ListPins")
         return pb.ListPinsResponse(pins=[pin_to_proto(p) for p in items], next_page_token=token)

@@ -113,7 +113,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
     @rpc
     def ListJobs(self, request, context):
         jobs = [job for _, job in sorted(self.service.snapshot().jobs.items())]
-        items, token = page(jobs, request.page_size, request.page_token, key=lambda j: j.job_id)
+        items, token = page(jobs, request.page_size, request.page_token, key=lambda j: j.job_id, scope="ListJobs")
         return pb.ListJobsResponse(jobs=[self._job(j) for j in items], next_page_token=token)
 
     @stream_guard
