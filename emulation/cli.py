@@ -99,7 +99,7 @@ def demo(args) -> int:
 def scenario(args) -> int:
     from controller.fabric import DEFAULT_SPEC, load_spec
     from emulation.scenarios.judge import OptimumExceeded
-    from emulation.scenarios.report import build_report, table, write
+    from emulation.scenarios.report import build_report, report_stem, table, write
     from emulation.scenarios.runner import run_scenario
     from emulation.scenarios.spec import available, check_events, load_scenario
 
@@ -117,7 +117,10 @@ def scenario(args) -> int:
     def progress(text: str) -> None:
         print(f"\r{text}   ", end="", flush=True)
 
-    runs = run_scenario(fabric, spec_path, spec, args.seed, progress)
+    raw_dir = (
+        Path(args.out) / f"{report_stem(spec.name, fabric.spec.name, args.seed)}-iperf3" if args.keep_raw else None
+    )
+    runs = run_scenario(fabric, spec_path, spec, args.seed, progress, raw_dir)
     print()
     try:
         report = build_report(fabric, spec, args.seed, runs)
@@ -232,6 +235,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     srun.add_argument("--spec", help="fabric spec YAML (default: the shipped demo spec)")
     srun.add_argument("--seed", type=int, default=1)
     srun.add_argument("--out", default="reports", help="directory for the JSON report and PNG plots")
+    srun.add_argument("--keep-raw", action="store_true", help="keep iperf3's own JSON reports under --out")
     ssub.add_parser("list", help="the shipped scenarios")
 
     sim = sub.add_parser(

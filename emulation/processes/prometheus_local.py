@@ -25,6 +25,7 @@ class LocalPrometheus:
         self.targets = targets
         self.port = port
         self.scrape_interval_s = scrape_interval_s
+        self._own_workdir = workdir is None  # made here, so removed by stop()
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="railyard-prometheus-"))
         self.proc: subprocess.Popen | None = None
 
@@ -78,3 +79,5 @@ class LocalPrometheus:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+        if self._own_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)

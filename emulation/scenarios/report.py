@@ -4,6 +4,7 @@ for people, JSON for machines and PNG plots."""
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -293,9 +294,16 @@ def table(report: dict) -> str:
     return "\n".join(lines)
 
 
+def report_stem(scenario: str, fabric: str, seed: int) -> str:
+    """The files' common name: names come from YAML files, so anything but
+    letters, digits, '.', '_' and '-' becomes '_' and no name climbs out of
+    the output directory ('../../x' is written as '_.._x' inside it)."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{scenario}-{fabric}-seed{seed}").lstrip(".") or "scenario"
+
+
 def write(report: dict, runs: dict[str, ModeRun], fabric: Fabric, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{report['scenario']}-{report['fabric']}-seed{report['seed']}"
+    stem = report_stem(report["scenario"], report["fabric"], report["seed"])
     path = out_dir / f"{stem}.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
     _plots(report, runs, fabric, out_dir / f"{stem}.png")

@@ -113,7 +113,14 @@ def _policed(fabric: Fabric) -> int:
 
 
 def run_mode(
-    fabric: Fabric, spec_path, scenario: Scenario, seed: int, mode: str, workdir: Path, progress: Callable[[str], None]
+    fabric: Fabric,
+    spec_path,
+    scenario: Scenario,
+    seed: int,
+    mode: str,
+    workdir: Path,
+    progress: Callable[[str], None],
+    raw_dir: Path | None = None,
 ) -> ModeRun:
     """ECMP: the fabric alone (its underlay), no controller. TE: the daemon and
     the telemetry agent attached, placement through the API."""
@@ -137,7 +144,7 @@ def run_mode(
             run = ModeRun(mode, flows)
             drops_before = _drops()
             stop = threading.Event()
-            traffic = TrafficRun(emu.popen, flows, scenario.duration_s).start()
+            traffic = TrafficRun(emu.popen, flows, scenario.duration_s, raw_dir).start()
             start = time.time()
             sampler = threading.Thread(target=_sampler, args=(fabric, start, stop, run.samples), daemon=True)
             sampler.start()
@@ -183,8 +190,19 @@ def _link_down(fabric: Fabric, link: str) -> None:
 
 
 def run_scenario(
-    fabric: Fabric, spec_path, scenario: Scenario, seed: int, progress: Callable[[str], None] = lambda _: None
+    fabric: Fabric,
+    spec_path,
+    scenario: Scenario,
+    seed: int,
+    progress: Callable[[str], None] = lambda _: None,
+    raw_dir: Path | None = None,
 ) -> dict[str, ModeRun]:
+    """`raw_dir`: keep iperf3's own JSON reports there, one folder per mode."""
     scenario = check_events(scenario, fabric.spec)  # a link event that is no uplink stops here, before Mininet
     with tempfile.TemporaryDirectory(prefix="railyard-scenario-") as tmp:
-        return {mode: run_mode(fabric, spec_path, scenario, seed, mode, Path(tmp), progress) for mode in MODES}
+        return {
+            mode: run_mode(
+                fabric, spec_path, scenario, seed, mode, Path(tmp), progress, raw_dir / mode if raw_dir else None
+            )
+            for mode in MODES
+        }

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import subprocess
 import tempfile
 import threading
@@ -97,11 +98,16 @@ Runner = Callable[..., subprocess.Popen]  # (nic, argv, **popen kwargs) -> Popen
 class TrafficRun:
     """Start a set of flows together; `wait()` returns receiver-side results."""
 
-    def __init__(self, popen_in: Runner, flows: list[FlowSpec], duration_s: float) -> None:
+    def __init__(self, popen_in: Runner, flows: list[FlowSpec], duration_s: float, raw_dir: Path | None = None) -> None:
         self.popen_in = popen_in
         self.flows = flows
         self.duration_s = duration_s
-        self.tmp = Path(tempfile.mkdtemp(prefix="railyard-traffic-"))
+        # iperf3's own JSON reports: in `raw_dir` (kept) if given, else in a
+        # temporary directory that wait() or stop() removes once read.
+        self.keep_raw = raw_dir is not None
+        if raw_dir is not None:
+            raw_dir.mkdir(parents=True, exist_ok=True)
+        self.tmp = raw_dir if raw_dir is not None else Path(tempfile.mkdtemp(prefix="railyard-traffic-"))
         self.servers: list[subprocess.Popen] = []
         self.clients: list[subprocess.Popen] = []
         self._timers: list[threading.Timer] = []  # clients that start later
@@ -195,7 +201,9 @@ class TrafficRun:
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-        return [self._result(i, flow) for i, flow in enumerate(self.flows)]
+        results = [self._result(i, flow) for i, flow in enumerate(self.flows)]
+        self._clean()
+        return results
 
     def stop(self) -> None:
         for timer in self._timers:
@@ -204,6 +212,11 @@ class TrafficRun:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        self._clean()
+
+    def _clean(self) -> None:
+        if not self.keep_raw:
+            shutil.rmtree(self.tmp, ignore_errors=True)
 
     def _result(self, i: int, flow: FlowSpec) -> FlowResult:
         path = self.tmp / f"server-{i}.json"

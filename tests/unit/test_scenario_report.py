@@ -229,3 +229,11 @@ def test_collision_to_fix_runs_from_the_first_sample_showing_it_to_the_commit_re
     # With a link event at 3.0 s it is the reaction to that event instead.
     again = te_figures(FABRIC, decisions, samples, [0.0, 3.0], commit_s=0.05, n_flows=8)
     assert again["moves_in_steady_traffic"] == 0
+
+
+def test_report_names_stay_inside_the_output_directory():
+    from emulation.scenarios.report import report_stem
+
+    assert report_stem("../../x", "demo", 1) == "_.._x-demo-seed1"
+    assert report_stem("a b/c", "demo", 2) == "a_b_c-demo-seed2"
+    assert report_stem("elephant", "three-pod", 3) == "elephant-three-pod-seed3"
