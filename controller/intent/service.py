@@ -64,6 +64,9 @@ def intent_from_store(fabric: Fabric, store: IntentStore, metrics: Metrics) -> I
         except (KeyError, ValueError, TypeError, LookupError, FieldError) as exc:
             log.error("stored %s %r ignored: %s", kind, name, exc)
             metrics.errors.labels("intent", "invalid_stored_intent").inc()
+    for kind, name in snapshot.unreadable:
+        log.error("stored %s %r ignored: its record is not valid JSON", kind, name)
+        metrics.errors.labels("intent", "invalid_stored_intent").inc()
     drains = Drains(frozenset(drained_switches), frozenset(drained_links))
     return Intent(pins=pins, jobs=jobs, drains=drains, revision=snapshot.revision)
 

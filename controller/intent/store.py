@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Protocol
 
 from controller.errors import HostError
+
+log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 
@@ -36,6 +39,7 @@ class Change:
 class Snapshot:
     records: Mapping[tuple[str, str], dict]
     revision: int
+    unreadable: tuple[tuple[str, str], ...] = ()  # records whose body is not JSON: skipped, left in the store
 
 
 class StoreError(HostError):
@@ -61,7 +65,10 @@ def _hold(path: Path) -> int:
     descriptor (the kernel drops it when the process dies, kill -9 included):
     one writer per store. Two writers would each hand out the same GPUs."""
     lock_path = path.with_name(path.name + ".lock")
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        raise StoreError(f"{lock_path}: cannot open the store's lock file: {exc.strerror}") from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -78,11 +85,19 @@ def _hold(path: Path) -> int:
 class SqliteIntentStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"{self.path.parent}: cannot create the store's directory: {exc.strerror}") from None
+        if self.path.exists() and self.path.stat().st_size == 0:
+            log.warning("%s is empty (0 bytes): starting with no intent", self.path)
         self._held = _hold(self.path)
         self._lock = threading.Lock()
         try:
             self._db = self._open()
+        except sqlite3.Error as exc:
+            os.close(self._held)
+            raise StoreError(f"{self.path}: not a usable Railyard store ({exc})") from None
         except BaseException:
             os.close(self._held)
             raise
@@ -109,7 +124,13 @@ class SqliteIntentStore:
         with self._lock:
             rows = self._db.execute("SELECT kind, name, body FROM intent ORDER BY kind, name").fetchall()
             revision = self._db.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()[0]
-        return Snapshot({(k, n): json.loads(b) for k, n, b in rows}, revision)
+        records, unreadable = {}, []
+        for kind, name, body in rows:
+            try:
+                records[(kind, name)] = json.loads(body)
+            except (TypeError, ValueError):
+                unreadable.append((kind, name))  # one bad record must not stop the rest from loading
+        return Snapshot(records, revision, tuple(unreadable))
 
     def apply(self, change: Change, revision: int) -> None:
         with self._lock:

@@ -1,5 +1,6 @@
 """Intent store, intent service and generated API code, without a switch."""
 
+import fcntl
 import os
 import sqlite3
 from dataclasses import replace
@@ -123,3 +124,31 @@ def test_jobs_that_share_a_gpu_in_the_store_load_only_the_first(tmp_path):
     again = service(tmp_path / "i.db")
     assert list(again.snapshot().jobs) == ["a"]
     assert again.free_capacity()[0].free_gpus == FABRIC.gpu_count - 2
+
+
+def test_a_corrupt_store_is_refused_in_one_line_and_one_bad_record_is_skipped(tmp_path, caplog):
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(StoreError, match="not a usable Railyard store") as err:
+        SqliteIntentStore(garbage)
+    assert "\n" not in str(err.value)
+    fcntl.flock(os.open(tmp_path / "garbage.db.lock", os.O_RDWR), fcntl.LOCK_EX | fcntl.LOCK_NB)  # let go
+
+    svc = service(tmp_path / "i.db")
+    svc.pin_flow(FlowPin("good", FlowMatch(A, B), "rys0"))
+    svc.close()
+    db = sqlite3.connect(tmp_path / "i.db")
+    db.execute("INSERT INTO intent VALUES ('pin', 'broken', '{not json')")
+    db.commit()
+    db.close()
+    metrics = Metrics(sorted(FABRIC.switches))
+    again = IntentService(FABRIC, SqliteIntentStore(tmp_path / "i.db"), metrics)
+    assert list(again.snapshot().pins) == ["good"]
+    assert "stored pin 'broken' ignored" in caplog.text
+    assert metrics.errors.labels("intent", "invalid_stored_intent")._value.get() == 1
+
+
+def test_an_empty_store_file_starts_empty_with_a_warning(tmp_path, caplog):
+    (tmp_path / "i.db").write_bytes(b"")
+    assert service(tmp_path / "i.db").snapshot().revision == 0
+    assert "is empty (0 bytes)" in caplog.text
