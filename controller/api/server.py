@@ -34,6 +34,16 @@ class RequestError(FieldError):
     context = "request"
 
 
+# A health name of its own for the southbound: every switch connected and
+# reconciled. Schedulers' and Kubernetes' readiness use the API's names; a
+# switch that is down does not stop placement from answering.
+FABRIC_HEALTH = "railyard.fabric"
+
+
+def _status(up: bool) -> int:
+    return health_pb2.HealthCheckResponse.SERVING if up else health_pb2.HealthCheckResponse.NOT_SERVING
+
+
 SERVICE_NAMES = tuple(
     module.DESCRIPTOR.services_by_name[name].full_name
     for module, name in (
@@ -125,15 +135,22 @@ class ApiServer:
         if not self.port:
             raise OSError(f"cannot listen for gRPC on {listen}")
         self.set_serving(False)
+        self.set_fabric_ready(False)
 
     def set_serving(self, serving: bool) -> None:
-        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        """The API's own readiness ("" and each service): intent is loaded and
+        requests are answered. Placement does not wait for the switches."""
         for name in ("", *SERVICE_NAMES):
-            self.health.set(name, status)
+            self.health.set(name, _status(serving))
+
+    def set_fabric_ready(self, ready: bool) -> None:
+        """FABRIC_HEALTH: every switch of the fabric connected and reconciled."""
+        self.health.set(FABRIC_HEALTH, _status(ready))
 
     def start(self) -> None:
         self.server.start()
 
     def stop(self, grace_s: float) -> None:
         self.set_serving(False)
+        self.set_fabric_ready(False)
         self.server.stop(grace_s).wait(grace_s + 1)

@@ -112,9 +112,10 @@ class Daemon:
         self.te.start()
         self._start_openflow()
         self.api.start()
-        # NOT_SERVING until the southbound holds the whole fabric: a scheduler
-        # must not count on placements no switch enforces yet.
-        threading.Thread(target=self._serve_when_ready, name="health", daemon=True).start()
+        # The API is ready now: intent was loaded when the daemon was built.
+        # The fabric's own health name waits until every switch holds its entries.
+        self.api.set_serving(True)
+        threading.Thread(target=self._fabric_ready, name="health", daemon=True).start()
         log.info(
             "railyard controller: fabric %s (%d switches), intent revision %d, openflow %s, grpc %s, "
             "metrics http://%s/metrics",
@@ -143,11 +144,11 @@ class Daemon:
         manager.instantiate_apps(**manager.create_contexts(), reconciler=self.reconciler)
         self._apps = manager
 
-    def _serve_when_ready(self) -> None:
+    def _fabric_ready(self) -> None:
         while not self._stop.is_set():
             if self.reconciler.fabric_ready.wait(timeout=0.5):
-                self.api.set_serving(True)
-                log.info("railyard controller: every switch connected and reconciled; serving")
+                self.api.set_fabric_ready(True)
+                log.info("railyard controller: every switch connected and reconciled")
                 return
 
     def wait(self) -> None:
