@@ -180,7 +180,7 @@ def test_a_client_that_cancels_its_telemetry_stream_is_counted_cancelled_not_int
     stop = threading.Event()
 
     def batches():
-        yield tpb.TelemetryBatch()
+        yield tpb.TelemetryBatch(hops=[tpb.HopRecord(switch="ryl0r0", egress_port=3, tx_bps=1e9)])
         stop.wait(10)  # the agent is still "streaming" when it cancels
 
     with grpc.insecure_channel(f"127.0.0.1:{ctl.ports.grpc}") as channel:
@@ -189,10 +189,15 @@ def test_a_client_that_cancels_its_telemetry_stream_is_counted_cancelled_not_int
             request_serializer=tpb.TelemetryBatch.SerializeToString,
             response_deserializer=tpb.ReportTelemetryResponse.FromString,
         ).future(batches())
-        time.sleep(0.5)
+        # Cancel once the server is inside the stream (it has applied the first batch).
+        deadline = time.monotonic() + 10
+        accepted = total(before, "railyard_telemetry_records_total", result="accepted")
+        while total(ctl.metrics(), "railyard_telemetry_records_total", result="accepted") <= accepted:
+            assert time.monotonic() < deadline, "the first batch never arrived"
+            time.sleep(0.05)
         call.cancel()
         stop.set()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 10
     while total(ctl.metrics(), "railyard_api_requests_total", method="ReportTelemetry", code="CANCELLED") <= total(
         before, "railyard_api_requests_total", method="ReportTelemetry", code="CANCELLED"
     ):
