@@ -44,6 +44,11 @@ def _details(exc: BaseException) -> str:
 
 
 def _abort(context, method: str, exc: BaseException) -> None:
+    if not context.is_active():
+        # The client went away (cancelled, or its deadline passed) mid-call:
+        # routine for telemetry agents, not an internal error. Nothing to answer.
+        log.debug("%s: the client went away (%s)", method, type(exc).__name__)
+        return
     if isinstance(exc, DOMAIN_ERRORS):
         if isinstance(exc, FieldError):
             context.set_trailing_metadata(((FIELD_METADATA_KEY, exc.field[:200]),))
@@ -79,11 +84,6 @@ def rpc(method):
             _check_deadline(context)
             return method(self, request, context)
         except Exception as exc:
-            if not context.is_active():
-                # The client went away (cancelled, or its deadline passed) mid-stream:
-                # routine for telemetry agents, not an internal error.
-                log.debug("%s: the client went away (%s)", method.__name__, type(exc).__name__)
-                return None
             _abort(context, method.__name__, exc)
         finally:
             _record(self, method.__name__, context, started)
@@ -102,9 +102,6 @@ def stream_guard(method):
             _check_deadline(context)
             yield from method(self, request, context)
         except Exception as exc:
-            if not context.is_active():
-                log.debug("%s: the client went away (%s)", method.__name__, type(exc).__name__)
-                return
             _abort(context, method.__name__, exc)
         finally:
             _record(self, method.__name__, context, started)

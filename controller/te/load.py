@@ -42,15 +42,20 @@ def jobs_load(fabric: Fabric, jobs: Iterable[Job]) -> Load:
     return load
 
 
-def add_job(fabric: Fabric, load: Load, job: Job, sign: float = 1.0) -> None:
-    """Adds (sign=1) or removes (sign=-1) a job's demand; emptied egresses are dropped."""
+def add_job(fabric: Fabric, load: Load, job: Job, sign: float = 1.0) -> set[Endpoint]:
+    """Adds (sign=1) or removes (sign=-1) a job's demand; emptied egresses are
+    dropped. Returns the egresses it touched."""
+    touched: set[Endpoint] = set()
     for flow in job.flows:
-        for egress in flow_path(fabric, flow):
+        path = flow_path(fabric, flow)
+        touched.update(path)
+        for egress in path:
             value = load.get(egress, 0.0) + sign * flow.demand_bps
             if value >= EMPTY_BPS:
                 load[egress] = value
             else:
                 load.pop(egress, None)
+    return touched
 
 
 class LoadLedger:
@@ -83,16 +88,8 @@ class LoadLedger:
 
     def add(self, job: Job, sign: float = 1.0) -> None:
         """Adds (sign=1) or removes (sign=-1) a job's demand."""
-        load, touched = self.bps, set[Endpoint]()
-        for flow in job.flows:
-            path = flow_path(self.fabric, flow)
-            touched.update(path)
-            for egress in path:  # as add_job does
-                value = load.get(egress, 0.0) + sign * flow.demand_bps
-                if value >= EMPTY_BPS:
-                    load[egress] = value
-                else:
-                    load.pop(egress, None)
+        load = self.bps
+        touched = add_job(self.fabric, load, job, sign)
         if touched:
             rows = np.fromiter((self._row[e] for e in touched), dtype=np.int64, count=len(touched))
             self._bps[rows] = np.fromiter((load.get(e, 0.0) for e in touched), dtype=np.float64, count=len(touched))

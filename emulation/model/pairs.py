@@ -1,11 +1,13 @@
 """The NIC pairs of the traffic patterns that the emulated scenarios and the
-simulator share: a cross-pod permutation, and an incast with a bystander.
-`error` is the caller's FieldError kind, so the field is named in its
-context (a scenario's or a workload's). Pure."""
+simulator share (a cross-pod permutation, and an incast with a bystander),
+and their flows' ports. `error` is the caller's FieldError kind, so the field
+is named in its context (a scenario's or a workload's). Pure."""
 
 from __future__ import annotations
 
 import random
+from collections import Counter
+from collections.abc import Sequence
 
 from controller.errors import FieldError
 from controller.fabric import Fabric, NicId
@@ -44,3 +46,27 @@ def incast_pairs(
     beside = [n for n in on_rail if n != dst and fabric.attachment(n).node == leaf]
     bystander = (spare[-1], beside[0]) if spare and beside else None
     return [(s, dst) for s in senders], bystander
+
+
+ROCE_PORT = 4791  # RoCEv2's UDP port: a UDP flow's destination port, counted up per destination
+TCP_BASE_PORT = 5201  # iperf3's: a TCP flow's destination port, one per flow
+BYSTANDER_PORT = 5299  # the incast's bystander elephant
+
+
+def flow_ports(pairs: Sequence[tuple[NicId, NicId]], protocol: str, seed: int) -> list[tuple[int, int]]:
+    """Per pair, (source port, destination port). Source ports are drawn from
+    `seed`: they are the ECMP hash's entropy, and the emulation and the
+    simulator draw them here alike, so a seed gives both the same 5-tuples."""
+    rng = random.Random(seed)
+    n = len(pairs)
+    sports = rng.sample(range(20000, 60000), n) if n <= 40000 else [rng.randrange(20000, 60000) for _ in range(n)]
+    per_dst: Counter[NicId] = Counter()
+    ports = []
+    for i, ((_, dst), sport) in enumerate(zip(pairs, sports)):
+        if protocol == "tcp":
+            dport = TCP_BASE_PORT + i
+        else:
+            dport = ROCE_PORT + per_dst[dst]
+            per_dst[dst] += 1
+        ports.append((sport, dport))
+    return ports

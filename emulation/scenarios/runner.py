@@ -20,7 +20,7 @@ from controller.southbound.overlay import is_railyard_meter
 from controller.te.jobs import JobRequest, Pattern
 from controller.te.placement import FabricState, place
 from emulation.agent.telemetry_agent import FabricSampler, TelemetryAgent, read_queues
-from emulation.model.pairs import incast_pairs, permutation_pairs
+from emulation.model.pairs import BYSTANDER_PORT, incast_pairs, permutation_pairs
 from emulation.net import netns, ovs
 from emulation.net.fabric import EmulatedFabric
 from emulation.processes.controller_process import ControllerProcess, Ports, total
@@ -73,7 +73,7 @@ def scenario_flows(fabric: Fabric, scenario: Scenario, seed: int, client=None) -
         ]
         if scenario.bystander and bystander:
             (extra,) = make_flows([bystander], "tcp", seed=seed + 1)
-            flows.append(FlowSpec(extra.src, extra.dst, "tcp", extra.src_port, 5299))
+            flows.append(FlowSpec(extra.src, extra.dst, "tcp", extra.src_port, BYSTANDER_PORT))
         return flows
     if client is not None:
         job = client.place_job(f"{scenario.name}-job", fabric.gpu_count, scenario.collective, flow_gbps=100.0).job

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import random
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -31,12 +30,8 @@ from controller.te.jobs import Drains, Gpu, Job, JobFlow, JobRequest, Pattern
 from controller.te.load import Load, add_job
 from controller.te.placement import FabricState, NoCapacity, Usage, available_servers, place
 from controller.te.view import FlowKey
-from emulation.model.pairs import incast_pairs, permutation_pairs
+from emulation.model.pairs import BYSTANDER_PORT, flow_ports, incast_pairs, permutation_pairs
 from emulation.simulate.workload import Workload, WorkloadError
-
-TCP_BASE_PORT = 5201
-ROCE_PORT = 4791
-BYSTANDER_PORT = 5299
 
 
 @dataclass(frozen=True)
@@ -60,21 +55,11 @@ class Arm:
 
 
 def flow_keys(pairs: Sequence[tuple[NicId, NicId]], protocol: str, seed: int) -> list[FlowKey]:
-    """Like make_flows: source ports sampled from the seed, TCP destination
-    ports one per flow from 5201, UDP from 4791 per destination (RoCEv2)."""
-    rng = random.Random(seed)
-    n = len(pairs)
-    sports = rng.sample(range(20000, 60000), n) if n <= 40000 else [rng.randrange(20000, 60000) for _ in range(n)]
-    per_dst: Counter[NicId] = Counter()
-    keys = []
-    for i, ((src, dst), sport) in enumerate(zip(pairs, sports)):
-        if protocol == "tcp":
-            dport = TCP_BASE_PORT + i
-        else:
-            dport = ROCE_PORT + per_dst[dst]
-            per_dst[dst] += 1
-        keys.append((ad.nic_ip(src), ad.nic_ip(dst), protocol, sport, dport))
-    return keys
+    """The 5-tuples make_flows gives the emulated flows of the same pairs and seed."""
+    return [
+        (ad.nic_ip(src), ad.nic_ip(dst), protocol, sport, dport)
+        for (src, dst), (sport, dport) in zip(pairs, flow_ports(pairs, protocol, seed))
+    ]
 
 
 def check_events(fabric: Fabric, workload: Workload) -> None:

@@ -13,22 +13,19 @@ Goodput is read from the *receiver's* iperf3 JSON: what arrived, not what was se
 from __future__ import annotations
 
 import json
-import random
 import shutil
 import subprocess
 import tempfile
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from controller.fabric import NicId
 from controller.fabric import addressing as ad
+from emulation.model.pairs import flow_ports
 
-ROCE_PORT = 4791
-TCP_BASE_PORT = 5201
 UDP_PAYLOAD_BYTES = 8900  # fits a 9000-byte MTU with IP/UDP headers
 
 
@@ -78,18 +75,8 @@ def make_flows(
     """Flows for (src, dst) pairs, source ports drawn from `seed` (ECMP entropy)."""
     if protocol not in ("tcp", "udp"):
         raise ValueError(f"protocol: got {protocol!r}; allowed: tcp, udp")
-    rng = random.Random(seed)
-    ports = rng.sample(range(20000, 60000), len(pairs))
-    per_dst: Counter[NicId] = Counter()
-    flows = []
-    for i, ((src, dst), sport) in enumerate(zip(pairs, ports)):
-        if protocol == "tcp":
-            dport = TCP_BASE_PORT + i
-        else:
-            dport = ROCE_PORT + per_dst[dst]
-            per_dst[dst] += 1
-        flows.append(FlowSpec(src, dst, protocol, sport, dport, rate_bps))
-    return flows
+    ports = flow_ports(pairs, protocol, seed)
+    return [FlowSpec(src, dst, protocol, sport, dport, rate_bps) for (src, dst), (sport, dport) in zip(pairs, ports)]
 
 
 Runner = Callable[..., subprocess.Popen]  # (nic, argv, **popen kwargs) -> Popen in nic's namespace

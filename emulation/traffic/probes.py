@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 
 from controller.fabric import Endpoint, Fabric, NicId, Tier
 from controller.fabric import addressing as ad
+from emulation.model.pairs import TCP_BASE_PORT
 from emulation.net.fabric import EmulatedFabric
 from emulation.traffic.counters import counter_delta, ecmp_uplink, port_counters
-from emulation.traffic.iperf import TCP_BASE_PORT, FlowResult, FlowSpec, TrafficRun
+from emulation.traffic.iperf import FlowResult, FlowSpec, TrafficRun
 
 
 def rail_pairs(fabric: Fabric) -> list[tuple[NicId, NicId]]:
