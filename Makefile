@@ -8,7 +8,7 @@ PYTHON_SYSTEM := /usr/bin/python3.11
 SEED ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-scenarios bench-scale bench-fabric bench-crossval observe fabric-down clean
+.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-scenarios bench-scale bench-training bench-fabric bench-crossval observe fabric-down clean
 
 setup: host venv
 
@@ -57,7 +57,7 @@ proto: venv
 controller: setup
 	$(VENV)/bin/railyard controller run --store $(CURDIR)/.state/intent.db
 
-bench: bench-calibrate bench-southbound bench-placement bench-scenarios bench-scale bench-crossval
+bench: bench-calibrate bench-southbound bench-placement bench-scenarios bench-scale bench-training bench-crossval
 
 bench-calibrate: setup
 	$(PY) -m bench.calibrate --out bench/results/calibration.json
@@ -69,11 +69,15 @@ bench-placement: setup
 	$(PY) -m bench.placement --out bench/results/placement.json
 
 bench-scenarios: setup
-	$(PY) -m bench.scenarios --scenario elephant --scenario incast --out bench/results/scenarios.json
+	$(PY) -m bench.scenarios --scenario elephant --scenario incast --scenario training-mix --out bench/results/scenarios.json
 
 # The flow-level simulator on the 2K and 16K specs: no Mininet, no root.
 bench-scale: venv
 	$(PY) -m bench.scale --out bench/results/scale.json
+
+# Training iterations on the 2K and 16K specs: five arms side by side against the optimum, with the targets.
+bench-training: venv
+	$(PY) -m bench.training --out bench/results/training.json
 
 # Fabric model at scale: build, warm, egress_path and the daemon's RSS on the 2K and 16K specs (no OVS, no root).
 bench-fabric: venv

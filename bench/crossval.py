@@ -5,8 +5,9 @@ make bench-crossval  ->  bench/results/crossval.json
 (python -m bench.crossval --spec default.yaml --spec three-pod.yaml
  --scenario elephant --scenario link-failure --seeds 1 2 3 4 5)
 
-The seed draws the flows' source ports in both (emulation/traffic/iperf.py
-make_flows, emulation/simulate/traffic.py), so both hash the same 5-tuples;
+Both run the same scenario file, expanded by the same code
+(emulation.workload.expand: the seed draws the source ports), so both hash
+the same 5-tuples;
 the simulator's ECMP reproduces OVS's select-group hash, so every flow starts
 on the same spine in both. What is compared is each mode's aggregate as a
 fraction of the optimum (the same failure-aware max-min LP on both sides),
@@ -20,34 +21,28 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+from dataclasses import replace
 from typing import Any
 
 from bench import write_result
-from controller.fabric import Fabric, load_fabric
+from controller.fabric import load_fabric
 from emulation.net import ovs
 from emulation.scenarios.report import build_report
 from emulation.scenarios.runner import run_scenario
-from emulation.scenarios.spec import Scenario, check_events, load_scenario
 from emulation.simulate.run import simulate
-from emulation.simulate.workload import LinkDown, Telemetry, Workload
+from emulation.workload import Workload, load_workload, spec_file
+from emulation.workload.model import PatternItem, Telemetry
 
 TOLERANCE_POINTS = 5.0
 
 
-def workload_of(scenario: Scenario, fabric: Fabric, telemetry: Telemetry) -> Workload:
-    """The scenario as a simulator workload: the same pattern, duration and link events."""
-    if scenario.pattern != "permutation":
-        raise ValueError(f"scenario {scenario.name}: pattern {scenario.pattern!r}; cross-validated: permutation")
-    checked = check_events(scenario, fabric.spec)
-    return Workload(
-        name=scenario.name,
-        description=scenario.description,
-        duration_s=scenario.duration_s,
-        pattern="permutation",
-        protocol=scenario.protocol,
-        telemetry=telemetry,
-        events=tuple(LinkDown(e.at_s, e.link) for e in checked.events),
-    )
+def simulated_workload(scenario: Workload, telemetry: Telemetry) -> Workload:
+    """The scenario the simulator runs: the same file (one format drives both),
+    with the simulated agent's settings. Cross-validated: permutations only."""
+    kinds = [item.kind if isinstance(item, PatternItem) else type(item).__name__ for item in scenario.traffic]
+    if kinds != ["permutation"]:
+        raise ValueError(f"scenario {scenario.name}: traffic {kinds}; cross-validated: one permutation")
+    return replace(scenario, telemetry=telemetry)
 
 
 def simulated_fractions(result: dict) -> dict[str, float]:
@@ -77,10 +72,10 @@ def main() -> None:
     cases: list[dict[str, Any]] = []
     for spec_name in args.spec or ["default.yaml", "three-pod.yaml"]:
         for name in args.scenario or ["elephant", "link-failure"]:
-            scenario = load_scenario(name)
-            spec_path = scenario.spec_path(spec_name)
+            scenario = load_workload(name)
+            spec_path = spec_file(scenario, spec_name)
             fabric = load_fabric(spec_path)
-            workload = workload_of(scenario, fabric, telemetry)
+            workload = simulated_workload(scenario, telemetry)
             for seed in args.seeds:
                 report = build_report(fabric, scenario, seed, run_scenario(fabric, spec_path, scenario, seed))
                 emulated = {mode: report["modes"][mode]["fraction_of_optimum"] for mode in ("ecmp", "te")}

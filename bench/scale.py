@@ -2,8 +2,8 @@
 real engine in a closed loop with a fluid max-min model of the 2,048-GPU and
 16,384-GPU specs.
 
-Per fabric and workload (a full cross-pod permutation of TCP elephants; a
-job mix filling >= 90% of the GPUs):
+Per fabric and scenario (`elephant`, a full cross-pod permutation of TCP
+elephants; `job-mix-large`, a job mix filling >= 90% of the GPUs):
 
 - ECMP (the underlay's 5-tuple hash) and ideal packet spraying, as fractions
   of the exact (LP) max-min optimum;
@@ -15,7 +15,7 @@ job mix filling >= 90% of the GPUs):
   (the one-time optimum solve and setup excluded, reported apart).
 
     make bench-scale  ->  bench/results/scale.json
-    (python -m bench.scale --fabric rail-2k --workload permutation --cycles 40)
+    (python -m bench.scale --fabric rail-2k --workload elephant --cycles 40)
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from bench import write_result
 from controller.fabric import load_fabric
 from controller.fabric.spec import SPECS_DIR
 from emulation.simulate.run import STEADY_CYCLES, simulate
-from emulation.simulate.workload import load_workload
+from emulation.workload import load_workload
 
 FABRICS = ("rail-2k", "ft2-16k")
-WORKLOADS = ("permutation", "job-mix-large")
+WORKLOADS = ("elephant", "job-mix-large")
 SETTLE_CYCLES = 25  # before the steady window
 
 

@@ -15,9 +15,42 @@ from typing import Any
 from bench import write_result
 from controller.fabric import load_fabric
 from emulation.net import ovs
-from emulation.scenarios.report import build_report, table
+from emulation.scenarios.report import build_report
 from emulation.scenarios.runner import run_scenario
-from emulation.scenarios.spec import load_scenario
+from emulation.scenarios.table import table
+from emulation.workload import load_workload, spec_file
+
+
+def job_summary(reports: list[dict]) -> dict:
+    """Per job and seed, ECMP against TE: iteration time mean and p99, the
+    optimum's, and TE's p99 over ECMP's; and over every job and seed, TE's
+    mean iteration time over the optimum's."""
+    out: dict[str, Any] = {"per_job": {}}
+    te_total = optimum_total = 0.0
+    for report in reports:
+        ecmp, te = report["modes"]["ecmp"]["jobs"], report["modes"]["te"]["jobs"]
+        for e, t in zip(ecmp, te):
+            best = min(o["seconds"] for o in t["optimum_iteration_s"] if o["seconds"])
+            row = {
+                "seed": report["seed"],
+                "optimum_s": best,
+                "ecmp_mean_s": e["iteration_s"]["mean"],
+                "ecmp_p99_s": e["iteration_s"]["p99"],
+                "te_mean_s": t["iteration_s"]["mean"],
+                "te_p99_s": t["iteration_s"]["p99"],
+                "te_p99_over_ecmp": t["iteration_s"]["p99"] / e["iteration_s"]["p99"]
+                if e["iteration_s"]["p99"] and t["iteration_s"]["p99"]
+                else None,
+                "te_mean_over_optimum": t["slowdown_vs_optimum"]["mean"],
+                "ecmp_iterations": e["iterations_finished"],
+                "te_iterations": t["iterations_finished"],
+            }
+            out["per_job"].setdefault(t["job"], []).append(row)
+            times = [s for _, s in t["times_s"] if s is not None]
+            te_total += sum(times)
+            optimum_total += best * len(times)
+    out["te_mean_over_optimum_all_jobs"] = te_total / optimum_total if optimum_total else None
+    return out
 
 
 def main() -> None:
@@ -30,8 +63,8 @@ def main() -> None:
     ovs.check_running()
     results: dict[str, Any] = {"benchmark": "scenarios", "host": platform.node(), "scenarios": {}}
     for name in args.scenario or ["elephant"]:
-        scenario = load_scenario(name)
-        spec_path = scenario.spec_path(args.spec)
+        scenario = load_workload(name)
+        spec_path = spec_file(scenario, args.spec)
         fabric = load_fabric(spec_path)
         per_seed = []
         for seed in args.seeds:
@@ -69,13 +102,17 @@ def main() -> None:
             results["scenarios"][name]["summary"]["incast"] = {
                 mode: {
                     "queue_p99_bytes": [m["bottleneck_queue"]["p99_bytes"] for m in ms],
+                    "converging_queue_p99_bytes": [m["incast"]["converging_queue_p99_bytes"] for m in ms],
                     "drops": [m["drops"] for m in ms],
+                    "converging_drops": [m["incast"]["converging_drops"] for m in ms],
                     "policed": [m["policed"] for m in ms],
                     "senders_jain": [m["incast"]["senders_jain"] for m in ms],
                     "bystander_share": [m["incast"]["bystander_share"] for m in ms],
                 }
                 for mode, ms in (("ecmp", ecmp), ("te", te))
             }
+        if te[0]["jobs"]:
+            results["scenarios"][name]["summary"]["jobs"] = job_summary(per_seed)
         print(json.dumps(results["scenarios"][name]["summary"], indent=2), flush=True)
     out = write_result(args.out, results)
     print(f"wrote {out}")

@@ -97,20 +97,23 @@ def demo(args) -> int:
 
 
 def scenario(args) -> int:
-    from controller.fabric import DEFAULT_SPEC, load_spec
     from emulation.scenarios.judge import OptimumExceeded
-    from emulation.scenarios.report import build_report, report_stem, table, write
-    from emulation.scenarios.runner import run_scenario
-    from emulation.scenarios.spec import available, check_events, load_scenario
+    from emulation.scenarios.output import report_stem, write
+    from emulation.scenarios.report import build_report
+    from emulation.scenarios.runner import check_emulable, run_scenario
+    from emulation.scenarios.table import table
+    from emulation.workload import available, load_workload, spec_file
+    from emulation.workload.events import check_events
 
     if args.scenario_cmd == "list":
         for name in available():
-            print(f"{name:14} {load_scenario(name).description}")
+            print(f"{name:20} {load_workload(name).description}")
         return 0
-    spec = load_scenario(args.name)
-    spec_path = spec.spec_path(args.spec)
-    spec = check_events(spec, load_spec(spec_path or DEFAULT_SPEC))  # before any fabric is built
+    workload = load_workload(args.name)
+    spec_path = spec_file(workload, args.spec)
     fabric = load_fabric(spec_path)
+    workload = check_events(workload, fabric)  # before any fabric is built
+    check_emulable(workload)
     ovs.check_running()
     started = time.monotonic()
 
@@ -118,12 +121,12 @@ def scenario(args) -> int:
         print(f"\r{text}   ", end="", flush=True)
 
     raw_dir = (
-        Path(args.out) / f"{report_stem(spec.name, fabric.spec.name, args.seed)}-iperf3" if args.keep_raw else None
+        Path(args.out) / f"{report_stem(workload.name, fabric.spec.name, args.seed)}-iperf3" if args.keep_raw else None
     )
-    runs = run_scenario(fabric, spec_path, spec, args.seed, progress, raw_dir)
+    runs = run_scenario(fabric, spec_path, workload, args.seed, progress, raw_dir)
     print()
     try:
-        report = build_report(fabric, spec, args.seed, runs)
+        report = build_report(fabric, workload, args.seed, runs)
     except OptimumExceeded as exc:  # a bug: keep the evidence, then fail
         if exc.report is not None:
             print(f"report kept for inspection: {write(exc.report, runs, fabric, Path(args.out))}")
@@ -142,27 +145,29 @@ def simulate(args) -> int:
     import gc
     import sys
 
-    from controller.fabric.spec import SPECS_DIR
     from emulation.simulate.output import write
     from emulation.simulate.report import table
     from emulation.simulate.run import simulate as run_simulation
-    from emulation.simulate.workload import WorkloadError, load_workload
+    from emulation.workload import WorkloadError, load_workload, spec_file
 
     if args.duration is not None and not 0 < args.duration <= 3600:
         raise WorkloadError("--duration", f"got {args.duration:g}", "more than 0 and at most 3600 seconds")
-    spec = args.spec
-    if spec and not Path(spec).exists() and (SPECS_DIR / spec).exists():
-        spec = str(SPECS_DIR / spec)
-    fabric = load_fabric(spec)
     workload = load_workload(args.workload)
+    fabric = load_fabric(spec_file(workload, args.spec))  # --spec, else the scenario's own, else the demo
     gc.freeze()  # the fabric's objects are here to stay: keep them out of every collection
     started = time.monotonic()
     width = 30
 
+    # A progress line redrawn in place is for a terminal; a log or a pipe gets the result only.
+    live = sys.stderr.isatty()
+
     def notify(text: str) -> None:
-        print(f"\r{text:<72.72s}", end="", file=sys.stderr, flush=True)
+        if live:
+            print(f"\r{text:<72.72s}", end="", file=sys.stderr, flush=True)
 
     def progress(t: float, total: float, cycle) -> None:
+        if not live:
+            return
         done = int(width * t / total) if total else width
         bar = "=" * done + ">" * (done < width) + " " * (width - done - 1)
         print(
@@ -176,9 +181,11 @@ def simulate(args) -> int:
     try:
         result = run_simulation(fabric, workload, args.seed, args.duration, progress, notify=notify)
     except BaseException:
-        print(f"\r{'':100s}\r", end="", file=sys.stderr)  # the error gets a line of its own
+        if live:
+            print(f"\r{'':100s}\r", end="", file=sys.stderr)  # the error gets a line of its own
         raise
-    print(file=sys.stderr)
+    if live:
+        print(file=sys.stderr)
     path = write(result, Path(args.out))
     print(table(result))
     print(f"\nresult: {path} (plot: {path.with_suffix('.png')}); {time.monotonic() - started:.1f} s")
@@ -240,12 +247,18 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
 
     sim = sub.add_parser(
         "simulate",
-        help="flow-level what-if: a workload on any spec, ECMP and spraying vs the real TE engine, against the optimum",
+        help="flow-level what-if: a scenario on any spec, its placements and routings vs the real TE engine, "
+        "against the optimum",
     )
     sim.set_defaults(run=simulate)
-    sim.add_argument("--spec", help="fabric spec YAML, or a shipped spec's file name (default: the shipped demo spec)")
     sim.add_argument(
-        "--workload", required=True, help="a shipped workload (permutation, incast, job-mix, ...) or a YAML path"
+        "--spec",
+        help="fabric spec YAML, or a shipped spec's file name (default: the scenario's own fabric, else the demo spec)",
+    )
+    sim.add_argument(
+        "--workload",
+        required=True,
+        help="a shipped scenario (elephant, incast-8, job-mix, training-mix-large, ...) or a YAML path",
     )
     sim.add_argument("--seed", type=int, default=1, help="seeds source ports (the ECMP hash), job draws and noise")
     sim.add_argument("--duration", type=float, help="simulated seconds (default: the workload's duration_s)")

@@ -14,9 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from controller.errors import FieldError
+from controller.yamldoc import parse_yaml, read_yaml
 
 SPECS_DIR = Path(__file__).parent / "specs"
 DEFAULT_SPEC = SPECS_DIR / "default.yaml"
@@ -89,20 +88,11 @@ _KIND_REQUIRED = {
 
 
 def load_spec(path: str | Path) -> FabricSpec:
-    path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise SpecError("<file>", f"cannot read {path}: {exc.strerror}") from exc
-    return parse_spec(text)
+    return spec_from_dict(read_yaml(path, SpecError))
 
 
 def parse_spec(text: str) -> FabricSpec:
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise SpecError("<document>", f"not valid YAML: {exc}") from exc
-    return spec_from_dict(doc)
+    return spec_from_dict(parse_yaml(text, SpecError))
 
 
 def spec_from_dict(doc: Any) -> FabricSpec:

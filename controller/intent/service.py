@@ -19,22 +19,31 @@ from controller.errors import AlreadyExists, FieldError, NotFound, shown
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.intent.drains import rerouted_jobs, resolve_link, resolve_switch
 from controller.intent.model import FlowPin, Intent, pin_from_doc, pin_to_doc, validate_pin
+from controller.intent.retries import (
+    MAX_RETIRED,
+    Retired,
+    check_same_request,
+    retired_from_doc,
+    retired_to_doc,
+)
 from controller.intent.store import Change, IntentStore
 from controller.metrics import Metrics
 from controller.te.capacity import FreeCapacity, Usage, free_capacity
-from controller.te.jobs import Drains, Job, JobRequest, job_from_doc, job_to_doc
+from controller.te.jobs import Drains, Job, JobRequest, job_from_doc, job_to_doc, validate_request
 from controller.te.load import LoadLedger
 from controller.te.placement import FabricState, place
 
 log = logging.getLogger(__name__)
 
 
-def intent_from_store(fabric: Fabric, store: IntentStore, metrics: Metrics) -> Intent:
+def intent_from_store(fabric: Fabric, store: IntentStore, metrics: Metrics) -> tuple[Intent, dict[str, Retired]]:
     """Stored intent, minus records this fabric cannot honour (e.g. the spec
-    shrank). Those stay in the store, untouched, and are reported; one bad
-    record must not stop the controller from serving the rest."""
+    shrank), and the retry keys of released jobs. Records that cannot be
+    honoured stay in the store, untouched, and are reported; one bad record
+    must not stop the controller from serving the rest."""
     snapshot = store.load()
     pins, jobs, drained_switches, drained_links = {}, {}, set(), set()
+    retired: dict[str, Retired] = {}
     gpu_holder: dict[NicId, str] = {}  # a GPU (by its NIC) -> the job holding it
     for (kind, name), doc in snapshot.records.items():
         try:
@@ -59,6 +68,8 @@ def intent_from_store(fabric: Fabric, store: IntentStore, metrics: Metrics) -> I
                 drained_switches.add(resolve_switch(fabric, name))
             elif kind == "drain-link":
                 drained_links.add(resolve_link(fabric, name))
+            elif kind == "retired":
+                retired[name] = retired_from_doc(name, doc)
             else:
                 raise ValueError(f"unknown record kind {kind!r}")
         except (KeyError, ValueError, TypeError, LookupError, FieldError) as exc:
@@ -68,7 +79,7 @@ def intent_from_store(fabric: Fabric, store: IntentStore, metrics: Metrics) -> I
         log.error("stored %s %r ignored: its record is not valid JSON", kind, name)
         metrics.errors.labels("intent", "invalid_stored_intent").inc()
     drains = Drains(frozenset(drained_switches), frozenset(drained_links))
-    return Intent(pins=pins, jobs=jobs, drains=drains, revision=snapshot.revision)
+    return Intent(pins=pins, jobs=jobs, drains=drains, revision=snapshot.revision), retired
 
 
 class JobEventKind(StrEnum):
@@ -102,7 +113,7 @@ class IntentService:
         self._live_load = live_load
         self._clock = clock
         self._lock = threading.Lock()
-        self._intent = intent_from_store(fabric, store, metrics)
+        self._intent, self._retired = intent_from_store(fabric, store, metrics)
         # Kept in step with the jobs so placement does not re-add every job's
         # demand, rescan every loaded link or recount every GPU on each
         # request (each of those dominates on a 16k-GPU fabric).
@@ -155,24 +166,37 @@ class IntentService:
 
     # --- jobs ---------------------------------------------------------------
     def place_job(self, request: JobRequest) -> tuple[Job, bool]:
-        """(job, created). A retry with the same request_id returns the original
-        placement; any other request for an existing job id is refused."""
+        """(job, created). Validation comes first: an invalid request is refused
+        whatever its key. A retry (same job id and request_id, same parameters)
+        returns the original placement, also for RETRY_WINDOW_S after its
+        release (retries.py); the same key with other parameters is refused,
+        and so is any other request for an existing job id."""
+        validate_request(self.fabric, request)
         with self._lock:
             current = self._intent
             existing = current.jobs.get(request.job_id)
             if existing is not None:
                 if request.request_id and existing.request.request_id == request.request_id:
+                    check_same_request(existing.request, request)
                     return existing, False
                 raise AlreadyExists(
                     f"job {request.job_id!r} already exists (placed at {existing.placed_at:.3f}); "
                     "release it first, or retry with its original request_id"
                 )
+            now = self._clock()
+            retired = self._retired.get(request.job_id)
+            if retired is not None and request.request_id == retired.request_id and retired.live(now):
+                check_same_request(retired.job.request, request)
+                return retired.job, False
             state = FabricState(
                 current.jobs, current.drains, self._live_load(), self._ledger.bps, self._usage, self._ledger
             )
-            job = place(self.fabric, state, request, self._clock())
+            job = place(self.fabric, state, request, now)
             new = current.with_jobs({job.job_id: job})
-            self._commit(new, Change(puts={("job", job.job_id): job_to_doc(job)}))
+            # A new placement under this id ends the old key's replay.
+            forgotten = {("retired", job.job_id)} if retired is not None else set()
+            self._commit(new, Change(puts={("job", job.job_id): job_to_doc(job)}, deletes=frozenset(forgotten)))
+            self._retired.pop(job.job_id, None)
             self._ledger.add(job)
             self._usage.add(job)
         log.info(
@@ -193,13 +217,23 @@ class IntentService:
         return job
 
     def release_job(self, job_id: str) -> Job:
+        """Releases the job; its retry key, if it had one, is kept (retries.py)."""
         with self._lock:
             current = self._intent
             new = current.without_job(job_id)  # raises NotFound
-            self._commit(new, Change(puts={}, deletes=frozenset({("job", job_id)})))
-            self._ledger.add(current.jobs[job_id], sign=-1.0)
-            self._usage.remove(current.jobs[job_id])
-        job = current.jobs[job_id]
+            job = current.jobs[job_id]
+            now = self._clock()
+            retired = {j: r for j, r in self._retired.items() if r.live(now)}
+            if job.request.request_id:
+                retired[job_id] = Retired(job, now)
+            # Keys past their window, and the oldest beyond MAX_RETIRED, are forgotten here.
+            retired = dict(sorted(retired.items(), key=lambda kv: kv[1].released_at)[-MAX_RETIRED:])
+            puts = {("retired", job_id): retired_to_doc(retired[job_id])} if job_id in retired else {}
+            deletes = {("job", job_id)} | {("retired", j) for j in self._retired.keys() - retired.keys()}
+            self._commit(new, Change(puts=puts, deletes=frozenset(deletes)))
+            self._retired = retired
+            self._ledger.add(job, sign=-1.0)
+            self._usage.remove(job)
         log.info("job %s released (revision %d)", job_id, new.revision)
         self._changed(new, [JobEvent(JobEventKind.RELEASED, job, new.revision)])
         return job

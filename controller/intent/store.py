@@ -82,6 +82,9 @@ def _hold(path: Path) -> int:
     return fd
 
 
+_TABLES = {"intent": ["kind", "name", "body"], "meta": ["key", "value"]}
+
+
 class SqliteIntentStore:
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -111,6 +114,16 @@ class SqliteIntentStore:
         if version not in (0, SCHEMA_VERSION):
             db.close()
             raise StoreError(f"{self.path}: schema version {version}, this Railyard knows {SCHEMA_VERSION}")
+        tables = {
+            name: [column[1] for column in db.execute(f"PRAGMA table_info({name})")]
+            for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        }
+        # A new store has no tables yet; anything else is somebody's database,
+        # which this must neither write into nor misread.
+        if tables and tables != _TABLES:
+            db.close()
+            found = "; ".join(f"{t}({', '.join(c)})" for t, c in sorted(tables.items()))
+            raise StoreError(f"{self.path}: a SQLite database, but not a Railyard store (tables: {found})")
         db.executescript(f"""
             CREATE TABLE IF NOT EXISTS intent (
                 kind TEXT NOT NULL, name TEXT NOT NULL, body TEXT NOT NULL, PRIMARY KEY (kind, name));

@@ -119,12 +119,15 @@ def assign_greedy(fabric: Fabric, drains: Drains, base: Loads, flows: Sequence[J
                 middles[(src_leaf, dst_leaf)] = options
             demand = flow.demand_bps
             ends = fabric.nic_egress(flow.src), fabric.attachment(flow.dst)
-            # The same (peak over the whole path, via) key as above, the ends shared by every via.
+            # The peak over the whole path first, the ends shared by every via. Where
+            # the ends decide it (a NIC its flows fill), the middle's own peak breaks
+            # the tie: else every such flow takes the first spine, and a NIC-limited
+            # all-to-all runs its uplinks full while the others idle.
             common = max((layer.bps(e) + demand) / capacity[e] for e in ends)
 
-            def key(option: tuple[str, tuple[Endpoint, ...]], common=common, demand=demand) -> tuple[float, str]:
+            def key(option: tuple[str, tuple[Endpoint, ...]], common=common, demand=demand) -> tuple[float, float, str]:
                 middle = max(((layer.bps(e) + demand) / capacity[e] for e in option[1]), default=0.0)
-                return max(common, middle), option[0]
+                return max(common, middle), middle, option[0]
 
             chosen = replace(flow, via=min(options, key=key)[0])
         layer.add(flow_path(fabric, chosen), chosen.demand_bps)

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-from controller.fabric import Endpoint, Fabric
+from controller.fabric import Endpoint, Fabric, NicId
 from emulation.model.fair import fill, max_min_rates
 from emulation.model.lp import Filling, OptimumError, max_total, progressive_filling
 from emulation.model.network import NO_OUTAGE, ModelFlow, Network, Outage, Units, build_network, capacities
@@ -110,6 +110,26 @@ def splittable_optimum(
     started = time.perf_counter()
     net = build_network(fabric, flows, capacities(fabric, units, outage))
     return _splittable(net, progressive_filling(net), started)
+
+
+def concurrent_time_s(
+    fabric: Fabric,
+    pairs: Sequence[tuple[NicId, NicId]],
+    bits: float,
+    *,
+    units: Units = Units.EMULATED,
+    outage: Outage = NO_OUTAGE,
+) -> float:
+    """The least time in which every one of these flows can move `bits`, each
+    free to split over its paths: bits / the largest rate all can have at
+    once, the lowest rate of the splittable max-min optimum (its first level).
+    Averaged over time, any schedule that ends by T is such a flow of
+    bits / T, so nothing finishes sooner. inf: a flow has no live path."""
+    if not pairs:
+        return 0.0
+    optimum = splittable_optimum(fabric, [ModelFlow(s, d) for s, d in pairs], units=units, outage=outage)
+    slowest = min(optimum.rates_bps)
+    return bits / slowest if slowest > 0 else math.inf
 
 
 def single_path_optimum(

@@ -22,7 +22,7 @@ def permutation_pairs(fabric: Fabric, error: type[FieldError] = FieldError) -> l
 
 
 def incast_pairs(
-    fabric: Fabric, fan_in: int, seed: int, error: type[FieldError] = FieldError
+    fabric: Fabric, fan_in: int, seed: int, error: type[FieldError] = FieldError, rail: int | None = None
 ) -> tuple[list[tuple[NicId, NicId]], tuple[NicId, NicId] | None]:
     """(senders -> one receiver, a bystander pair), all on one rail (a server
     reaches another rail through its NIC on that rail anyway). Senders sit
@@ -31,7 +31,8 @@ def incast_pairs(
     receiver (same leaf): it shares the spine -> leaf downlinks the incast
     crosses, but no sender's NIC and not the receiver's."""
     rng = random.Random(seed)
-    rail = rng.choice(sorted({n.rail for n in fabric.nics}))
+    drawn = rng.choice(sorted({n.rail for n in fabric.nics}))  # drawn either way: a seed keeps its ports
+    rail = drawn if rail is None else rail
     on_rail = sorted(n for n in fabric.nics if n.rail == rail)
     dst = on_rail[-1]
     remote = [n for n in on_rail if n.pod != dst.pod]
@@ -50,7 +51,6 @@ def incast_pairs(
 
 ROCE_PORT = 4791  # RoCEv2's UDP port: a UDP flow's destination port, counted up per destination
 TCP_BASE_PORT = 5201  # iperf3's: a TCP flow's destination port, one per flow
-BYSTANDER_PORT = 5299  # the incast's bystander elephant
 
 
 def flow_ports(pairs: Sequence[tuple[NicId, NicId]], protocol: str, seed: int) -> list[tuple[int, int]]:

@@ -56,6 +56,16 @@ def _mininet():
     return Mininet, RemoteController, RailyardSwitch
 
 
+# No slow start after idle: RoCE does not restart slowly after a pause, where
+# Linux TCP would at every iteration of a job, after its compute gap. (The
+# congestion control is set per socket: emulation/traffic/iperf.py.)
+HOST_SYSCTLS = (
+    "net.ipv6.conf.all.disable_ipv6=1",
+    "net.ipv6.conf.default.disable_ipv6=1",
+    "net.ipv4.tcp_slow_start_after_idle=0",
+)
+
+
 class EmulatedFabric:
     def __init__(self, fabric: Fabric, controller: str | None = None, state_dir: Path = STATE_DIR) -> None:
         self.fabric = fabric
@@ -194,6 +204,8 @@ class EmulatedFabric:
         netns.run_batch(None, "tc", tc_lines)
 
     def _configure_hosts(self) -> None:
+        """Addresses, routes, static neighbours, shaping; and the TCP the
+        emulated servers run, the same on every host (HOST_SYSCTLS)."""
         mtu = self.fabric.spec.emulation.mtu
         queue = self.fabric.spec.emulation.queue_packets
         by_prefix: dict[tuple[int, int], list[NicId]] = {}
@@ -201,9 +213,7 @@ class EmulatedFabric:
             by_prefix.setdefault((nic.rail, nic.pod), []).append(nic)
         for server in self.fabric.servers:
             pid = self.host_pids[server.name]
-            netns.run(
-                pid, ["sysctl", "-qw", "net.ipv6.conf.all.disable_ipv6=1", "net.ipv6.conf.default.disable_ipv6=1"]
-            )
+            netns.run(pid, ["sysctl", "-qw", *HOST_SYSCTLS])
             ip_lines, tc_lines = [], []
             for nic in server.nics:
                 intf = ad.nic_name(nic)

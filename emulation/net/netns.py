@@ -7,8 +7,11 @@ other process (CLI, tests, the telemetry agent), given the shell's pid.
 
 from __future__ import annotations
 
+import ctypes
 import os
+import socket
 import subprocess
+import threading
 from collections.abc import Sequence
 
 from controller.errors import HostError
@@ -47,3 +50,38 @@ def netns_inode(pid: int) -> int | None:
         return os.stat(f"/proc/{pid}/ns/net").st_ino
     except OSError:
         return None
+
+
+_CLONE_NEWNET = 0x40000000
+
+
+def socket_in(pid: int, kind: socket.SocketKind) -> socket.socket:
+    """An IPv4 socket that lives in the network namespace of `pid`, made by a
+    short-lived thread that enters it (setns moves the calling thread only;
+    Python 3.11 has no os.setns). A socket keeps the namespace it was made in,
+    so any thread of this process may then use it: one process drives
+    persistent connections between many emulated servers, with no process
+    started per transfer."""
+    made: list[socket.socket | BaseException] = []
+
+    def enter_and_make() -> None:
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+            try:
+                if libc.setns(fd, _CLONE_NEWNET) != 0:
+                    errno = ctypes.get_errno()
+                    raise OSError(errno, f"setns into the namespace of pid {pid}: {os.strerror(errno)}")
+            finally:
+                os.close(fd)
+            made.append(socket.socket(socket.AF_INET, kind))
+        except BaseException as exc:  # handed to the caller's thread
+            made.append(exc)
+
+    thread = threading.Thread(target=enter_and_make, name=f"netns-{pid}")
+    thread.start()
+    thread.join()
+    result = made[0]
+    if isinstance(result, BaseException):
+        raise NamespaceError(f"cannot open a socket in the namespace of pid {pid}: {result}") from result
+    return result

@@ -1,7 +1,8 @@
 """What a scenario run is judged against, and how. Pure (the optimum's LPs included).
 
-- Phases: the run splits at each scenario event (a link going down), and each
-  phase has its own exact optimum with the links down so far: max-min fair,
+- Phases: the run splits at each failure and repair, and wherever a flow
+  starts or stops; each phase has its own exact optimum, of the flows sending
+  in it with what is down in it: max-min fair,
   splittable (emulation/model/optimum.py, the bound no routing beats), the
   single-path optimum beside it when it is known, and the throughput bound.
 - Goodput: each flow's receiver intervals (1 s) within the planned duration
@@ -19,12 +20,12 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from controller.fabric import Fabric
 from emulation.model.optimum import Bounds, ModelFlow, OptimumKind, Outage, Units, optimum_bounds
-from emulation.scenarios.spec import Scenario
 from emulation.traffic.iperf import FlowResult, FlowSpec
+from emulation.workload.model import Event
 
 # How far a measured aggregate may sit above the bound before it is a bug.
 # Goodput counts payload: at MTU 9000 the TCP/IP and Ethernet headers take
@@ -57,6 +58,11 @@ class Phase:
     end_s: float
     dead_links: tuple[str, ...]
     bounds: Bounds
+    dead_switches: tuple[str, ...] = ()
+
+    @property
+    def outage(self) -> Outage:
+        return Outage.of(self.dead_links, self.dead_switches)
 
     def overlap(self, t0: float, t1: float) -> float:
         return max(0.0, min(t1, self.end_s) - max(t0, self.start_s))
@@ -67,22 +73,51 @@ def model_flows(flows: Sequence[FlowSpec]) -> list[ModelFlow]:
     return [ModelFlow(f.src, f.dst, f.rate_bps if f.protocol == "udp" else math.inf) for f in flows]
 
 
-def phases(fabric: Fabric, scenario: Scenario, flows: Sequence[FlowSpec]) -> list[Phase]:
-    """The run cut at each event, with the optimum of each piece (emulated units)."""
-    cuts = [0.0, *(e.at_s for e in scenario.events), scenario.duration_s]
+def outages(events: Sequence[Event], duration_s: float) -> list[tuple[float, float, tuple[str, ...], tuple[str, ...]]]:
+    """(start, end, dead links, dead switches) of each stretch between the
+    events that fail or restore something (drains are the controller's
+    choice: the optimum may still use a drained link, so it stays a bound)."""
+    cuts = [0.0]
+    dead: list[tuple[tuple[str, ...], tuple[str, ...]]] = [((), ())]
+    links: set[str] = set()
+    switches: set[str] = set()
+    for e in events:
+        if e.kind not in ("link_down", "link_up", "switch_down", "switch_up"):
+            continue
+        target = links if e.kind.startswith("link_") else switches
+        (target.add if e.kind.endswith("_down") else target.discard)(e.target)
+        if e.at_s == cuts[-1]:
+            dead[-1] = (tuple(sorted(links)), tuple(sorted(switches)))
+        else:
+            cuts.append(e.at_s)
+            dead.append((tuple(sorted(links)), tuple(sorted(switches))))
+    return [(a, b, *d) for (a, b), d in zip(itertools.pairwise([*cuts, duration_s]), dead)]
+
+
+def phases(fabric: Fabric, events: Sequence[Event], duration_s: float, flows: Sequence[FlowSpec]) -> list[Phase]:
+    """The run cut at each failure or repair and wherever a flow starts or
+    stops, with the optimum of each piece (emulated units). A flow outside its
+    window asks for nothing there: counted as sending, it would lower the
+    others' optimum below what they can have."""
     model = model_flows(flows)
     out = []
-    for i, (start, end) in enumerate(itertools.pairwise(cuts)):
-        dead = tuple(e.link for e in scenario.events[:i])
-        bounds = optimum_bounds(fabric, model, units=Units.EMULATED, outage=Outage.of(dead))
-        out.append(Phase(start, end, dead, bounds))
+    for start, end, links, switches in outages(events, duration_s):
+        edges = {f.start_s for f in flows} | {f.end_s(duration_s) for f in flows}
+        cuts = sorted({start, end} | {t for t in edges if start < t < end})
+        for a, b in itertools.pairwise(cuts):
+            active = [
+                m if f.start_s <= a and f.end_s(duration_s) >= b else replace(m, demand_bps=0.0)
+                for f, m in zip(flows, model)
+            ]
+            bounds = optimum_bounds(fabric, active, units=Units.EMULATED, outage=Outage.of(links, switches))
+            out.append(Phase(a, b, links, bounds, switches))
     return out
 
 
 def planned_intervals(result: FlowResult, duration_s: float) -> tuple[float, ...]:
-    """The receiver's intervals within the planned duration (the client ran
-    `-t duration - start_s`); later ones are iperf3 waiting to finish."""
-    return result.interval_bps[: max(int(duration_s - result.flow.start_s + 1e-9), 0)]
+    """The receiver's intervals within the planned window (the client ran
+    `-t stop - start`); later ones are iperf3 waiting to finish."""
+    return result.interval_bps[: max(int(result.flow.end_s(duration_s) - result.flow.start_s + 1e-9), 0)]
 
 
 def measured(result: FlowResult, duration_s: float) -> list[tuple[float, float, float]]:
@@ -184,7 +219,16 @@ def _ceiling(p: Phase) -> float:
 def check(mode: str, figures: dict) -> None:
     """Raises OptimumExceeded when the run's or a phase's goodput is above
     what no routing can carry (the optimum, or the throughput bound where
-    that is higher), beyond the measurement tolerance."""
+    that is higher), or an iteration is faster than its job's optimum,
+    beyond the measurement tolerance."""
+    for job in figures.get("jobs", []):
+        fastest = job["slowdown_vs_optimum"]["min"]
+        if fastest is not None and fastest < 1 - TOLERANCE:
+            raise OptimumExceeded(
+                f"{mode} run, job {job['job']}: an iteration took {fastest:.1%} of its optimum iteration time, "
+                f"more than the {TOLERANCE:.0%} measurement tolerance below what no routing can beat: a bug in "
+                "the optimum or in the measurement, not a result"
+            )
     phases_ = figures["phases"]
     judged = [(f"{p['from_s']:g}-{p['to_s']:g} s", p, p["bound_over_optimum"]) for p in phases_]
     judged.append(("the whole run", figures, max((p["bound_over_optimum"] for p in phases_), default=1.0)))

@@ -1,37 +1,52 @@
 """`railyard scenario run`: the same scenario, same seed, twice in one
 invocation — underlay ECMP only, then with Railyard TE — each on a fresh
 fabric with the real controller daemon and telemetry agent, then the report.
+
+Unbounded flows (steady elephants, judged by goodput) run as iperf3;
+finite transfers, on/off sources and jobs' iterations run on persistent
+connections (emulation/traffic/transfers.py). Rates and sizes in the file
+are the real fabric's; both are scaled by emulated/real NIC rate, so every
+time in the file means the same here as in the simulator.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
+
+import grpc
 
 from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
 from controller.metrics import TE_DECISIONS
 from controller.southbound.overlay import is_railyard_meter
-from controller.te.jobs import JobRequest, Pattern
-from controller.te.placement import FabricState, place
+from controller.te.jobs import JobRequest
 from emulation.agent.telemetry_agent import FabricSampler, TelemetryAgent, read_queues
-from emulation.model.pairs import BYSTANDER_PORT, incast_pairs, permutation_pairs
 from emulation.net import netns, ovs
 from emulation.net.fabric import EmulatedFabric
 from emulation.processes.controller_process import ControllerProcess, Ports, total
-from emulation.scenarios.spec import Scenario, ScenarioError, check_events
 from emulation.scenarios.timeline import LoggedDecision, parse_decisions
-from emulation.traffic.iperf import FlowResult, FlowSpec, TrafficRun, make_flows
+from emulation.traffic.counters import ecmp_uplink
+from emulation.traffic.iperf import FlowResult, FlowSpec, TrafficRun
+from emulation.traffic.records import Iteration, Schedule, Stream, StreamResult
+from emulation.traffic.transfers import TransferEngine
+from emulation.workload import Workload, WorkloadError
+from emulation.workload.events import check_events
+from emulation.workload.expand import Placed, Placer, Plan, Transfer, expand
+from emulation.workload.model import Event, FlowsItem, Item, JobItem, JobMixItem, PatternItem, Window
+from emulation.workload.placers import railyard_placer
 
 log = logging.getLogger(__name__)
 
 SAMPLE_INTERVAL_S = 0.25
 MODES = ("ecmp", "te")
+MAX_EMULATED_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -44,10 +59,17 @@ class Sample:
 @dataclass
 class ModeRun:
     mode: str
-    flows: list[FlowSpec]
+    plan: Plan
+    flows: list[FlowSpec]  # the plan's unbounded transfers, run as iperf3, in plan order
     results: list[FlowResult] = field(default_factory=list)
+    streams: list[StreamResult] = field(default_factory=list)  # the other transfers, in plan order
+    iterations: list[Iteration] = field(default_factory=list)
+    skipped_events: list[str] = field(default_factory=list)  # drains, in a run with no controller to drain
+    # ECMP run: the spine the underlay hashes each job flow across (transfer index -> via), asked of the switches
+    underlay_vias: dict[int, str] = field(default_factory=dict)
     samples: list[Sample] = field(default_factory=list)
     drops: int = 0  # at switch egress queues
+    drops_by_port: dict[str, int] = field(default_factory=dict)  # interface -> drops at its queue
     policed: int = 0  # by Railyard's meters at sending leaves
     te_decisions: dict[str, float] = field(default_factory=dict)
     decisions: list[LoggedDecision] = field(default_factory=list)  # from the controller's log, since traffic start
@@ -58,30 +80,101 @@ class ModeRun:
     controller_log: str = ""  # the TE run's daemon log: every decision, with its reason
 
 
-def scenario_flows(fabric: Fabric, scenario: Scenario, seed: int, client=None) -> list[FlowSpec]:
-    """The flows of a scenario. Job scenarios place the job through the API when
-    a client is given (TE run), else with the same pure placement in-process
-    (ECMP run: no controller at all, so nothing steers the job's flows)."""
-    rate = fabric.spec.rates.emulated_nic_mbps * 1e6
-    if scenario.pattern == "permutation":
-        return make_flows(permutation_pairs(fabric, ScenarioError), scenario.protocol, seed=seed, rate_bps=rate)
-    if scenario.pattern == "incast":
-        senders, bystander = incast_pairs(fabric, scenario.fan_in, seed, ScenarioError)
-        flows = [
-            replace(f, start_s=scenario.incast_start_s)
-            for f in make_flows(senders, scenario.protocol, seed=seed, rate_bps=rate)
+def emulation_scale(fabric: Fabric) -> float:
+    """Emulated bits per real bit: sizes and rates shrink by it, times stay."""
+    return fabric.spec.rates.emulated_nic_mbps * 1e6 / (fabric.spec.rates.nic_gbps * 1e9)
+
+
+def check_emulable(workload: Workload) -> None:
+    """What the emulation cannot run, refused before a fabric is built."""
+    if workload.duration_s > MAX_EMULATED_S:
+        raise WorkloadError(
+            "duration_s", f"got {workload.duration_s:g}", f"at most {MAX_EMULATED_S:g} s in the emulation"
+        )
+    for i, item in enumerate(workload.traffic):
+        for where, window in _steady_windows(item, f"traffic[{i}]"):
+            length = window.stop(workload.duration_s) - window.start_s
+            if abs(length - round(length)) > 1e-9 or length < 1:
+                raise WorkloadError(
+                    f"{where}.stop_s",
+                    f"a steady flow sending {length:g} s",
+                    "whole seconds, at least one (iperf3 runs and reports steady flows by the second)",
+                )
+    for i, job in enumerate(workload.traffic):
+        if isinstance(job, JobItem | JobMixItem) and job.iterations and job.protocol == "udp":
+            raise WorkloadError(
+                f"traffic[{i}].protocol",
+                "udp iterations cannot finish in the emulation: it has no PFC, so a lost datagram is never resent",
+                "tcp for a job with iterations (udp for unbounded jobs)",
+            )
+
+
+def _steady_windows(item: Item, where: str) -> list[tuple[str, Window]]:
+    """The windows of an item's unbounded, always-on flows (those iperf3 runs)."""
+    if isinstance(item, PatternItem) and not item.bytes and not item.window.on_s:
+        return [(where, item.window)]
+    if isinstance(item, FlowsItem):
+        return [
+            (f"{where}.flows[{j}]", f.window) for j, f in enumerate(item.flows) if not f.bytes and not f.window.on_s
         ]
-        if scenario.bystander and bystander:
-            (extra,) = make_flows([bystander], "tcp", seed=seed + 1)
-            flows.append(FlowSpec(extra.src, extra.dst, "tcp", extra.src_port, BYSTANDER_PORT))
-        return flows
-    if client is not None:
-        job = client.place_job(f"{scenario.name}-job", fabric.gpu_count, scenario.collective, flow_gbps=100.0).job
-        pairs = [(ad.parse_nic_address(f.src_address), ad.parse_nic_address(f.dst_address)) for f in job.flows]
-    else:
-        request = JobRequest(f"{scenario.name}-job", fabric.gpu_count, Pattern(scenario.collective), 100.0)
-        pairs = [(f.src, f.dst) for f in place(fabric, FabricState(), request, now=0.0).flows]
-    return make_flows(pairs, scenario.protocol, seed=seed, rate_bps=rate)
+    if isinstance(item, JobItem) and not item.iterations:
+        return [(where, Window(item.start_s, item.stop_s))]
+    if isinstance(item, JobMixItem) and not item.iterations:
+        return [(where, Window())]
+    return []
+
+
+def api_placer(client) -> Placer:
+    """Jobs placed through the PlacementService, as a scheduler would."""
+
+    def place_one(request: JobRequest) -> Placed | None:
+        try:
+            job = client.place_job(
+                request.job_id,
+                request.gpu_count,
+                request.pattern.value,
+                request.flow_gbps,
+                gpus_per_server=request.gpus_per_server,
+                servers=request.servers,
+            ).job
+        except grpc.RpcError as exc:
+            if exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED:
+                return None
+            raise
+        gpus = tuple(ad.parse_nic_address(g.nic_address) for g in sorted(job.gpus, key=lambda g: g.rank))
+        flows = tuple(
+            (ad.parse_nic_address(f.src_address), ad.parse_nic_address(f.dst_address), f.spine) for f in job.flows
+        )
+        return Placed(gpus, flows)
+
+    return place_one
+
+
+def flow_spec(t: Transfer, scale: float, duration_s: float) -> FlowSpec:
+    rate = t.rate_bps * scale if math.isfinite(t.rate_bps) else 0.0
+    return FlowSpec(t.src, t.dst, t.protocol, t.src_port, t.dst_port, rate, t.window.start_s, t.window.stop(duration_s))
+
+
+def steady_flows(fabric: Fabric, plan: Plan, duration_s: float) -> list[FlowSpec]:
+    """The plan's unbounded flows, as iperf3 runs them (emulated units), in plan order."""
+    scale = emulation_scale(fabric)
+    return [flow_spec(t, scale, duration_s) for t in plan.transfers if t.unbounded]
+
+
+def stream(emu: EmulatedFabric, t: Transfer, scale: float, duration_s: float) -> Stream:
+    return Stream(
+        f"{ad.nic_ip(t.src)}:{t.src_port} -> {ad.nic_ip(t.dst)}:{t.dst_port}/{t.protocol}",
+        emu.pid_of(t.src),
+        emu.pid_of(t.dst),
+        ad.nic_ip(t.src),
+        ad.nic_ip(t.dst),
+        t.protocol,
+        t.src_port,
+        t.dst_port,
+        t.rate_bps * scale,
+        math.ceil(t.bytes * scale) if t.bytes else 0,
+        () if t.job else tuple(t.window.bursts(duration_s)),
+    )
 
 
 def _sampler(fabric: Fabric, start: float, stop: threading.Event, out: list[Sample]) -> None:
@@ -97,71 +190,122 @@ def _sampler(fabric: Fabric, start: float, stop: threading.Event, out: list[Samp
         before, then = now_counters, now
 
 
-def _drops() -> int:
-    return sum(drops for dev, (_, drops) in read_queues().items() if dev.startswith("ry"))
+def _drops() -> dict[str, int]:
+    """Drops so far at every fabric queue, by interface."""
+    return {dev: drops for dev, (_, drops) in read_queues().items() if dev.startswith("ry")}
 
 
-def _policed(fabric: Fabric) -> int:
-    """Packets Railyard's meters dropped at the sending leaves (a TE run's
-    meters are still in place here: they outlive the incast by seconds)."""
-    return sum(
-        n
-        for switch in fabric.switches
-        for meter_id, n in ovs.meter_band_packets(switch).items()
-        if is_railyard_meter(meter_id)
-    )
+class PolicedTally:
+    """Packets Railyard's meters dropped, summed over the run. A meter is
+    removed seconds after its incast ends, and its id may come back with a
+    fresh count, so counts are read while the run goes on, not once at its end."""
+
+    def __init__(self, fabric: Fabric) -> None:
+        self.switches = sorted(fabric.switches)
+        self.last: dict[tuple[str, int], int] = {}
+        self.total = 0
+
+    def sample(self) -> None:
+        seen = {}
+        for switch in self.switches:
+            for meter_id, n in ovs.meter_band_packets(switch).items():
+                if is_railyard_meter(meter_id):
+                    before = self.last.get((switch, meter_id), 0)
+                    self.total += n - before if n >= before else n
+                    seen[(switch, meter_id)] = n
+        self.last = seen  # a meter gone is forgotten: if its id returns, it counts from zero
+
+    def run(self, stop: threading.Event, interval_s: float = 0.5) -> None:
+        while not stop.wait(interval_s):
+            self.sample()
+        self.sample()
 
 
 def run_mode(
     fabric: Fabric,
     spec_path,
-    scenario: Scenario,
+    workload: Workload,
     seed: int,
     mode: str,
     workdir: Path,
     progress: Callable[[str], None],
     raw_dir: Path | None = None,
 ) -> ModeRun:
-    """ECMP: the fabric alone (its underlay), no controller. TE: the daemon and
-    the telemetry agent attached, placement through the API."""
+    """ECMP: the fabric alone (its underlay), no controller; jobs placed by
+    the same placement code in-process, so both runs carry the same flows.
+    TE: the daemon and the telemetry agent attached, placement through the API."""
     te = mode == "te"
     ports = Ports.pick()
     ctl = ControllerProcess(
         spec_path, workdir / f"{mode}.db", ports, workdir / f"controller-{mode}.log", reconcile_interval_s=2.0
     )
     run = None
+    duration = workload.duration_s
+    scale = emulation_scale(fabric)
     with EmulatedFabric(fabric, controller=ports.controller_target) as emu:
         agent = None
+        client = None
         try:
             if te:
                 ctl.start()
                 ctl.wait_ready(len(fabric.switches), timeout_s=60)
                 agent = TelemetryAgent(fabric, f"127.0.0.1:{ports.grpc}").start()
-                with ctl.client() as client:
-                    flows = scenario_flows(fabric, scenario, seed, client)
+                client = ctl.client()
+                plan = expand(fabric, workload, seed, api_placer(client))
             else:
-                flows = scenario_flows(fabric, scenario, seed)
-            run = ModeRun(mode, flows)
+                plan = expand(fabric, workload, seed, railyard_placer(fabric))
+            others = [i for i, t in enumerate(plan.transfers) if not t.unbounded]
+            run = ModeRun(mode, plan, steady_flows(fabric, plan, duration))
+            if not te:
+                run.underlay_vias = _underlay_vias(fabric, plan)
+            position = {index: k for k, index in enumerate(others)}
+            engine = TransferEngine(
+                [stream(emu, plan.transfers[i], scale, duration) for i in others],
+                [
+                    Schedule(
+                        j.job_id, tuple(position[i] for i in j.transfers), j.iterations, j.compute_gap_s, j.start_s
+                    )
+                    for j in plan.jobs
+                    if j.iterations and j.transfers  # a one-server job talks over NVLink, not the fabric
+                ],
+                duration,
+            )
+            if others:
+                engine.open()
             drops_before = _drops()
             stop = threading.Event()
-            traffic = TrafficRun(emu.popen, flows, scenario.duration_s, raw_dir).start()
+            traffic = TrafficRun(emu.popen, run.flows, duration, raw_dir).start() if run.flows else None
+            engine.start()
             start = time.time()
             sampler = threading.Thread(target=_sampler, args=(fabric, start, stop, run.samples), daemon=True)
             sampler.start()
-            for event in scenario.events:
-                threading.Timer(event.at_s, _link_down, args=(fabric, event.link)).start()
-            # Bounded: a flow whose path died may never finish on its own.
-            while time.time() - start < scenario.duration_s + 1 and any(p.poll() is None for p in traffic.clients):
+            policed = PolicedTally(fabric)
+            metering = threading.Thread(target=policed.run, args=(stop,), daemon=True)
+            metering.start()
+            timers = [
+                threading.Timer(event.at_s, _apply, args=(fabric, event, client, run.skipped_events))
+                for event in workload.events
+            ]
+            for timer in timers:
+                timer.start()
+            while time.time() - start < duration:
                 time.sleep(1.0)
-                progress(
-                    f"{scenario.name} [{mode}] {min(time.time() - start, scenario.duration_s):4.1f}"
-                    f"/{scenario.duration_s:g} s"
-                )
-            run.results = traffic.wait(grace_s=5.0)
+                progress(f"{workload.name} [{mode}] {min(time.time() - start, duration):4.1f}/{duration:g} s")
+            # Bounded: a flow whose path died may never finish on its own.
+            run.results = traffic.wait(grace_s=5.0) if traffic else []
+            engine.wait()
+            run.streams, run.iterations = engine.results, engine.iterations
+            for timer in timers:
+                timer.join()
             stop.set()
             sampler.join(timeout=5)
-            run.drops = _drops() - drops_before
-            run.policed = _policed(fabric)
+            metering.join(timeout=5)
+            # The run's own seconds: after them, traffic is only winding down.
+            run.samples = [s for s in run.samples if s.t <= duration]
+            drops_after = _drops()
+            run.drops_by_port = {dev: n - drops_before.get(dev, 0) for dev, n in drops_after.items()}
+            run.drops = sum(run.drops_by_port.values())
+            run.policed = policed.total
             if not te:
                 return run
             assert agent is not None  # started above whenever te is on
@@ -176,33 +320,66 @@ def run_mode(
         finally:
             if agent is not None:
                 agent.stop()
+            if client is not None:
+                client.close()
             ctl.stop()
             if te and run is not None:
                 run.controller_log = (workdir / f"controller-{mode}.log").read_text(errors="replace")
     return run
 
 
-def _link_down(fabric: Fabric, link: str) -> None:
-    switch, _, port = link.rpartition(":")
-    fabric.ports(switch)[int(port)]  # validates
-    netns.run(None, ["ip", "link", "set", ad.switch_port_name(switch, int(port)), "down"])
-    log.info("scenario: %s down", link)
+def _underlay_vias(fabric: Fabric, plan: Plan) -> dict[int, str]:
+    """Where the switches' own hash sends each job flow (ofproto/trace at its
+    ingress leaf; a rail-optimized leaf's uplink names the spine)."""
+    out = {}
+    for i, t in enumerate(plan.transfers):
+        if not t.job:
+            continue
+        uplink = ecmp_uplink(fabric, FlowSpec(t.src, t.dst, t.protocol, t.src_port, t.dst_port))
+        if uplink is not None and uplink.port:
+            link = fabric.ports(uplink.node).get(uplink.port)
+            out[i] = link.peer(uplink.node).node if link is not None and not link.is_access else ""
+    return out
+
+
+def _apply(fabric: Fabric, event: Event, client, skipped: list[str]) -> None:
+    """A scenario event, at its time. Links and switches fail by their ports
+    (carrier lost at both ends, as a cable or a box does); drains go through
+    the controller, and a run without one has nothing to drain."""
+    what = f"{event.kind} {event.target} at {event.at_s:g} s"
+    if event.kind in ("drain", "undrain"):
+        if client is None:
+            skipped.append(what + ": no controller in this run")
+            return
+        client.drain("link" if event.on_link else "switch", event.target, event.kind == "drain")
+    else:
+        state = "down" if event.kind.endswith("_down") else "up"
+        if event.on_link:
+            switch, _, port = event.target.rpartition(":")
+            ports = [int(port)]
+        else:
+            switch, ports = event.target, sorted(fabric.ports(event.target))
+        netns.run_batch(None, "ip", [f"link set {ad.switch_port_name(switch, p)} {state}" for p in ports])
+    log.info("scenario: %s", what)
 
 
 def run_scenario(
     fabric: Fabric,
     spec_path,
-    scenario: Scenario,
+    workload: Workload,
     seed: int,
     progress: Callable[[str], None] = lambda _: None,
     raw_dir: Path | None = None,
 ) -> dict[str, ModeRun]:
     """`raw_dir`: keep iperf3's own JSON reports there, one folder per mode."""
-    scenario = check_events(scenario, fabric.spec)  # a link event that is no uplink stops here, before Mininet
+    # Refusals (an event that is no uplink, what the emulation cannot run) stop here, before Mininet.
+    workload = check_events(workload, fabric)
+    check_emulable(workload)
+    expand(fabric, workload, seed, railyard_placer(fabric))  # placement and flows: refused here, if at all
     with tempfile.TemporaryDirectory(prefix="railyard-scenario-") as tmp:
         return {
             mode: run_mode(
-                fabric, spec_path, scenario, seed, mode, Path(tmp), progress, raw_dir / mode if raw_dir else None
+                fabric, spec_path, workload, seed, mode, Path(tmp), progress, raw_dir / mode if raw_dir else None
             )
             for mode in MODES
         }

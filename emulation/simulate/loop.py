@@ -1,30 +1,26 @@
 """The closed loop: fluid model -> telemetry -> the real TE engine -> the real
-overlay -> paths -> rates, one TE cycle per telemetry sample. Pure: the
-clock is simulated, and the only outputs are the per-cycle records.
+overlay -> paths -> rates, one TE cycle per telemetry interval. Pure: the
+clock is simulated, and the only outputs are the per-cycle records and the
+timeline's iterations.
 
-Per cycle, at t = k x interval:
+Cycle k closes the interval ((k-1) x interval, k x interval]:
 
-1. the fabric as it is at t: link events so far, flows started so far, and
-   the moves and meters whose entries have landed (decided at least
-   `latency_s` earlier); rates re-solved when any of that changed;
-2. telemetry as the agent reports it: a flow record per flow (rate, bytes,
-   the ingress leaf's egress it takes) and a port sample per loaded switch
-   egress, each times a uniform noise factor; port rates smoothed like the
-   controller's LinkView does (the same EWMA);
+1. the fluid model runs through the interval (timeline.py: bursts,
+   iterations, completions), re-solved wherever the fabric changes: at an
+   event (a link or switch dying or coming back, a drain) and where a move
+   or meter the engine decided lands, `latency_s` after its cycle;
+2. telemetry as the agent reports it (sensor.py): per flow the interval's
+   byte delta, per loaded switch egress its mean load, each times a uniform
+   noise factor, port rates smoothed like the controller's LinkView;
 3. `controller.te.engine.step`, exactly as the TE runner calls it (with the
-   placed jobs' steered pairs);
+   placed jobs' steered pairs and the operator's drains at the time);
 4. if its moves or meters changed (the TE runner's own test), the overlay is
    rendered by the real overlay code and diffed per switch by the
-   reconciler's `diff_table` (flowmods.py): the flow-mods that pass would
-   send. The moves take effect `latency_s` later.
-
-Idle switch ports are left out of the port samples: the engine reads a
-missing port as an idle one (and a down port is always reported).
+   reconciler's `diff_table` (flowmods.py): the flow-mods that pass would send.
 """
 
 from __future__ import annotations
 
-import bisect
 import gc
 import time
 from collections import Counter
@@ -33,27 +29,19 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from controller.fabric import Endpoint, Fabric
+from controller.fabric import Fabric
 from controller.intent.model import Intent
 from controller.te.engine import DecisionKind, EngineConfig, TeState, step
-from controller.te.jobs import Drains
-from controller.te.view import EWMA_ALPHA, FlowKey, FlowSample, PortSample
-from emulation.model.fluid import link_loads, max_min_rates
+from controller.te.view import FlowKey
+from emulation.model.fluid import link_loads
+from emulation.simulate.conditions import Condition, at
 from emulation.simulate.figures import collided_uplinks, natural_demand
 from emulation.simulate.flowmods import FlowModCounter
-from emulation.simulate.routes import AckRoutes, Routes, ack_steering, ecmp_routes
-from emulation.simulate.traffic import SimFlow
+from emulation.simulate.prepared import Prepared, Routing
+from emulation.simulate.sensor import Sensor
+from emulation.simulate.timeline import Timeline
 
 GC_EVERY_CYCLES = 50
-
-
-@dataclass(frozen=True)
-class Phase:
-    """A stretch of the run with the same flows started and the same links dead."""
-
-    start_s: float
-    dead: tuple[str, ...]
-    started: np.ndarray  # per flow
 
 
 @dataclass(frozen=True)
@@ -64,21 +52,31 @@ class LoopSettings:
     duration_s: float = 10.0
     engine: EngineConfig = field(default_factory=EngineConfig)
     seed: int = 0
+    resolve_s: float = 0.0  # the timeline's coalescing of completions (timeline.py)
+
+    @property
+    def cycles(self) -> int:
+        return max(round(self.duration_s / self.interval_s), 1)
+
+    @property
+    def simulated_s(self) -> float:
+        """Whole TE cycles: what every arm of a run simulates."""
+        return self.cycles * self.interval_s
 
 
 @dataclass(frozen=True)
 class Cycle:
     t: float
-    phase: int
+    phase: int  # the condition of the fabric at t
     aggregate_bps: float  # of the rates in effect at t, before this cycle's step
-    collided_uplinks: int  # by the flows' natural demands (figures.collided_uplinks)
+    collided_uplinks: int  # by the sending flows' natural demands (figures.collided_uplinks)
     engine_collisions: int  # uplinks the engine itself calls collided after its step
     reroutes: int  # REROUTE decisions of this step
     moves_active: int
     meters_active: int
     flow_mods: int  # entries this cycle's reconcile pass would add, change or delete
     meter_mods: int
-    path_changes: int  # flows whose path changed at t (moves landing, failover)
+    path_changes: int  # flows whose path changed in the interval (moves landing, failover)
     step_s: float
     fluid_s: float
     telemetry_s: float
@@ -93,84 +91,42 @@ class LoopResult:
     path_changes_per_flow: np.ndarray
     final_rates: np.ndarray
     wall_s: float
+    timeline: Timeline
 
 
 Progress = Callable[[float, float, "Cycle"], None]
 
 
-@dataclass(frozen=True)
-class _PhaseView:
-    index: int
-    capacity: np.ndarray
-    base: np.ndarray  # per flow: its route on the underlay (or its job's steering)
-    down: np.ndarray  # per egress
-    started: np.ndarray  # per flow
-    natural: np.ndarray  # per flow: its natural demand (figures.natural_demand)
+@dataclass
+class _Landed:
+    """The engine's moves and meters as the switches have them."""
 
-
-@dataclass(frozen=True)
-class _Solution:
-    signature: tuple[int, bytes, bytes]  # phase, routes, demands: what the rates depend on
-    rates: np.ndarray
-    loads: np.ndarray
-    collided: int
-
-
-def phases_of(flows: Sequence[SimFlow], events: Sequence[tuple[float, str]]) -> list[Phase]:
-    """Boundaries at every flow start and link event."""
-    starts = np.fromiter((f.start_s for f in flows), dtype=float, count=len(flows))
-    times = sorted({0.0, *starts.tolist(), *(at for at, _ in events)})
-    return [Phase(t, tuple(name for at, name in events if at <= t), starts <= t + 1e-12) for t in times if t >= 0.0]
+    route: np.ndarray  # per flow: its TE move's route, -1 where it has none
+    via: dict[int, str] = field(default_factory=dict)  # flow index -> via of its move
+    meter: np.ndarray | None = None  # per flow: its meter's rate, inf where none
 
 
 class ClosedLoop:
     def __init__(
         self,
         fabric: Fabric,
-        routes: Routes,
-        flows: Sequence[SimFlow],
-        hashes: np.ndarray,
-        phases: Sequence[Phase],
+        prep: Prepared,
+        conditions: Sequence[Condition],
         settings: LoopSettings,
         intent: Intent | None = None,
-        acks: AckRoutes | None = None,
     ) -> None:
         self.fabric = fabric
-        self.acks = acks  # None: no link ever dies, so no ACK stream can be cut
-        self.routes = routes
-        self.network = routes.network
-        self.flows = list(flows)
-        self.hashes = hashes
-        self.phases = list(phases)
+        self.prep = prep
+        self.routes = prep.routes
+        self.network = prep.network
+        self.flows = prep.arm.flows
+        self.conditions = list(conditions)
         self.settings = settings
         self.intent = intent or Intent()
-        self.keys = [f.key for f in self.flows]
-        self.index = {key: i for i, key in enumerate(self.keys)}
-        n = len(self.flows)
-        self.demand = np.fromiter((f.demand_bps for f in self.flows), dtype=float, count=n)
-        # A placed job's flow crosses its job's via (its entries outrank TE's).
-        self.steered_route = np.array(
-            [routes.by_via[i].get(f.via, -1) if f.via else -1 for i, f in enumerate(self.flows)], dtype=np.int64
-        )
-        self.steered = self.steered_route >= 0
-        self.egress_objects = self.network.egresses
-        self.pairs = [(f.src, f.dst) for f in self.flows]
-        self.job_via = [f.via for f in self.flows]
-
-    def _phase_view(self, index: int) -> _PhaseView:
-        """The fabric in a phase: capacities with its dead links at 0, and
-        where the underlay (or a placed job) sends each flow then."""
-        phase = self.phases[index]
-        capacity = self.network.capacity_without(phase.dead)
-        hashed = ecmp_routes(self.routes, self.hashes, self.routes.ingress_usable(capacity))
-        return _PhaseView(
-            index,
-            capacity,
-            np.where(self.steered, self.steered_route, hashed),
-            capacity <= 0,
-            phase.started,
-            natural_demand(self.routes, self.flows, phase.started),
-        )
+        self.index = {f.key: i for i, f in enumerate(self.flows)}
+        self._underlay: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # condition -> (capacity, route)
+        self._stalled: tuple[tuple, np.ndarray] | None = None
+        self._routing: tuple[tuple, Routing] | None = None
 
     def run(self, progress: Progress | None = None) -> LoopResult:
         # Without the cyclic collector: a full collection over the fabric's,
@@ -186,87 +142,94 @@ class ClosedLoop:
             if automatic:
                 gc.enable()
 
+    def _underlay_at(self, c: int) -> tuple[np.ndarray, np.ndarray]:
+        if c not in self._underlay:
+            capacity = self.network.capacity_without(self.conditions[c].dead)
+            self._underlay[c] = (capacity, self.prep.underlay_route(capacity))
+        return self._underlay[c]
+
+    def _routing_at(self, c: int, landed: _Landed) -> tuple[Routing, np.ndarray]:
+        """The routing in condition c with the landed moves and meters (memoised)."""
+        capacity, base = self._underlay_at(c)
+        route = np.where(landed.route >= 0, landed.route, base)  # a TE move outranks a job's pair entry
+        cap = np.full(len(self.flows), np.inf) if landed.meter is None else landed.meter
+        if self.prep.acks is not None:
+            stall_key = (c, frozenset(landed.via.items()))
+            if self._stalled is None or self._stalled[0] != stall_key:
+                self._stalled = (stall_key, self.prep.stalled(capacity, landed.via))
+            cap = np.where(self._stalled[1], 0.0, cap)
+        key = (c, route.tobytes(), cap.tobytes())
+        if self._routing is None or self._routing[0] != key:
+            self._routing = (key, Routing(self.routes.shares(route), capacity, cap))
+        return self._routing[1], route
+
     def _run(self, progress: Progress | None) -> LoopResult:
         s = self.settings
-        cfg = s.engine
-        routes, network = self.routes, self.network
+        network = self.network
         n = len(self.flows)
         rng = np.random.default_rng(s.seed)
-        cycles_total = max(round(s.duration_s / s.interval_s), 1)
-        phase_starts = [p.start_s for p in self.phases]
+        cycles_total = s.cycles
+        timeline = Timeline(self.flows, self.prep.arm.jobs, s.simulated_s, s.resolve_s)
+        sensor = Sensor(network, self.routes, [f.key for f in self.flows], s.noise)
+        starts = [c.start_s for c in self.conditions]
 
         state = TeState()
-        te_route = np.full(n, -1, dtype=np.int64)
-        landed: dict[int, str] = {}  # flow index -> via of its TE move in the switches
-        stalled_for: tuple[int, frozenset] | None = None
-        stalled = np.zeros(n, dtype=bool)
-        meter_cap = np.full(n, np.inf)
+        landed = _Landed(np.full(n, -1, dtype=np.int64))
         pending: list[tuple[float, dict[FlowKey, str], dict[FlowKey, float]]] = []
         counter = FlowModCounter(self.fabric, self.intent)
-
-        view = self._phase_view(0)
-        solution: _Solution | None = None
         current_route = np.full(n, -1, dtype=np.int64)
         changes = np.zeros(n, dtype=np.int64)
-        ewma = np.zeros(network.size)
-        seen_port = np.zeros(network.size, dtype=bool)
-        bytes_total = np.zeros(n)
         cycles: list[Cycle] = []
+        rates = np.zeros(n)
         started_wall = time.perf_counter()
 
         for k in range(1, cycles_total + 1):
             now = k * s.interval_s
             t0 = time.perf_counter()
-            # 1. the fabric at `now`
-            p = bisect.bisect_right(phase_starts, now + 1e-9) - 1
-            if p != view.index:
-                view = self._phase_view(p)
-            while pending and pending[0][0] <= now + 1e-9:
-                _, moved, metered = pending.pop(0)
-                te_route[:] = -1
-                landed = {}
-                for key, via in moved.items():
-                    i = self.index.get(key)
-                    if i is not None:
-                        te_route[i] = routes.by_via[i].get(via, -1)
-                        landed[i] = via
-                meter_cap[:] = np.inf
-                for key, rate in metered.items():
-                    i = self.index.get(key)
-                    if i is not None:
-                        meter_cap[i] = rate
-            route = np.where(te_route >= 0, te_route, view.base)  # a TE move outranks a job's pair entry
-            moved_now = (route != current_route) & (current_route >= 0)
+            # 1. the fluid model through the interval, stretch by stretch
+            link_bits = np.zeros(network.size)
+            flow_bits = np.zeros(n)
+            moved_now = np.zeros(n, dtype=bool)
+            while True:
+                while pending and pending[0][0] <= timeline.t + 1e-9:
+                    landed = self._land(*pending.pop(0)[1:])
+                c = at(self.conditions, timeline.t)
+                routing, route = self._routing_at(c, landed)
+                moved_now |= (route != current_route) & (current_route >= 0)
+                current_route = route
+                if timeline.t >= now - 1e-9:
+                    break
+                later = [t for t in (*starts, *(p[0] for p in pending)) if t > timeline.t + 1e-9]
+                timeline.advance(min([now, *later]), routing)
+                moved = timeline.take_moved()
+                flow_bits += moved
+                link_bits += link_loads(routing.shares, moved)
             changes += moved_now
-            current_route = route
-            demand = np.where(view.started, np.minimum(self.demand, meter_cap), 0.0)
-            if self.acks is not None:
-                if stalled_for != (view.index, frozenset(landed.items())):
-                    stalled_for = (view.index, frozenset(landed.items()))
-                    steer = ack_steering(self.job_via, self.pairs, landed, self.acks)
-                    stalled = self.acks.stalled(view.capacity, steer)
-                demand = np.where(stalled, 0.0, demand)
-            signature = (view.index, route.tobytes(), demand.tobytes())
-            if solution is None or solution.signature != signature:
-                shares = routes.shares(route)
-                rates = max_min_rates(shares, view.capacity, demand)
-                solution = _Solution(
-                    signature,
-                    rates,
-                    link_loads(shares, rates),
-                    collided_uplinks(shares, view.natural, network.is_uplink, view.capacity),
-                )
+            timeline.fire()
+            rates = timeline.rates(routing)
+            sending = timeline.on
+            capacity = routing.capacity
+            natural = natural_demand(self.routes, self.flows, sending)
+            collided = collided_uplinks(routing.shares, natural, network.is_uplink, capacity)
             t1 = time.perf_counter()
 
             # 2. telemetry
-            bytes_total += solution.rates * s.interval_s
-            flows, ports = self._telemetry(now, solution, route, view, bytes_total, ewma, seen_port, rng)
+            flows, ports = sensor.sample(now, s.interval_s, flow_bits, sending, link_bits, route, capacity <= 0, rng)
             t2 = time.perf_counter()
 
             # 3. the engine
             before = state
+            drains = self.conditions[c].drains
             state, decisions = step(
-                self.fabric, before, flows, ports, now, cfg, Drains(), self.intent.pinned_pairs, self.intent.job_pairs
+                self.fabric,
+                before,
+                flows,
+                ports,
+                now,
+                s.engine,
+                drains,
+                self.intent.pinned_pairs,
+                self.intent.job_pairs,
             )
             t3 = time.perf_counter()
 
@@ -286,9 +249,9 @@ class ClosedLoop:
             kinds = Counter(d.kind.value for d in decisions)
             cycle = Cycle(
                 t=now,
-                phase=view.index,
-                aggregate_bps=float(solution.rates.sum()),
-                collided_uplinks=solution.collided,
+                phase=c,
+                aggregate_bps=float(rates.sum()),
+                collided_uplinks=collided,
                 engine_collisions=len(state.collisions),
                 reroutes=kinds.get(DecisionKind.REROUTE.value, 0),
                 moves_active=len(state.moves),
@@ -304,48 +267,27 @@ class ClosedLoop:
             )
             cycles.append(cycle)
             if progress is not None:
-                progress(now, cycles_total * s.interval_s, cycle)
+                progress(now, s.simulated_s, cycle)
             if k % GC_EVERY_CYCLES == 0:
                 gc.collect(1)
-        final = solution.rates if solution is not None else np.zeros(n)
-        return LoopResult(cycles, counter.placement_mods, changes, final, time.perf_counter() - started_wall)
+        return LoopResult(cycles, counter.placement_mods, changes, rates, time.perf_counter() - started_wall, timeline)
 
-    def _telemetry(
-        self,
-        now: float,
-        solution: _Solution,
-        route: np.ndarray,
-        view: _PhaseView,
-        bytes_total: np.ndarray,
-        ewma: np.ndarray,
-        seen: np.ndarray,
-        rng: np.random.Generator,
-    ) -> tuple[dict[FlowKey, FlowSample], dict[Endpoint, PortSample]]:
-        rates, loads, started, down = solution.rates, solution.loads, view.started, view.down
-        noise = self.settings.noise
+    def _land(self, moved: dict[FlowKey, str], metered: dict[FlowKey, float]) -> _Landed:
+        """The switches' TE entries once a pass's flow-mods are in."""
         n = len(self.flows)
-        flow_noise = 1.0 + rng.uniform(-noise, noise, n) if noise else np.ones(n)
-        port_noise = 1.0 + rng.uniform(-noise, noise, len(loads)) if noise else np.ones(len(loads))
-        on = np.flatnonzero(started)
-        measured = (rates * flow_noise)[on].tolist()
-        counted = bytes_total[on].astype(np.int64).tolist()
-        ingress = self.routes.first_hop(route[on], on).tolist()
-        egresses = self.egress_objects
-        keys = self.keys
-        flows = {
-            keys[i]: FlowSample(rate, total, now, egresses[hop])
-            for i, rate, total, hop in zip(on.tolist(), measured, counted, ingress)
-        }
-        sample = loads * port_noise
-        # The LinkView's smoothing: the first sample as is, then an EWMA.
-        ewma[:] = np.where(seen, EWMA_ALPHA * sample + (1 - EWMA_ALPHA) * ewma, sample)
-        seen |= sample > 0
-        report = np.flatnonzero(self.network.is_switch_port & ((ewma > 0) | down))
-        ports = {
-            egresses[j]: PortSample(tx, 0, 0, now, up)
-            for j, tx, up in zip(report.tolist(), ewma[report].tolist(), (~down[report]).tolist())
-        }
-        return flows, ports
+        landed = _Landed(np.full(n, -1, dtype=np.int64))
+        for key, via in moved.items():
+            i = self.index.get(key)
+            if i is not None:
+                landed.route[i] = self.routes.by_via[i].get(via, -1)
+                landed.via[i] = via
+        if metered:
+            landed.meter = np.full(n, np.inf)
+            for key, rate in metered.items():
+                i = self.index.get(key)
+                if i is not None:
+                    landed.meter[i] = rate
+        return landed
 
 
 def _changed(before: TeState, after: TeState) -> bool:

@@ -31,12 +31,26 @@ def _phase_line(ax, result: dict, key: str, field: str, scale: float, label: str
     ax.plot(xs, ys, style, label=label)
 
 
+def _slowdowns(result: dict, arm: str) -> list[float]:
+    """Every iteration of the arm over its job's optimum, sorted (a CDF's x)."""
+    optimum = result["arms"]["optimum"]["jobs"]
+    return sorted(
+        t / optimum[job]["p50_s"]
+        for job, row in result["arms"][arm]["jobs"].items()
+        if job in optimum
+        for t in row["times_s"]
+    )
+
+
 def plot(result: dict, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if "arms" in result:
+        _plot_iterations(plt, result, path)
+        return
     cycles = result["cycles"]
     t = [c["t"] for c in cycles]
     fig, axes = plt.subplots(4, 1, figsize=(9, 11), sharex=True)
@@ -69,15 +83,52 @@ def plot(result: dict, path: Path) -> None:
         ax.set_yscale("symlog")
     ax.legend(loc="upper right")
 
-    ax = axes[3]
+    _wall_time(axes[3], cycles)
+    _save(plt, fig, path)
+
+
+def _wall_time(ax, cycles: list[dict]) -> None:
+    """Where each cycle's wall time went."""
+    t = [c["t"] for c in cycles]
     ax.plot(t, [c["step_s"] * 1e3 for c in cycles], "-", label="engine step")
-    ax.plot(t, [c["telemetry_s"] * 1e3 for c in cycles], "-", alpha=0.6, label="telemetry")
-    ax.plot(t, [c["fluid_s"] * 1e3 for c in cycles], "-", alpha=0.6, label="fluid model")
-    ax.plot(t, [c["overlay_s"] * 1e3 for c in cycles], "-", alpha=0.6, label="overlay")
+    for key, label in (("telemetry_s", "telemetry"), ("fluid_s", "fluid model"), ("overlay_s", "overlay")):
+        ax.plot(t, [c[key] * 1e3 for c in cycles], "-", alpha=0.6, label=label)
     ax.set_ylabel("wall ms per cycle")
     ax.set_xlabel("simulated time (s)")
     ax.legend(loc="upper right")
 
+
+def _save(plt, fig, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def _plot_iterations(plt, result: dict, path: Path) -> None:
+    """Iteration slowdowns per arm (a CDF), and the closed loop over time."""
+    cycles = result["cycles"]
+    t = [c["t"] for c in cycles]
+    fig, axes = plt.subplots(3, 1, figsize=(9, 10))
+    fig.suptitle(
+        f"{result['workload']} on {result['fabric']} ({result['gpus']} GPUs, {result['flows']} flows), "
+        f"seed {result['seed']}"
+    )
+    ax = axes[0]
+    for arm in result["arms"]:
+        if arm != "optimum":
+            xs = _slowdowns(result, arm)
+            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", label=arm)
+    ax.set_xlabel("iteration time / the job's optimum")
+    ax.set_ylabel("fraction of iterations")
+    ax.legend(loc="lower right")
+
+    ax = axes[1]
+    ax.plot(t, [c["aggregate_bps"] / 1e12 for c in cycles], "-", label="railyard+te aggregate")
+    ax.set_ylabel("Tb/s")
+    ax2 = ax.twinx()
+    ax2.bar(t, [c["reroutes"] for c in cycles], width=result["telemetry"]["interval_s"] * 0.8, alpha=0.4, color="C1")
+    ax2.set_ylabel("reroutes per cycle")
+    ax.legend(loc="upper right")
+
+    _wall_time(axes[2], cycles)
+    _save(plt, fig, path)

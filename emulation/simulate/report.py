@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1%}"
-
+from emulation.simulate.report_iterations import iteration_table
+from emulation.simulate.report_lines import header, loop_lines, pct, placement_line
 
 _UNIT = {"Tb/s": 1e12, "Gb/s": 1e9}
 
@@ -19,11 +17,9 @@ def _rate(bps: float | None, unit: str) -> str:
     return "-" if bps is None else f"{bps / _UNIT[unit]:.1f}"
 
 
-def _ms(s: float) -> str:
-    return f"{s * 1e3:.0f} ms" if s >= 0.01 else f"{s * 1e3:.1f} ms"
-
-
 def table(result: dict) -> str:
+    if "arms" in result:
+        return iteration_table(result)
     unit = _unit(result)
 
     def rate(bps: float | None) -> str:
@@ -31,20 +27,10 @@ def table(result: dict) -> str:
 
     te = result["te"]
     cycles = result["cycles"]
-    lines = [
-        f"{result['workload']} on {result['fabric']} ({result['gpus']} GPUs, {result['flows']} flows), "
-        f"seed {result['seed']}, {te['simulated_s']:g} s simulated; telemetry every "
-        f"{result['telemetry']['interval_s']:g} s, noise ±{result['telemetry']['noise']:.0%}, "
-        f"control latency {result['telemetry']['latency_s']:g} s",
-    ]
+    lines = [header(result)]
     placement = result.get("placement") or {}
     if placement:
-        b, r = placement["baseline"], placement["railyard"]
-        lines.append(
-            f"jobs: baseline (first-fit, hashed) {b['fill']:.1%} of GPUs, {b['refused_jobs']} refused; "
-            f"Railyard placement {r['fill']:.1%} ({r['jobs']} jobs, {r['steered_flows']} of {r['flows']} flows "
-            f"steered, {r['placement_flow_mods']} flow-mods), {r['refused_jobs']} refused"
-        )
+        lines.append(placement_line(placement))
     for phase in result["phases"]:
         opt = phase["optimum"]
         extra = [f"single-path {rate(opt['single_path_bps'])}"] if opt.get("single_path_bps") is not None else []
@@ -56,8 +42,7 @@ def table(result: dict) -> str:
             f"(splittable max-min; {'; '.join(extra)}), {opt['method']}, {opt['solve_s']:.2f} s"
         )
     lines.append("")
-    header = f"{'':28s}{'ECMP':>10s}{'spraying':>10s}{'TE first':>10s}{'TE final':>10s}"
-    lines.append(header)
+    lines.append(f"{'':28s}{'ECMP':>10s}{'spraying':>10s}{'TE first':>10s}{'TE final':>10s}")
     first_phase, last_phase = result["phases"][0], result["phases"][-1]
     first, last = (cycles[0], cycles[-1]) if cycles else ({}, {})
     base_note = " (baseline placement)" if placement else ""
@@ -68,10 +53,10 @@ def table(result: dict) -> str:
     lines.append(
         row(
             "fraction of optimum",
-            _pct(last_phase["ecmp"]["fraction_of_optimum"]),
-            _pct(last_phase["spray"]["fraction_of_optimum"]),
-            _pct(first.get("fraction_of_optimum")),
-            _pct(last.get("fraction_of_optimum")),
+            pct(last_phase["ecmp"]["fraction_of_optimum"]),
+            pct(last_phase["spray"]["fraction_of_optimum"]),
+            pct(first.get("fraction_of_optimum")),
+            pct(last.get("fraction_of_optimum")),
         )
     )
     lines.append(
@@ -95,8 +80,8 @@ def table(result: dict) -> str:
     if len(result["phases"]) > 1:
         lines.append(
             f"(ECMP and spraying in the last phase{base_note}; in the first: "
-            f"{_pct(first_phase['ecmp']['fraction_of_optimum'])} and "
-            f"{_pct(first_phase['spray']['fraction_of_optimum'])})"
+            f"{pct(first_phase['ecmp']['fraction_of_optimum'])} and "
+            f"{pct(first_phase['spray']['fraction_of_optimum'])})"
         )
     elif base_note:
         lines.append(f"(ECMP and spraying{base_note}; TE on Railyard's placement, each against its own optimum)")
@@ -118,17 +103,5 @@ def table(result: dict) -> str:
         f"    flows moved {te['flows_moved']}, path changes per flow: max {te['path_changes_per_flow_max']}, "
         f"mean over moved {te['path_changes_per_moved_flow_mean']:.2f}"
     )
-    step = te["engine_step_s"]
-    split = te["time_split_s"]
-    lines.append(
-        f"engine step: p50 {_ms(step['p50'])}, p99 {_ms(step['p99'])}, max {_ms(step['max'])}; "
-        f"loop time: engine {split['engine']:.2f} s, telemetry {split['telemetry']:.2f} s, "
-        f"fluid model {split['fluid_model']:.2f} s, overlay {split['overlay']:.2f} s"
-    )
-    setup = result["setup_s"]
-    lines.append(
-        f"speed: {te['sim_s_per_wall_s']:.2f} simulated s per wall s over the loop; setup: flows "
-        f"{setup.get('flows_s', 0):.2f} s, routes {setup.get('routes_s', 0):.2f} s, optimum "
-        f"{setup.get('optimum_s', 0):.2f} s, baselines {setup.get('baselines_s', 0):.2f} s"
-    )
+    lines += loop_lines(result)
     return "\n".join(lines)

@@ -27,6 +27,11 @@ from controller.fabric import addressing as ad
 from emulation.model.pairs import flow_ports
 
 UDP_PAYLOAD_BYTES = 8900  # fits a 9000-byte MTU with IP/UDP headers
+# Every TCP sender's congestion control, set per socket so that no figure
+# depends on the host's default (a namespace inherits it, and may not change
+# it to one the host does not allow): cubic, the Linux default of a fresh
+# Debian 12.
+TCP_CONGESTION = "cubic"
 
 
 @dataclass(frozen=True)
@@ -36,8 +41,12 @@ class FlowSpec:
     protocol: str  # "tcp" | "udp"
     src_port: int
     dst_port: int
-    rate_bps: float = 0.0  # UDP sending rate; TCP is elastic and ignores it
-    start_s: float = 0.0  # into the run; the flow still ends with it
+    rate_bps: float = 0.0  # UDP: its sending rate; TCP: a cap (0: elastic)
+    start_s: float = 0.0  # into the run
+    stop_s: float | None = None  # into the run; None: with the run
+
+    def end_s(self, duration_s: float) -> float:
+        return duration_s if self.stop_s is None else min(self.stop_s, duration_s)
 
     @property
     def five_tuple(self) -> str:
@@ -145,7 +154,7 @@ class TrafficRun:
             "--cport",
             str(flow.src_port),
             "-t",
-            f"{self.duration_s - flow.start_s:g}",
+            f"{flow.end_s(self.duration_s) - flow.start_s:g}",
             "-i",
             "1",
             "-J",
@@ -154,6 +163,10 @@ class TrafficRun:
         ]
         if flow.protocol == "udp":
             args += ["-u", "-b", str(int(flow.rate_bps)), "-l", str(UDP_PAYLOAD_BYTES)]
+        else:
+            args += ["-C", TCP_CONGESTION]
+            if flow.rate_bps:  # a cap; elastic without one
+                args += ["-b", str(int(flow.rate_bps))]
         self.clients.append(self.popen_in(flow.src, args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
 
     def _wait_listening(self, timeout: float = 10.0) -> None:

@@ -11,9 +11,11 @@ import pytest
 from emulation.agent.telemetry_agent import TelemetryAgent
 from emulation.processes.controller_process import free_port
 from emulation.processes.prometheus_local import LocalPrometheus
-from emulation.scenarios.runner import scenario_flows
-from emulation.scenarios.spec import load_scenario
+from emulation.scenarios.runner import steady_flows
 from emulation.traffic.iperf import TrafficRun
+from emulation.workload import load_workload
+from emulation.workload.expand import expand
+from emulation.workload.placers import railyard_placer
 
 DASHBOARDS = sorted((Path(__file__).resolve().parents[2] / "grafana" / "dashboards").glob("*.json"))
 
@@ -37,7 +39,9 @@ def loaded_prometheus(fabric_and_controller):
     try:
         with ctl.client() as client:
             client.place_job("observed", 4, "ring", flow_gbps=50.0)  # API traffic, GPUs allocated
-            flows = scenario_flows(emu.fabric, load_scenario("elephant"), seed=3)  # a seed that collides
+            elephant = load_workload("elephant")
+            plan = expand(emu.fabric, elephant, 3, railyard_placer(emu.fabric))  # a seed that collides
+            flows = steady_flows(emu.fabric, plan, elephant.duration_s)
             run = TrafficRun(emu.popen, flows, duration_s=12).start()
             try:
                 run.wait()

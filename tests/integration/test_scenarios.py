@@ -1,10 +1,12 @@
 """A scenario end to end: the ECMP run and the TE run on fresh fabrics, with the
 real daemon and telemetry agent, judged against the max-min optimum."""
 
+import pytest
+
 from controller.fabric import load_fabric
 from emulation.scenarios.report import build_report
 from emulation.scenarios.runner import run_scenario
-from emulation.scenarios.spec import load_scenario
+from emulation.workload import load_workload, spec_file, workload_from_dict
 
 
 def measured_report(fabric, spec, scenario, seed):
@@ -20,7 +22,7 @@ def measured_report(fabric, spec, scenario, seed):
 
 def test_elephant_collision_is_fixed_by_te():
     fabric = load_fabric()
-    scenario = load_scenario("elephant")
+    scenario = load_workload("elephant")
     seed = 3  # a seed whose ECMP hash collides on several uplinks
     report = measured_report(fabric, None, scenario, seed)
     ecmp, te = report["modes"]["ecmp"], report["modes"]["te"]
@@ -33,7 +35,7 @@ def test_elephant_collision_is_fixed_by_te():
 
 def test_link_failure_traffic_moves_off_the_dead_uplink_and_no_flow_starves():
     fabric = load_fabric()
-    scenario = load_scenario("link-failure")
+    scenario = load_workload("link-failure")
     report = measured_report(fabric, None, scenario, 3)
     te, ecmp = report["modes"]["te"], report["modes"]["ecmp"]
     assert te["te_decisions"]["link-down"] >= 1 and te["te_decisions"]["reroute"] >= 1
@@ -44,8 +46,8 @@ def test_link_failure_traffic_moves_off_the_dead_uplink_and_no_flow_starves():
 
 
 def test_incast_is_metered_at_the_sending_leaves_fairly_and_the_bystander_keeps_its_share():
-    scenario = load_scenario("incast")
-    spec = scenario.spec_path()
+    scenario = load_workload("incast")
+    spec = spec_file(scenario)
     fabric = load_fabric(spec)
     report = measured_report(fabric, spec, scenario, 3)
     te, ecmp = report["modes"]["te"], report["modes"]["ecmp"]
@@ -55,3 +57,58 @@ def test_incast_is_metered_at_the_sending_leaves_fairly_and_the_bystander_keeps_
     assert te["incast"]["senders_jain"] >= 0.9, te["flows"]
     assert te["incast"]["bystander_share"] >= 0.9, te["flows"]
     assert all(not f["error"] for f in te["flows"] + ecmp["flows"])
+
+
+def test_a_two_iteration_job_takes_what_its_bytes_need_at_line_rate():
+    """A ring across two pods, each NIC sending one flow and receiving one: no
+    flow shares a link, so each iteration is its bytes over the NIC's rate."""
+    fabric = load_fabric()
+    workload = workload_from_dict(
+        {
+            "name": "two-iterations",
+            "duration_s": 6,
+            "traffic": [
+                {
+                    "job": "pair",
+                    "gpus": 4,
+                    "servers": ["ryh0s0", "ryh1s0"],
+                    "message_bytes": "80GB",  # 1.5 x S/2 = 60 GB per flow: 1.2 s at 400 Gb/s
+                    "iterations": 2,
+                    "compute_gap_s": 0.5,
+                }
+            ],
+        }
+    )
+    report = build_report(fabric, workload, 1, run_scenario(fabric, None, workload, 1))
+    bound = 60e9 * 8 / 400e9  # the same in the emulation: bytes and rate scale alike
+    for mode, figures in report["modes"].items():
+        (job,) = figures["jobs"]
+        assert job["iterations_finished"] == 2, (mode, job)
+        times = [t for _, t in job["times_s"]]
+        # Payload over a shaped wire: headers take ~1% at MTU 9000; TCP's ramp a little more.
+        assert all(bound <= t <= 1.2 * bound for t in times), (mode, times, bound)
+        starts = [start for start, _ in job["times_s"]]
+        assert starts[1] >= starts[0] + times[0] + 0.5 - 0.01, (mode, job["times_s"])  # the compute gap
+        assert job["optimum_iteration_s"][0]["seconds"] == pytest.approx(bound, rel=1e-3)
+        assert job["dispatch_overhead"]["max_share_of_iteration"] < 0.05
+
+
+def test_every_item_and_event_kind_runs():
+    workload = load_workload("every-kind")
+    spec = spec_file(workload)
+    fabric = load_fabric(spec)
+    report = build_report(fabric, workload, 2, run_scenario(fabric, spec, workload, 2))
+    te, ecmp = report["modes"]["te"], report["modes"]["ecmp"]
+    assert not te["skipped_events"]
+    assert [e.split()[0] for e in ecmp["skipped_events"]] == ["drain", "undrain"]  # no controller to drain
+    for figures in (te, ecmp):
+        (train,) = figures["jobs"]
+        assert train["iterations_finished"] >= 4, train
+        (incast,) = figures["bursts"]
+        assert incast["bursts"] == 3 * 5 and incast["delivered_share"]["mean"] > 0.2, incast
+        (on_off,) = figures["on_off"]
+        assert on_off["flows"] == 6 and on_off["goodput_while_on_mbps"]["mean"] > 5.0, on_off
+        steady = {f["flow"]: f["goodput_mbps"] for f in figures["flows"]}
+        assert len(steady) == 5 and all(v > 1.0 for v in steady.values()), steady  # the mix's job, the explicit flow
+        # The explicit flow (the last steady one) keeps to its cap: 100 of 400 Gb/s, 12.5 of 50 Mb/s emulated.
+        assert figures["flows"][-1]["goodput_mbps"] <= 12.5 * 1.05, figures["flows"][-1]

@@ -15,7 +15,7 @@ from controller.fabric import NicId, build_fabric, parse_spec
 from controller.te.engine import EngineConfig, TeState, step
 from controller.te.engine.elephants import find_elephants
 from controller.te.engine.links import link_index
-from controller.te.view import FlowSample
+from controller.te.view import FlowSample, LinkView, PortSample
 from emulation.model.fair import max_min_rates
 from emulation.model.network import ModelFlow, Units
 from emulation.model.optimum import optimum_bounds
@@ -266,3 +266,137 @@ def test_a_settled_engine_is_near_the_optimum_never_less_fair_than_the_hash_and_
         fractions.append(sum(te) / optimum)
     assert sum(f >= 1 - min_gain - 1e-9 for f in fractions) >= within * len(fractions)
     assert sum(fractions) / len(fractions) >= mean
+
+
+class Iterating:
+    """A world's flows iterating bulk-synchronously, as a placed collective
+    does (send for `on_s`, compute for `off_s`), reported every `interval_s`
+    as the agent and the LinkView report it: per flow that sent in the
+    interval, its bytes over the interval (a flow on for half of it reports
+    half its rate; one off all interval reports nothing), per loaded port
+    its interval's mean load, each times a uniform noise factor; port rates
+    smoothed by the LinkView's EWMA, flow records not."""
+
+    def __init__(self, world, on_s=1.0, off_s=0.3, start_s=0.05, interval_s=0.2):
+        self.world, self.on_s, self.period_s, self.start_s = world, on_s, on_s + off_s, start_s
+        self.interval_s = interval_s
+        self.view = LinkView()
+
+    def on_fraction(self, now: float) -> float:
+        t0, t1, on = now - self.interval_s, now, 0.0
+        first = math.floor((t0 - self.start_s) / self.period_s)
+        for k in range(first, first + 3):
+            begin = self.start_s + k * self.period_s
+            on += max(0.0, min(t1, begin + self.on_s) - max(t0, begin))
+        return on / self.interval_s
+
+    def telemetry(self, now, moves, noise, rng):
+        on = self.on_fraction(now)
+        flows, ports = self.world.telemetry(now, moves)  # the rates while the flows send
+        records = {
+            k: FlowSample(s.rate_bps * on * (1 + rng.uniform(-noise, noise)), 0, now, s.ingress)
+            for k, s in flows.items()
+            if on > 0
+        }
+        for egress, p in ports.items():
+            self.view.observe_port(egress, PortSample(p.tx_bps * on * (1 + rng.uniform(-noise, noise)), 0, 0, now))
+        return records, dict(self.view.ports)
+
+
+def run_iterating(world, cycles, noise, seed, jobs=frozenset(), rehash=None):
+    """`rehash`: (cycle, flow key, via): from that cycle on, the fabric sends
+    that flow over that spine (a failover's new hash)."""
+    rng, it, state = random.Random(seed), Iterating(world), TeState()
+    index = link_index(world.fabric)
+    # The links TE steers over (a leaf's downlink to a NIC is on no route: no elephant's to explain)
+    spine_tier = sorted({int(h) for s, d, _ in world.flows.values() for h in index.routes(s, d).hops.ravel()})
+    moves_at, residuals = [], []
+    for i in range(1, cycles + 1):
+        now = 100.0 + 0.2 * i
+        if rehash is not None and i == rehash[0]:
+            src, dst, _ = world.flows[rehash[1]]
+            world.flows[rehash[1]] = (src, dst, rehash[2])
+        flows, ports = it.telemetry(now, state.moves, noise, rng)
+        state, decisions = step(world.fabric, state, flows, ports, now, jobs=jobs)
+        moves_at += [round(now - 100.0, 1) for d in decisions if d.kind in ("reroute", "revert")]
+        assert state.residual is not None
+        residuals.append(float((state.residual / index.capacity)[spine_tier].max()))
+    return state, moves_at, residuals
+
+
+def spread_job(flows=4):
+    """A placed ring's flows from one pod to the next, each alone on its own
+    spine (half the spines idle): each fills its uplink (400G, as its NIC)
+    exactly; nothing to improve."""
+    nics = [(NicId(0, 0, s), NicId(0, 1, s)) for s in range(flows)]
+    world = World(WIDE, {flow_key(a, b, 40000 + i): (a, b, WIDE.vias(a, b)[i]) for i, (a, b) in enumerate(nics)})
+    return world, frozenset(nics)
+
+
+def test_a_flow_that_stops_leaves_no_phantom_background_behind():
+    # Without noise, what the ports send is exactly what the records explain.
+    # The LinkView smooths port rates and not records: compared raw, each
+    # compute gap left half the link as "background" (the port's EWMA tail,
+    # no record to explain it) and the residual's EWMA carried a tenth of
+    # the link into the next iteration.
+    world, jobs = spread_job()
+    state, moves_at, residuals = run_iterating(world, cycles=50, noise=0.0, seed=0, jobs=jobs)
+    assert moves_at == [] and state.moves == {}
+    assert max(residuals) < 0.01
+
+
+def test_an_iterating_job_spread_perfectly_is_left_alone_under_noise():
+    # The false collision of noisy, iterating traffic: each compute gap's
+    # phantom background (above), plus the noise, put a one-elephant uplink
+    # "over capacity" (400G of demand + 20% of background) just as an
+    # iteration's partial first or last sample made its flow look squeezed,
+    # and TE moved it to an idle spine the next job may well use. In these
+    # 40 runs of 25 s it made 30 moves before the fix (in 18 runs). After
+    # it, 3 (seeds 16, 32 and 39: now and then the noise alone lifts a
+    # residual over the floor just as a partial sample comes in).
+    world, jobs = spread_job()
+    moves = []
+    for seed in range(40):
+        _, moves_at, _ = run_iterating(world, cycles=125, noise=0.3, seed=seed, jobs=jobs)
+        moves += moves_at
+    assert len(moves) <= 3
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_an_iterating_jobs_real_collision_is_still_fixed_at_once(seed):
+    # The same traffic with two flows on one spine (a hash): on/off traffic is
+    # no excuse; one moves within the first two cycles, and stays.
+    world = collided_world()
+    jobs = frozenset((s, d) for s, d, _ in world.flows.values())
+    state, moves_at, _ = run_iterating(world, cycles=125, noise=0.3, seed=seed, jobs=jobs)
+    assert len(moves_at) == 1 and moves_at[0] <= 0.4 and len(state.moves) == 1
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_spread_jobs_flow_rehashed_onto_anothers_spine_is_moved_off_it(seed):
+    # A placed job spread perfectly until a failover sends one of its flows
+    # over another's spine (cycle 30, 6 s in): a real collision of a placed
+    # job; fixed within two cycles, with no other move before or after.
+    world, jobs = spread_job()
+    keys = list(world.flows)
+    onto = world.flows[keys[1]][2]
+    _, moves_at, _ = run_iterating(world, cycles=125, noise=0.3, seed=seed, jobs=jobs, rehash=(30, keys[0], onto))
+    assert len(moves_at) == 1 and 6.0 <= moves_at[0] <= 6.4
+
+
+def test_the_records_are_smoothed_once_per_port_sample_as_the_linkview_does():
+    # A cycle can run between two telemetry batches (on a timer): the port
+    # rate it sees is the one it saw last time, so the records' filter must
+    # not step either, or the two drift apart and the gap reads as background.
+    world, jobs = spread_job(flows=1)
+    it, rng = Iterating(world), random.Random(0)
+    flows, ports = it.telemetry(100.2, {}, 0.0, rng)
+    state, _ = step(WIDE, TeState(), flows, ports, 100.2, jobs=jobs)
+    flows, ports = it.telemetry(100.4, {}, 0.0, rng)
+    state, _ = step(WIDE, state, flows, ports, 100.4, jobs=jobs)
+    again, _ = step(WIDE, state, flows, ports, 100.45, jobs=jobs)  # no new batch
+    assert state.explained is not None and again.explained is not None
+    assert (again.explained == state.explained).all()
+    ((src, dst, _),) = world.flows.values()
+    uplinks = link_index(WIDE).routes(src, dst).hops.ravel()
+    assert again.residual is not None and float(abs(again.residual[uplinks]).max()) < 1e-3 * 400e9

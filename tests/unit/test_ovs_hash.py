@@ -18,13 +18,13 @@ import ipaddress
 import numpy as np
 import pytest
 
+from controller.fabric import addressing as ad
 from controller.fabric import build_fabric, load_fabric, parse_spec
 from controller.fabric.spec import SPECS_DIR
-from emulation.model.pairs import permutation_pairs
+from emulation.model.pairs import flow_ports, permutation_pairs
 from emulation.net.underlay import build_underlay
 from emulation.simulate import ovs_hash
 from emulation.simulate.routes import Network, build_routes, ecmp_routes, flow_hash
-from emulation.simulate.traffic import flow_keys
 
 # (5-tuple, buckets) -> (the bucket OVS used, every bucket's score, the bucket used with port 2 down).
 CAPTURED = [
@@ -123,7 +123,9 @@ def rail(spines: int, mode: str):
 def routed(fabric, seed, protocol="tcp"):
     pairs = permutation_pairs(fabric)
     routes = build_routes(Network(fabric), pairs)
-    return pairs, routes, flow_hash(flow_keys(pairs, protocol, seed))
+    ports = flow_ports(pairs, protocol, seed)  # as expand draws them for a permutation
+    keys = [(ad.nic_ip(s), ad.nic_ip(d), protocol, sport, dport) for (s, d), (sport, dport) in zip(pairs, ports)]
+    return pairs, routes, flow_hash(keys)
 
 
 def leaf_group_ports(fabric, switch):

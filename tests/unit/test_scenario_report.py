@@ -4,57 +4,39 @@ from dataclasses import replace
 
 import pytest
 
-from controller.fabric import DEFAULT_SPEC, Endpoint, Tier, build_fabric, load_fabric, load_spec, parse_spec
+from controller.fabric import Endpoint, Tier, build_fabric, load_fabric, load_spec, parse_spec
 from controller.fabric.spec import SPECS_DIR
 from emulation.model.pairs import incast_pairs, permutation_pairs
+from emulation.model.stats import percentile
 from emulation.scenarios.judge import OptimumExceeded, planned_intervals
-from emulation.scenarios.report import build_report, jain, longest_zero_run_s, percentile, table
-from emulation.scenarios.runner import ModeRun, scenario_flows
-from emulation.scenarios.spec import (
-    ScenarioError,
-    available,
-    check_events,
-    load_scenario,
-    spec_uplinks,
-)
+from emulation.scenarios.report import build_report, jain, longest_zero_run_s
+from emulation.scenarios.runner import ModeRun, steady_flows
+from emulation.scenarios.table import table
 from emulation.scenarios.timeline import parse_decisions, te_figures
 from emulation.traffic.iperf import FlowResult
+from emulation.workload import WorkloadError, load_workload, spec_file
+from emulation.workload.events import check_events, spec_uplinks
+from emulation.workload.expand import expand
+from emulation.workload.placers import railyard_placer
 
 FABRIC = load_fabric()
 
 
-def test_every_shipped_scenario_loads():
-    assert set(available()) >= {"elephant", "incast", "allreduce", "alltoall", "link-failure"}
-    for name in available():
-        scenario = load_scenario(name)
-        assert scenario.name == name and scenario.duration_s >= 3
-    (event,) = load_scenario("link-failure").events
-    assert event.link == "ryl0r0:3" and 0 < event.at_s < 12
+def scenario_flows(fabric, scenario, seed):
+    return steady_flows(fabric, expand(fabric, scenario, seed, railyard_placer(fabric)), scenario.duration_s)
 
 
-def test_bad_scenarios_name_the_field(tmp_path):
-    cases = {
-        "traffic.pattern": "traffic: {pattern: spiral}",
-        "traffic.protocol": "traffic: {pattern: incast, protocol: sctp}",
-        "duration_s": "duration_s: 1\ntraffic: {pattern: permutation}",
-        "events[0].at_s": "duration_s: 5\ntraffic: {pattern: permutation}\nevents: [{at_s: 9, link_down: ryl0r0:3}]",
-    }
-    for field, text in cases.items():
-        path = tmp_path / "s.yaml"
-        path.write_text(text)
-        with pytest.raises(ScenarioError) as err:
-            load_scenario(str(path))
-        assert err.value.field == field and err.value.allowed
-    with pytest.raises(ScenarioError, match="elephant"):
-        load_scenario("no-such-scenario")
+def test_an_unknown_scenario_lists_the_shipped_ones():
+    with pytest.raises(WorkloadError, match="elephant"):
+        load_workload("no-such-scenario")
 
 
 def test_traffic_patterns_cross_pods_and_converge():
     pairs = permutation_pairs(FABRIC)
     assert len(pairs) == len(FABRIC.nics) and all(a.pod != b.pod and a.rail == b.rail for a, b in pairs)
-    with pytest.raises(ScenarioError, match=r"fan_in.*at most 2"):
-        incast_pairs(FABRIC, 3, seed=1, error=ScenarioError)  # the demo fabric has 2 NICs per rail outside any pod
-    three_pod = load_fabric(load_scenario("incast").spec_path())
+    with pytest.raises(WorkloadError, match=r"fan_in.*at most 2"):
+        incast_pairs(FABRIC, 3, seed=1, error=WorkloadError)  # the demo fabric has 2 NICs per rail outside any pod
+    three_pod = load_fabric(spec_file(load_workload("incast")))
     senders, bystander = incast_pairs(three_pod, 3, seed=1)
     assert len({dst for _, dst in senders}) == 1 and len({src for src, _ in senders}) == 3
     (dst,) = {dst for _, dst in senders}
@@ -80,10 +62,11 @@ def test_report_arithmetic():
 
 def _run(fabric, scenario, mode, rate_of, seconds=None):
     """A run whose every flow reads `rate_of(flow, second)` at the receiver each second."""
-    flows = scenario_flows(fabric, scenario, seed=1)
+    plan = expand(fabric, scenario, 1, railyard_placer(fabric))
+    flows = steady_flows(fabric, plan, scenario.duration_s)
     total = int(scenario.duration_s) if seconds is None else seconds
     results = [FlowResult(f, 0.0, tuple(rate_of(f, k) for k in range(total))) for f in flows]
-    return ModeRun(mode, flows, results)
+    return ModeRun(mode, plan, flows, results)
 
 
 def _on_failed_leaf(flow):
@@ -92,7 +75,7 @@ def _on_failed_leaf(flow):
 
 
 def test_the_optimum_of_a_link_failure_scenario_is_exact_per_phase():
-    scenario = load_scenario("link-failure")  # ryl0r0:3 down at 4 s of 12, on the demo fabric
+    scenario = load_workload("link-failure")  # ryl0r0:3 down at 4 s of 12, on the demo fabric
     fabric = FABRIC
 
     def ideal(flow, second):
@@ -120,7 +103,7 @@ def test_the_optimum_of_a_link_failure_scenario_is_exact_per_phase():
 
 
 def test_the_report_raises_on_a_figure_above_the_optimum():
-    scenario = load_scenario("link-failure")
+    scenario = load_workload("link-failure")
     # Every flow at line rate all along: after the failure that is 400 Mb/s against an optimum of 300.
     run = _run(FABRIC, scenario, "te", lambda flow, second: 50e6)
     with pytest.raises(OptimumExceeded, match=r"te run, 4-12 s: .* 133\.3% of the exact max-min fair") as err:
@@ -134,7 +117,7 @@ def test_the_report_raises_on_a_figure_above_the_optimum():
 
 
 def test_goodput_counts_the_planned_duration_only():
-    scenario = load_scenario("elephant")  # 10 s
+    scenario = load_workload("elephant")  # 10 s
     # Slow start, then 23 Mb/s for the rest of the 10 s, then 5 s of zeros while iperf3 waits to finish.
     run = _run(FABRIC, scenario, "ecmp", lambda f, s: 5e6 if s == 0 else 23e6 if s < 10 else 0.0, seconds=15)
     flow = run.results[0]
@@ -149,39 +132,39 @@ def test_goodput_counts_the_planned_duration_only():
 
 
 def test_link_events_are_checked_against_the_specs_uplinks(tmp_path):
-    spec = load_spec(DEFAULT_SPEC)
+    spec = FABRIC
     path = tmp_path / "s.yaml"
-    path.write_text("duration_s: 10\ntraffic: {pattern: permutation}\nevents: [{at_s: 4, link_down: ryl0r0:1}]")
-    with pytest.raises(ScenarioError) as err:  # port 1 faces a server: not an uplink
-        check_events(load_scenario(str(path)), spec)
+    path.write_text("duration_s: 10\ntraffic: [{pattern: permutation}]\nevents: [{at_s: 4, link_down: ryl0r0:1}]")
+    with pytest.raises(WorkloadError) as err:  # port 1 faces a server: not an uplink
+        check_events(load_workload(str(path)), spec)
     assert err.value.field == "events[0].link_down"
     assert "ryl0r0:3 (to rys0)" in err.value.allowed and "ryl1r1:4 (to rys1)" in err.value.allowed
     # As (leaf, spine): resolved to the leaf's port facing that spine.
     path.write_text(
-        "duration_s: 10\ntraffic: {pattern: permutation}\nevents: [{at_s: 4, link_down: {leaf: ryl0r1, spine: rys1}}]"
+        "duration_s: 10\ntraffic: [{pattern: permutation}]\nevents: [{at_s: 4, link_down: {leaf: ryl0r1, spine: rys1}}]"
     )
-    (event,) = check_events(load_scenario(str(path)), spec).events
-    assert (event.link, event.spine) == ("ryl0r1:4", "rys1")
+    (event,) = check_events(load_workload(str(path)), spec).events
+    assert event.target == "ryl0r1:4"
     for bad, field in (
         ("{leaf: ryl9r0, spine: rys1}", "events[0].link_down.leaf"),
         ("{leaf: ryl0r1, spine: rys7}", "events[0].link_down.spine"),
         ("nowhere", "events[0].link_down"),
     ):
-        path.write_text(f"duration_s: 10\ntraffic: {{pattern: permutation}}\nevents: [{{at_s: 4, link_down: {bad}}}]")
-        with pytest.raises(ScenarioError) as err:
-            check_events(load_scenario(str(path)), spec)
+        path.write_text(f"duration_s: 10\ntraffic: [{{pattern: permutation}}]\nevents: [{{at_s: 4, link_down: {bad}}}]")
+        with pytest.raises(WorkloadError) as err:
+            check_events(load_workload(str(path)), spec)
         assert err.value.field == field and err.value.allowed
     # The shipped link-failure scenario on a spec where ryl0r0:3 is a server's port is refused, not run.
     wide = parse_spec(
         "name: wide\npods: 2\nservers_per_pod: 4\nrails: 2\nspines: 2\nrates: {nic_gbps: 400, emulated_nic_mbps: 50}"
     )
-    with pytest.raises(ScenarioError, match=r"ryl0r0:3 is not an uplink of 'wide'.*ryl0r0:5 \(to rys0\)"):
-        check_events(load_scenario("link-failure"), wide)
+    with pytest.raises(WorkloadError, match=r"ryl0r0:3 is not an uplink of 'wide'.*ryl0r0:5 \(to rys0\)"):
+        check_events(load_workload("link-failure"), build_fabric(wide))
 
 
 def test_spec_uplinks_match_the_built_fabrics():
-    for spec_file in sorted(SPECS_DIR.glob("*.yaml")):
-        spec = load_spec(spec_file)
+    for path in sorted(SPECS_DIR.glob("*.yaml")):
+        spec = load_spec(path)
         if spec.pods * spec.servers_per_pod * spec.rails > 4096:
             continue  # the big ones take a while to build; the formula is the same
         fabric = build_fabric(spec)
@@ -193,7 +176,7 @@ def test_spec_uplinks_match_the_built_fabrics():
             and fabric.switch(switch).tier is not Tier.SPINE
             and fabric.switch(link.peer(switch).node).tier is not Tier.LEAF
         }
-        assert spec_uplinks(spec) == built, spec_file.name
+        assert spec_uplinks(spec) == built, path.name
 
 
 LOG = """\
@@ -232,8 +215,33 @@ def test_collision_to_fix_runs_from_the_first_sample_showing_it_to_the_commit_re
 
 
 def test_report_names_stay_inside_the_output_directory():
-    from emulation.scenarios.report import report_stem
+    from emulation.scenarios.output import report_stem
 
     assert report_stem("../../x", "demo", 1) == "_.._x-demo-seed1"
     assert report_stem("a b/c", "demo", 2) == "a_b_c-demo-seed2"
     assert report_stem("elephant", "three-pod", 3) == "elephant-three-pod-seed3"
+
+
+def test_ecmp_collisions_of_jobs_are_found_from_the_underlays_choice():
+    from emulation.model.stats import percentile as nearest_rank
+    from emulation.scenarios.iterations import collided_jobs
+    from emulation.workload import workload_from_dict
+
+    workload = workload_from_dict(
+        {
+            "name": "two",
+            "traffic": [
+                {"job": "a", "gpus": 4, "servers": ["ryh0s0", "ryh1s0"], "message_bytes": "1GB", "iterations": 1},
+                {"job": "b", "gpus": 4, "servers": ["ryh0s1", "ryh1s1"], "message_bytes": "1GB", "iterations": 1},
+            ],
+        }
+    )
+    plan = expand(FABRIC, workload, 1, railyard_placer(FABRIC))
+    on_rail0 = [i for i, t in enumerate(plan.transfers) if t.src.rail == 0]
+    # Rail 0: a and b each send one flow each way between pod 0 and pod 1, at line rate.
+    same = dict.fromkeys(on_rail0, "rys0")
+    hit = collided_jobs(FABRIC, plan, same)
+    assert hit["a"] and hit["a"] == hit["b"] and "ryl0r0:3" in hit["a"]
+    apart = {i: "rys0" if plan.transfers[i].job == "a" else "rys1" for i in on_rail0}
+    assert collided_jobs(FABRIC, plan, apart) == {"a": [], "b": []}
+    assert nearest_rank(list(range(1, 11)), 0.99) == 10 and nearest_rank(list(range(1, 101)), 0.99) == 99

@@ -1,9 +1,12 @@
-"""The flow-level simulator: the ECMP hash, workloads, the closed loop with the
-real engine on the demo fabric, the flow-mod count, the command."""
+"""The flow-level simulator: the ECMP hash, the closed loop with the real
+engine on the demo fabric, the flow-mod count, finite transfers and
+iterations, the fabric's events, the arms against the optimum, the command."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import random
 
 import numpy as np
@@ -15,11 +18,20 @@ from controller.fabric import addressing as ad
 from controller.intent.model import Intent
 from controller.te.engine import Move
 from emulation.model.pairs import permutation_pairs
+from emulation.simulate.arms import run_static
+from emulation.simulate.conditions import conditions
 from emulation.simulate.flowmods import FlowModCounter
+from emulation.simulate.iterations import Bounds, OptimumBeaten, arm_figures
+from emulation.simulate.jobbound import Cuts, JobBound, lp_time_s
+from emulation.simulate.prepared import ecmp_routing, prepare, spray_routing
 from emulation.simulate.routes import Network, ack_routes, ack_steering, build_routes, ecmp_routes, flow_hash
-from emulation.simulate.run import simulate
-from emulation.simulate.traffic import build_arms
-from emulation.simulate.workload import WorkloadError, load_workload, parse_workload
+from emulation.simulate.run import RESOLVE_S, simulate
+from emulation.simulate.timeline import Iteration
+from emulation.simulate.traffic import arm_of, build_arms
+from emulation.workload import WorkloadError, load_workload, parse_workload
+from emulation.workload.events import check_events
+from emulation.workload.expand import Placed, expand
+from emulation.workload.placers import railyard_placer
 
 DEMO = load_fabric()  # 2 pods x 2 servers x 2 rails, 2 shared spines, 400G everywhere
 MID = build_fabric(
@@ -31,13 +43,19 @@ MID = build_fabric(
 PERMUTATION = """
 name: elephant
 duration_s: 3
-traffic: {pattern: permutation, protocol: tcp}
+traffic: [{pattern: permutation, protocol: tcp}]
 telemetry: {interval_s: 0.2, noise: 0.3, latency_s: 0.05}
 """
 
 
+def only_arm(fabric, text, seed):
+    _, arms = build_arms(fabric, parse_workload(text), seed)
+    (arm,) = arms.values()
+    return arm
+
+
 def hashed(fabric, seed):
-    baseline, _ = build_arms(fabric, parse_workload(PERMUTATION), seed)
+    baseline = only_arm(fabric, PERMUTATION, seed)
     routes = build_routes(Network(fabric), [(f.src, f.dst) for f in baseline.flows])
     chosen = ecmp_routes(routes, flow_hash([f.key for f in baseline.flows]))
     return routes, [routes.via[r] for r in chosen]
@@ -56,7 +74,7 @@ def test_the_ecmp_hash_is_deterministic_per_seed_and_differs_between_seeds():
 
 def test_a_dead_uplink_moves_only_the_flows_hashed_onto_it():
     routes, _ = hashed(MID, 5)
-    hashes = flow_hash([f.key for f in build_arms(MID, parse_workload(PERMUTATION), 5)[0].flows])
+    hashes = flow_hash([f.key for f in only_arm(MID, PERMUTATION, 5).flows])
     before = ecmp_routes(routes, hashes)
     network = routes.network
     first = routes.hops[before, 0]
@@ -152,12 +170,12 @@ def test_a_job_mix_places_through_both_rules():
         """
 name: mix
 duration_s: 1
-traffic: {pattern: jobs, fill: 0.9, sizes: {4: 1, 8: 1, 16: 1}, collectives: {ring: 1, all-to-all: 1}}
+traffic: [{jobs: 0.9, sizes: {4: 1, 8: 1, 16: 1}, collectives: {ring: 1, all-to-all: 1}}]
 """
     )
     result = simulate(MID, workload, seed=2)
     placement = result["placement"]
-    assert placement["baseline"]["fill"] >= 0.9 and placement["railyard"]["fill"] >= 0.9
+    assert all(placement[p]["fill"] >= 0.9 for p in ("first-fit", "topology", "railyard"))
     assert placement["railyard"]["jobs"] >= 2
     assert 0.0 < result["te"]["fraction_of_optimum_final"] <= 1.0 + 1e-9
     assert 0.0 < result["phases"][0]["ecmp"]["fraction_of_optimum"] <= 1.0 + 1e-9
@@ -173,7 +191,7 @@ def _moves(fabric, rng, keys, pairs):
 
 
 def test_flow_mods_counted_by_groups_equal_a_full_render_and_diff():
-    arm, _ = build_arms(MID, parse_workload(PERMUTATION), 1)
+    arm = only_arm(MID, PERMUTATION, 1)
     pairs = [(f.src, f.dst) for f in arm.flows]
     keys = [f.key for f in arm.flows]
     # Reverse flows too, so some moves render together with their reverse's.
@@ -187,67 +205,200 @@ def test_flow_mods_counted_by_groups_equal_a_full_render_and_diff():
         assert incremental.tables == full.tables
 
 
-@pytest.mark.parametrize(
-    ("text", "field"),
-    [
-        ("[1, 2]", "<document>"),
-        ("name: x\n", "traffic"),
-        ("name: x\ntraffic: {pattern: ring}\n", "traffic.pattern"),
-        ("traffic: {pattern: permutation, protocol: sctp}\n", "traffic.protocol"),
-        ("traffic: {pattern: permutation, fan_in: 4}\n", "traffic.fan_in"),
-        ("traffic: {pattern: incast, fan_in: 1}\n", "traffic.fan_in"),
-        ("traffic: {pattern: permutation, rate_gbps: 100}\n", "traffic.rate_gbps"),
-        ("traffic: {pattern: jobs, fill: 1.5}\n", "traffic.fill"),
-        ("traffic: {pattern: jobs, sizes: {8: -1}}\n", "traffic.sizes.8"),
-        ("traffic: {pattern: jobs, collectives: {butterfly: 1}}\n", "traffic.collectives.butterfly"),
-        ("traffic: {pattern: permutation}\ntelemetry: {noise: 2}\n", "telemetry.noise"),
-        ("traffic: {pattern: permutation}\ntelemetry: {interval: 1}\n", "telemetry.interval"),
-        ("traffic: {pattern: permutation}\nengine: {max_moves: 1}\n", "engine.max_moves"),
-        ("traffic: {pattern: permutation}\nengine: {min_gain: -1}\n", "engine.min_gain"),
-        ("duration_s: 0\ntraffic: {pattern: permutation}\n", "duration_s"),
-        ("traffic: {pattern: permutation}\nevents: [{at_s: 99, link_down: 'a:1'}]\n", "events[0].at_s"),
-        ("traffic: {pattern: permutation}\nevents: [{at_s: 1, link: 'a:1'}]\n", "events[0]"),
-        ("traffic: {pattern: permutation}\ncolour: blue\n", "colour"),
-    ],
-)
-def test_workload_errors_name_the_field(text, field):
-    with pytest.raises(WorkloadError) as info:
-        parse_workload(text)
-    assert info.value.field == field
-    assert f"'{field}'" in str(info.value)
+def test_shipped_scenarios_fault_against_the_fabric_with_the_field_named():
+    for text, field in [
+        ("traffic: [{pattern: permutation}]\nevents: [{at_s: 1, link_down: 'ryl0r0:1'}]\n", "events[0].link_down"),
+        ("traffic: [{pattern: incast, fan_in: 9}]\n", "traffic[0].fan_in"),
+        ("traffic: [{jobs: 0.5, sizes: [12]}]\n", "traffic[0].sizes.12"),
+    ]:
+        with pytest.raises(WorkloadError) as info:
+            build_arms(DEMO, parse_workload(text), 1)
+        assert info.value.field == field
 
 
-@pytest.mark.parametrize(
-    ("text", "field"),
-    [
-        ("traffic: {pattern: permutation}\nevents: [{at_s: 1, link_down: 'ryl0r0:1'}]\n", "events[0].link_down"),
-        ("traffic: {pattern: permutation}\nevents: [{at_s: 1, link_down: 'nope:3'}]\n", "events[0].link_down"),
-        ("traffic: {pattern: incast, fan_in: 9}\n", "traffic.fan_in"),
-        ("traffic: {pattern: jobs, sizes: [12]}\n", "traffic.sizes.12"),
-    ],
-)
-def test_workload_errors_against_the_fabric_name_the_field(text, field):
-    with pytest.raises(WorkloadError) as info:
-        build_arms(DEMO, parse_workload(text), 1)
-    assert info.value.field == field
-
-
-def test_every_shipped_workload_loads():
-    for name in ("permutation", "incast", "job-mix", "job-mix-large", "link-failure"):
+def test_every_shipped_simulator_scenario_loads():
+    for name in ("elephant", "incast-8", "job-mix", "job-mix-large", "link-failure", "training-mix-large"):
         assert load_workload(name).name == name
 
 
-def test_the_command_writes_json_and_png_and_refuses_bad_input_in_one_line(tmp_path, capsys):
-    assert (
-        main(["simulate", "--workload", "permutation", "--duration", "1", "--seed", "3", "--out", str(tmp_path)]) == 0
+# --- finite transfers, iterations, events, the arms -----------------------------------
+
+NIC_BPS = 400e9
+RING_ALONE = """
+name: ring
+duration_s: 3
+traffic:
+  - {job: ring, gpus: 4, collective: ring, message_bytes: 40GB, iterations: 3, compute_gap_s: 0.5}
+"""
+RING_ACROSS = RING_ALONE.replace("gpus: 4", "gpus: 8")
+
+
+def run_arm(text, seed, placer, routing):
+    """One baseline arm of a workload on the demo fabric: its timeline."""
+    workload = check_events(parse_workload(text), DEMO)
+    arm = arm_of("test", expand(DEMO, workload, seed, placer))
+    prep = prepare(Network(DEMO), arm, links_die=False)
+    return run_static(prep, conditions(DEMO, workload.events), workload.duration_s, RESOLVE_S, routing), arm
+
+
+def alternating(request):
+    """Four servers ringed across the pods in turn: two ring flows leave every leaf."""
+    servers = [(0, 0), (1, 0), (0, 1), (1, 1)]
+    gpus = tuple(NicId(r, *key) for key in servers for r in range(2))
+    flows = tuple((NicId(r, *servers[i]), NicId(r, *servers[(i + 1) % 4]), "") for r in range(2) for i in range(4))
+    return Placed(gpus, flows)
+
+
+def test_a_ring_alone_iterates_at_the_nic_rate_with_its_compute_gap():
+    timeline, arm = run_arm(RING_ALONE, 1, railyard_placer(DEMO), ecmp_routing)
+    (job,) = arm.jobs
+    assert job.flow_bytes == 30 * 10**9  # 2(n-1)/n x S/k = 2 x 3/4 x 40 GB / 2
+    alone = job.flow_bytes * 8 / NIC_BPS  # 0.6 s
+    iterations = timeline.iterations
+    assert [it.index for it in iterations] == [0, 1, 2]
+    for it in iterations:
+        assert it.time_s == pytest.approx(alone, rel=1e-6)
+    for before, after in itertools.pairwise(iterations):
+        assert after.start_s == pytest.approx(before.end_s + 0.5)  # the compute gap, not part of the iteration
+
+
+def test_an_ecmp_collision_doubles_an_iteration_that_spraying_keeps():
+    alone = 35e9 * 8 / NIC_BPS  # 2 x 7/8 x 40 GB / 2 per flow: 0.7 s
+    seen = set()
+    for seed in range(1, 9):
+        ecmp, _ = run_arm(RING_ACROSS, seed, alternating, ecmp_routing)
+        spray, _ = run_arm(RING_ACROSS, seed, alternating, spray_routing)
+        times = {round(it.time_s / alone, 6) for it in ecmp.iterations}
+        assert len(times) == 1 and times <= {1.0, 2.0}  # two ring flows on one uplink halve each other
+        seen |= times
+        assert all(it.time_s == pytest.approx(alone, rel=1e-6) for it in spray.iterations)
+    assert seen == {1.0, 2.0}
+
+
+def test_a_finite_burst_ends_when_its_bytes_are_through_and_an_off_window_carries_nothing():
+    text = """
+name: bursts
+duration_s: 3
+traffic:
+  - flows:
+      - {src: 10.0.0.1, dst: 10.0.1.1, bytes: 25GB, every_s: 1}
+      - {src: 10.0.0.2, dst: 10.0.1.2, on_s: 0.5, off_s: 0.5}
+"""
+    timeline, _ = run_arm(text, 1, railyard_placer(DEMO), spray_routing)
+    ends = [(b.start_s, b.end_s) for b in timeline.bursts]
+    assert ends == [(0.0, pytest.approx(0.5)), (1.0, pytest.approx(1.5)), (2.0, pytest.approx(2.5))]
+    # The on/off flow sent for half of each second at the NIC rate.
+    assert timeline.moved[1] == pytest.approx(1.5 * NIC_BPS)
+
+
+def test_a_burst_still_sending_delays_the_next_one_as_the_emulations_sender_does():
+    text = """
+name: queued
+duration_s: 3.5
+traffic:
+  - flows:
+      - {src: 10.0.0.1, dst: 10.0.1.1, bytes: 75GB, every_s: 1}
+"""
+    timeline, _ = run_arm(text, 1, railyard_placer(DEMO), spray_routing)
+    # 1.5 s per burst at 400 Gb/s: each waits for the one before, and is timed from its own opening.
+    done = [(b.start_s, b.end_s) for b in timeline.bursts]
+    assert done == [(0.0, pytest.approx(1.5)), (1.0, pytest.approx(3.0))]
+    assert [(b.start_s, b.end_s) for b in timeline.unfinished_bursts()] == [(2.0, None), (3.0, None)]
+
+
+def test_conditions_follow_link_and_switch_events_and_drains():
+    workload = check_events(
+        parse_workload(
+            """
+traffic: [{pattern: permutation}]
+duration_s: 6
+events:
+  - {at_s: 1, link_down: 'ryl0r0:3'}
+  - {at_s: 2, link_up: 'ryl0r0:3'}
+  - {at_s: 3, switch_down: rys1}
+  - {at_s: 4, switch_up: rys1}
+  - {at_s: 4.5, drain: rys0}
+  - {at_s: 5, undrain: rys0}
+"""
+        ),
+        DEMO,
     )
+    found = conditions(DEMO, workload.events)
+    assert [c.start_s for c in found] == [0, 1, 2, 3, 4, 4.5, 5]
+    assert [len(c.dead) for c in found] == [0, 1, 0, 4, 0, 0, 0]
+    assert found[1].dead == ("ryl0r0:3",) and all(name.startswith("rys1:") for name in found[3].dead)
+    assert found[5].drains.switches == {"rys0"} and not found[5].dead and not found[6].drains.switches
+
+
+def test_a_dead_spine_halves_the_optimum_and_te_keeps_to_it():
+    text = PERMUTATION + "events:\n  - {at_s: 1, switch_down: rys0}\n  - {at_s: 2, switch_up: rys0}\n"
+    result = simulate(DEMO, parse_workload(text), seed=2)
+    assert [p["optimum"]["aggregate_bps"] for p in result["phases"]] == pytest.approx([3.2e12, 1.6e12, 3.2e12])
+    during = [c for c in result["cycles"] if 1.2 <= c["t"] < 2.0]
+    assert all(c["fraction_of_optimum"] == pytest.approx(1.0) for c in during)
+
+
+def test_a_drain_moves_te_off_the_spine_while_the_baselines_ignore_it():
+    text = PERMUTATION + "events:\n  - {at_s: 1, drain: rys0}\n  - {at_s: 2.6, undrain: rys0}\n"
+    result = simulate(DEMO, parse_workload(text), seed=2)
+    (phase,) = result["phases"]  # a drain is no lost capacity: ECMP and spraying are as before
+    assert phase["ecmp"]["fraction_of_optimum"] == pytest.approx(1.0)
+    cycles = {round(c["t"], 1): c for c in result["cycles"]}
+    assert cycles[1.0]["reroutes"] == 8  # every flow off rys0 at once
+    assert cycles[2.0]["fraction_of_optimum"] == pytest.approx(0.5)  # two flows per rys1 uplink, as drained
+
+
+def test_no_arm_beats_the_optimum_and_the_bound_is_tight_where_it_is_exact():
+    text = """
+name: mix
+duration_s: 3
+traffic:
+  - {jobs: 0.9, sizes: {4: 1, 8: 2, 16: 1}, collectives: {ring: 2, tree: 1, all-to-all: 1},
+     message_bytes: 20GB, iterations: 50, compute_gap_s: 0.1}
+events: [{at_s: 1.5, link_down: 'ryl0r0:5'}]
+"""
+    result = simulate(MID, parse_workload(text), seed=3)  # OptimumBeaten would be raised
+    arms = result["arms"]
+    optimum = arms["optimum"]["jobs"]
+    assert optimum and set(arms) == {"first-fit+ecmp", "topology+ecmp", "spray", "railyard+te", "optimum"}
+    for name, arm in arms.items():
+        if name == "optimum":
+            continue
+        assert arm["overall"]["iterations"] > 0
+        for job, row in arm["jobs"].items():
+            assert min(row["times_s"], default=math.inf) >= optimum[job]["p50_s"] * (1 - 1e-6)
+    # The cut bounds never exceed the exact LP (both are lower bounds; on a healthy fabric the NIC cut is tight).
+    cuts = Cuts(Network(MID))
+    arm = build_arms(MID, parse_workload(text), 3)[1]["railyard"]
+    for job in arm.jobs:
+        pairs = [(arm.flows[i].src, arm.flows[i].dst) for i in job.transfers]
+        if pairs:
+            exact = lp_time_s(MID, pairs, 8e9, ())
+            assert cuts.time_s(pairs, 8e9, cuts.network.capacity) == pytest.approx(exact, rel=1e-6)
+            dead = ("ryl0r0:5",)
+            assert cuts.time_s(pairs, 8e9, cuts.network.capacity_without(dead)) <= lp_time_s(MID, pairs, 8e9, dead) * (
+                1 + 1e-6
+            )
+
+
+def test_the_command_runs_a_training_mix_on_the_2k_spec(tmp_path, capsys):
+    args = ["simulate", "--workload", "training-mix-large", "--spec", "rail-2k.yaml", "--duration", "2"]
+    assert main([*args, "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "fraction of optimum" in out
+    assert "railyard+te" in out and "optimum" in out
     (path,) = tmp_path.glob("*.json")
-    assert json.loads(path.read_text())["fabric"] == "demo"
+    result = json.loads(path.read_text())
+    assert result["arms"]["railyard+te"]["overall"]["iterations"] > 0
     assert path.with_suffix(".png").stat().st_size > 0
-    bad = tmp_path / "bad.yaml"
-    bad.write_text("traffic: {pattern: permutation, protocol: sctp}\n")
-    assert main(["simulate", "--workload", str(bad), "--out", str(tmp_path)]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("railyard: workload: 'traffic.protocol'")
+
+
+def test_an_iteration_still_running_at_the_end_counts_once_it_is_past_the_optimum():
+    (job,) = run_arm(RING_ALONE, 1, railyard_placer(DEMO), ecmp_routing)[1].jobs
+    bounds: Bounds = {"ring": {(): JobBound(0.7, "lp")}}
+    healthy = conditions(DEMO, ())
+    stalled = arm_figures([], [Iteration("ring", 0, 0.0, 1.0)], [job], bounds, bounds, healthy, "ecmp")
+    assert stalled["jobs"]["ring"]["times_s"] == [1.0] and stalled["jobs"]["ring"]["unfinished_counted"] == 1
+    started = arm_figures([], [Iteration("ring", 0, 0.0, 0.5)], [job], bounds, bounds, healthy, "ecmp")
+    assert started["jobs"]["ring"]["iterations"] == 0  # too early to tell
+    with pytest.raises(OptimumBeaten):
+        arm_figures([Iteration("ring", 0, 0.0, 0.5)], [], [job], bounds, bounds, healthy, "ecmp")

@@ -107,10 +107,16 @@ def step(
             del moves[key]
             decisions.append(Decision(DecisionKind.EXPIRE, describe_flow(key), "flow quiet; back to ECMP", now))
     fresh = {e: s for e, s in ports.items() if now - s.observed_at <= cfg.max_age_s}
-    tx = _port_load(index, fresh)
-    residual = _residual(index, tx, flows, elephants, routes)
-    if state.residual is not None and len(state.residual) == len(residual):
-        residual = (1 - cfg.background_smoothing) * state.residual + cfg.background_smoothing * residual
+    tx, port_at = _port_load(index, fresh)
+    explained, folded_at = _explained(index, flows, elephants, routes, port_at, state, cfg)
+    # Background is believed only once smoothed: the residual's EWMA starts
+    # from nothing, not from its first sample, which is two independent
+    # noisy readings' difference (up to 60% of a full link under ±30% noise).
+    before_residual = state.residual if state.residual is not None and len(state.residual) == len(tx) else 0.0
+    # Unclamped: noise averages out under the EWMA only if its sign is kept.
+    # No port sample: no evidence of background.
+    raw = np.where(np.isfinite(port_at), tx - explained, 0.0)
+    residual = (1 - cfg.background_smoothing) * before_residual + cfg.background_smoothing * raw
     background = np.where(residual > cfg.background_floor * index.capacity, residual, 0.0)
     decisions += _settle(dead, elephants, routes, moves, now, cfg)
     # Elephants seen lately. A flow black-holed by a failure measures ~0 at
@@ -193,35 +199,65 @@ def step(
         meters,
         frozenset(unfixable),
         residual,
+        explained,
+        folded_at,
     ), decisions
 
 
-def _port_load(index: LinkIndex, ports: Mapping[Endpoint, PortSample]) -> np.ndarray:
-    """Per egress, what its port reports sending (0 if unreported)."""
+def _port_load(index: LinkIndex, ports: Mapping[Endpoint, PortSample]) -> tuple[np.ndarray, np.ndarray]:
+    """Per egress, what its port reports sending (0 if unreported), and when
+    that sample was taken (-inf if unreported)."""
     tx = np.zeros(len(index.capacity))
+    at = np.full(len(index.capacity), -np.inf)
     for egress, sample in ports.items():
         i = index.ids.get(egress)
         if i is not None:
             tx[i] = sample.tx_bps
-    return tx
+            at[i] = sample.observed_at
+    return tx, at
 
 
-def _residual(
+def _explained(
     index: LinkIndex,
-    tx: np.ndarray,
     flows: Mapping[FlowKey, FlowSample],
     elephants: list[Elephant],
     routes: list[Routes],
-) -> np.ndarray:
-    """Per egress, what its measured load is beyond the elephants on it:
-    mice, and flows TE does not see, or noise."""
-    tx = tx.copy()
+    port_at: np.ndarray,
+    state: TeState,
+    cfg: EngineConfig,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per egress, the load its elephants' records explain, smoothed as the
+    port's own rate was (`port_smoothing`, the LinkView's EWMA: seeded with
+    the first sample, then one step per new port sample, not per cycle: a
+    cycle may run between two batches); and the time of the port sample
+    each egress last folded in.
+
+    The difference from the port's rate is background (mice, flows TE does
+    not see). It is one only if both sides went through the same filter.
+    Records arrive raw, port rates smoothed: subtracting the one from the
+    other, every flow that stops leaves its port's EWMA tail (half its rate,
+    then a quarter, ...) as load nobody sends, and every flow that starts a
+    hole as deep. Steady traffic never shows it; a collective that
+    iterates (send, compute, send) does at every iteration: the tail peaks
+    in the compute gap, the residual's EWMA carries it into the next
+    iteration, and on a link its one elephant fills exactly, that phantom
+    background reads as a collision. Smoothed alike, a flow's tail is
+    explained by its own."""
     rows = [r.base + r.position[e.via] for e, r in zip(elephants, routes) if e.via in r.position]
+    now_load = np.zeros(len(index.capacity))
     if rows:
         # This sample's rates, not the smoothed ones: the same instant as the port counters.
         rates = [flows[e.key].rate_bps for e, r in zip(elephants, routes) if e.via in r.position]
-        tx -= index.loads(np.array(rows, dtype=np.int64), np.array(rates))
-    return tx  # unclamped: noise averages out under the EWMA only if its sign is kept
+        now_load = index.loads(np.array(rows, dtype=np.int64), np.array(rates))
+    fresh = np.isfinite(port_at)
+    if state.explained is None or state.port_at is None or len(state.explained) != len(now_load):
+        return np.where(fresh, now_load, 0.0), port_at
+    a = cfg.port_smoothing
+    new = port_at > state.port_at  # a port sample the LinkView has folded in since the last cycle
+    first = new & ~np.isfinite(state.port_at)
+    explained = np.where(first, now_load, np.where(new, a * now_load + (1 - a) * state.explained, state.explained))
+    # A port with no fresh sample keeps its filter's state, as the LinkView keeps its last rate.
+    return explained, np.where(fresh, port_at, state.port_at)
 
 
 def _settle(

@@ -13,7 +13,7 @@ import numpy as np
 
 from controller.fabric import NicId
 from controller.fabric import addressing as ad
-from controller.te.view import FlowKey
+from controller.te.view import EWMA_ALPHA, FlowKey
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,10 @@ class EngineConfig:
     # noisy); below this fraction of the link it is noise, not traffic.
     background_floor: float = 0.2
     background_smoothing: float = 0.2  # EWMA weight of the newest residual
+    # The EWMA weight with which port rates reach the engine (the LinkView's):
+    # the load the elephants' raw records explain is smoothed alike before
+    # the two are compared (cycle._explained).
+    port_smoothing: float = EWMA_ALPHA
     # A moved flow that measures this much below its rate before the move,
     # once settled, goes back (once) and stays.
     revert_margin: float = 0.3
@@ -122,6 +126,8 @@ class TeState:
     meters: Mapping[FlowKey, Meter] = field(default_factory=dict)
     unfixable: frozenset[str] = frozenset()  # collided uplinks no move can relieve
     residual: np.ndarray | None = None  # per egress: smoothed load beyond the elephants' (see background_floor)
+    explained: np.ndarray | None = None  # per egress: the elephants' record load, smoothed as the port's rate
+    port_at: np.ndarray | None = None  # per egress: when the port sample last in `explained` was taken (-inf: none)
 
 
 @functools.lru_cache(maxsize=1 << 17)

@@ -1,0 +1,168 @@
+"""Goodput figures: unbounded flows judged by their aggregate against the
+exact splittable max-min optimum (emulation.model.optimum), per phase
+(flows starting or stopping, links dying or coming back). Pure.
+
+- ECMP and spraying, static per phase;
+- TE per cycle of the closed loop, against the phase the cycle falls in;
+  and the loop's own figures (moves, flow-mods, engine step, speed).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import statistics
+from collections.abc import Sequence
+
+import numpy as np
+
+from emulation.model.stats import percentile
+from emulation.simulate.bound import Bound
+from emulation.simulate.conditions import Condition, Phase
+from emulation.simulate.figures import natural_demand, outcome
+from emulation.simulate.loop import LoopResult, LoopSettings
+from emulation.simulate.prepared import Prepared, ecmp_routing, spray_routing
+from emulation.simulate.traffic import demands
+
+TARGET = 0.97
+STEADY_CYCLES = 100
+
+
+def static_figures(prep: Prepared, phase: Phase, bound: Bound) -> dict:
+    """ECMP and spraying at one phase, against its optimum."""
+    network = prep.network
+    condition = Condition(phase.start_s, phase.dead)
+    demand = np.where(phase.started, demands(prep.arm.flows), 0.0)
+    natural = natural_demand(prep.routes, prep.arm.flows, phase.started)
+    ecmp, spray = ecmp_routing(prep, condition), spray_routing(prep, condition)  # ECMP: ACKs hashed too
+    ecmp_outcome = outcome(ecmp.shares, ecmp.capacity, np.minimum(demand, ecmp.cap), natural, network.is_uplink)
+    spray_outcome = outcome(spray.shares, spray.capacity, demand, natural, network.is_uplink)
+
+    def judged(aggregate: float) -> float:
+        return aggregate / bound.aggregate_bps if bound.aggregate_bps else 0.0
+
+    return {
+        "start_s": phase.start_s,
+        "dead_links": list(phase.dead),
+        "flows": int(phase.started.sum()),
+        "optimum": bound_row(bound),
+        "ecmp": {
+            "aggregate_bps": ecmp_outcome.aggregate_bps,
+            "fraction_of_optimum": judged(ecmp_outcome.aggregate_bps),
+            "collided_uplinks": ecmp_outcome.collided_uplinks,
+        },
+        "spray": {
+            "aggregate_bps": spray_outcome.aggregate_bps,
+            "fraction_of_optimum": judged(spray_outcome.aggregate_bps),
+            "collided_uplinks": spray_outcome.collided_uplinks,
+        },
+    }
+
+
+def bound_row(bound: Bound) -> dict:
+    return {
+        "aggregate_bps": bound.aggregate_bps,
+        "single_path_bps": bound.single_path_bps,
+        "throughput_bound_bps": bound.throughput_bps,
+        "method": bound.method,
+        "solve_s": bound.solve_s,
+    }
+
+
+def fractions(result: LoopResult, phases: Sequence[Phase], bounds: Sequence[Bound]) -> list[float]:
+    """TE's aggregate per cycle over the optimum of the phase it falls in."""
+    starts = [p.start_s for p in phases]
+    out = []
+    for c in result.cycles:
+        bound = bounds[bisect.bisect_right(starts, c.t + 1e-9) - 1].aggregate_bps
+        out.append(c.aggregate_bps / bound if bound else 0.0)
+    return out
+
+
+def cycle_rows(result: LoopResult, judged: Sequence[float] | None) -> list[dict]:
+    """Per cycle; with `judged` (fractions of the optimum) for goodput runs."""
+    return [
+        {
+            "t": round(c.t, 6),
+            **({} if judged is None else {"fraction_of_optimum": judged[i]}),
+            "aggregate_bps": c.aggregate_bps,
+            "collided_uplinks": c.collided_uplinks,
+            "engine_collisions": c.engine_collisions,
+            "reroutes": c.reroutes,
+            "moves_active": c.moves_active,
+            "meters_active": c.meters_active,
+            "flow_mods": c.flow_mods,
+            "meter_mods": c.meter_mods,
+            "path_changes": c.path_changes,
+            "step_s": c.step_s,
+            "fluid_s": c.fluid_s,
+            "telemetry_s": c.telemetry_s,
+            "overlay_s": c.overlay_s,
+            "decisions": dict(c.decisions),
+        }
+        for i, c in enumerate(result.cycles)
+    ]
+
+
+def te_summary(result: LoopResult, judged: Sequence[float], settings: LoopSettings) -> dict:
+    """The loop's figures with TE's fraction of the optimum (`fractions`)."""
+    frac = judged
+    # The first cycle from which TE stays at or above the target to the end,
+    # counted in engine steps that had run before it was measured.
+    holds_from = None
+    for i in range(len(frac) - 1, -1, -1):
+        if frac[i] < TARGET:
+            break
+        holds_from = i
+    first = next((i for i, f in enumerate(frac) if f >= TARGET), None)
+    return {
+        "fraction_of_optimum_first": frac[0] if frac else 0.0,
+        "fraction_of_optimum_final": frac[-1] if frac else 0.0,
+        "fraction_of_optimum_min_last_100": min(frac[-STEADY_CYCLES:], default=0.0),
+        "target": TARGET,
+        "cycles_to_target": first,
+        "cycles_to_target_and_holds": holds_from,
+        "time_to_target_s": None if first is None else result.cycles[first].t,
+        **loop_summary(result, settings),
+    }
+
+
+def loop_summary(result: LoopResult, settings: LoopSettings) -> dict:
+    """What the closed loop did and what it cost, whatever it is judged by."""
+    cycles = result.cycles
+    steady = cycles[-STEADY_CYCLES:]
+    steps = [c.step_s for c in cycles]
+    sim_s = len(cycles) * settings.interval_s
+    loop_wall = result.wall_s  # everything in the loop, bookkeeping and progress included
+    moved = result.path_changes_per_flow
+    return {
+        "reroutes_total": sum(c.reroutes for c in cycles),
+        "reroutes_per_cycle_max": max((c.reroutes for c in cycles), default=0),
+        "steady_cycles": len(steady),
+        "reroutes_steady": sum(c.reroutes for c in steady),
+        "flow_mods_total": sum(c.flow_mods for c in cycles),
+        "flow_mods_steady": sum(c.flow_mods for c in steady),
+        "meter_mods_total": sum(c.meter_mods for c in cycles),
+        "path_changes_per_flow_max": int(moved.max()) if moved.size else 0,
+        "path_changes_per_moved_flow_mean": float(moved[moved > 0].mean()) if (moved > 0).any() else 0.0,
+        "flows_moved": int((moved > 0).sum()),
+        "collided_uplinks_first": cycles[0].collided_uplinks if cycles else 0,
+        "collided_uplinks_final": cycles[-1].collided_uplinks if cycles else 0,
+        "engine_step_s": {
+            "p50": percentile(steps, 0.5),
+            "p99": percentile(steps, 0.99),
+            "max": max(steps, default=0.0),
+            "mean": statistics.fmean(steps) if steps else 0.0,
+        },
+        "time_split_s": {
+            "fluid_model": sum(c.fluid_s for c in cycles),
+            "telemetry": sum(c.telemetry_s for c in cycles),
+            "engine": sum(steps),
+            "overlay": sum(c.overlay_s for c in cycles),
+            "other": max(result.wall_s - sum(c.fluid_s + c.telemetry_s + c.step_s + c.overlay_s for c in cycles), 0.0),
+        },
+        "cycles": len(cycles),
+        "simulated_s": sim_s,
+        "loop_wall_s": loop_wall,
+        "sim_s_per_wall_s": sim_s / loop_wall if loop_wall else math.inf,
+    }

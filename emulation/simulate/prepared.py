@@ -1,0 +1,93 @@
+"""An arm made ready for the fluid model: candidate routes, the underlay's
+hash, ACK routes, and how each baseline routes it in a given condition of
+the fabric. Pure."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import scipy.sparse as sp
+
+from emulation.model.fluid import max_min_rates
+from emulation.simulate.conditions import Condition
+from emulation.simulate.routes import (
+    AckRoutes,
+    Network,
+    Routes,
+    ack_routes,
+    ack_steering,
+    build_routes,
+    ecmp_routes,
+    flow_hash,
+)
+from emulation.simulate.traffic import Arm
+
+
+@dataclass(frozen=True)
+class Prepared:
+    arm: Arm
+    routes: Routes
+    hashes: np.ndarray
+    acks: AckRoutes | None  # None: no link ever dies, so no ACK stream is cut
+
+    @property
+    def network(self) -> Network:
+        return self.routes.network
+
+    @cached_property
+    def steered_route(self) -> np.ndarray:
+        """Per flow, the route its job's placement steers it along (its pair
+        entries outrank the underlay's hash), -1 where the underlay hashes it."""
+        flows, by_via = self.arm.flows, self.routes.by_via
+        return np.array([by_via[i].get(f.via, -1) if f.via else -1 for i, f in enumerate(flows)], dtype=np.int64)
+
+    def underlay_route(self, capacity: np.ndarray) -> np.ndarray:
+        """Where the flows go without TE: a placed job's steering, else the hash
+        (whose select groups skip a bucket whose port is down)."""
+        hashed = ecmp_routes(self.routes, self.hashes, self.routes.ingress_usable(capacity))
+        return np.where(self.steered_route >= 0, self.steered_route, hashed)
+
+    def stalled(self, capacity: np.ndarray, moved_via: dict[int, str] | None = None) -> np.ndarray:
+        """Per flow: a TCP flow whose ACKs cross a dead link, which gets nothing."""
+        if self.acks is None:
+            return np.zeros(len(self.arm.flows), dtype=bool)
+        flows = self.arm.flows
+        steer = ack_steering([f.via for f in flows], [(f.src, f.dst) for f in flows], moved_via or {}, self.acks)
+        return self.acks.stalled(capacity, steer)
+
+
+def prepare(network: Network, arm: Arm, links_die: bool) -> Prepared:
+    pairs = [(f.src, f.dst) for f in arm.flows]
+    keys = [f.key for f in arm.flows]
+    acks = ack_routes(network, keys, pairs) if links_die else None
+    return Prepared(arm, build_routes(network, pairs), flow_hash(keys), acks)
+
+
+@dataclass(frozen=True)
+class Routing:
+    """A fixed routing in a fixed condition: the shares, the capacities and
+    each flow's cap (a meter, or 0 for a stalled flow). Called with demands,
+    the max-min rates (a timeline's `Solve`)."""
+
+    shares: sp.csr_matrix
+    capacity: np.ndarray
+    cap: np.ndarray
+
+    def __call__(self, demand: np.ndarray) -> np.ndarray:
+        return max_min_rates(self.shares, self.capacity, np.minimum(demand, self.cap))
+
+
+def ecmp_routing(prep: Prepared, condition: Condition) -> Routing:
+    capacity = prep.network.capacity_without(condition.dead)
+    cap = np.where(prep.stalled(capacity), 0.0, np.inf)
+    return Routing(prep.routes.shares(prep.underlay_route(capacity)), capacity, cap)
+
+
+def spray_routing(prep: Prepared, condition: Condition) -> Routing:
+    """Ideal spraying: every flow split evenly over its live paths (a sprayer
+    knows a dead path; its ACKs are sprayed too, so none stalls)."""
+    capacity = prep.network.capacity_without(condition.dead)
+    shares = prep.routes.spray_shares(prep.routes.route_usable(capacity))
+    return Routing(shares, capacity, np.full(len(prep.arm.flows), np.inf))

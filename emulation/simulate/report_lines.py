@@ -1,0 +1,46 @@
+"""Lines both result tables share. Pure."""
+
+from __future__ import annotations
+
+
+def pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def ms(s: float) -> str:
+    return f"{s * 1e3:.0f} ms" if s >= 0.01 else f"{s * 1e3:.1f} ms"
+
+
+def placement_line(placement: dict) -> str:
+    b, r = placement["first-fit"], placement["railyard"]
+    t = placement.get("topology")
+    topology = f"topology packing {t['fill']:.1%}, {t['refused_jobs']} refused; " if t else ""
+    return (
+        f"jobs: first-fit (hashed) {b['fill']:.1%} of GPUs, {b['refused_jobs']} refused; {topology}"
+        f"Railyard placement {r['fill']:.1%} ({r['jobs']} jobs, {r['steered_flows']} of {r['flows']} flows "
+        f"steered, {r['placement_flow_mods']} flow-mods), {r['refused_jobs']} refused"
+    )
+
+
+def header(result: dict) -> str:
+    te = result["te"]
+    return (
+        f"{result['workload']} on {result['fabric']} ({result['gpus']} GPUs, {result['flows']} flows), "
+        f"seed {result['seed']}, {te['simulated_s']:g} s simulated; telemetry every "
+        f"{result['telemetry']['interval_s']:g} s, noise ±{result['telemetry']['noise']:.0%}, "
+        f"control latency {result['telemetry']['latency_s']:g} s"
+    )
+
+
+def loop_lines(result: dict) -> list[str]:
+    te = result["te"]
+    step = te["engine_step_s"]
+    split = te["time_split_s"]
+    setup = result["setup_s"]
+    return [
+        f"engine step: p50 {ms(step['p50'])}, p99 {ms(step['p99'])}, max {ms(step['max'])}; "
+        f"loop time: engine {split['engine']:.2f} s, telemetry {split['telemetry']:.2f} s, "
+        f"fluid model {split['fluid_model']:.2f} s, overlay {split['overlay']:.2f} s",
+        f"speed: {te['sim_s_per_wall_s']:.2f} simulated s per wall s over the loop; setup: "
+        + ", ".join(f"{name.removesuffix('_s')} {seconds:.2f} s" for name, seconds in setup.items()),
+    ]
