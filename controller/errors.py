@@ -44,6 +44,10 @@ class NotFound(LookupError):
     """A named object (pin, job, switch) does not exist."""
 
 
+class RevisionGone(LookupError):
+    """A watch asked to start from a revision the history no longer holds (OUT_OF_RANGE): list again."""
+
+
 class Conflict(Exception):
     """The request is well-formed but clashes with existing intent (FAILED_PRECONDITION)."""
 

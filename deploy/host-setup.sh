@@ -39,8 +39,11 @@ packages() {
 WMEM_BYTES=16777216
 
 # Prints nothing when ovs-vswitchd has no packet socket yet (no bridges).
+# awk reads to the end: an early exit would leave ss writing to a closed pipe,
+# and under pipefail its SIGPIPE (141) would fail the whole setup, now and then.
 vswitchd_sndbuf() {
-    ss -0 -m -p 2>/dev/null | awk '/ovs-vswitchd/ && match($0, /tb[0-9]+/) { print substr($0, RSTART + 2, RLENGTH - 2); exit }'
+    ss -0 -m -p 2>/dev/null |
+        awk '!found && /ovs-vswitchd/ && match($0, /tb[0-9]+/) { print substr($0, RSTART + 2, RLENGTH - 2); found = 1 }'
 }
 
 OVS_RUN=/var/run/openvswitch

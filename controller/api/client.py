@@ -23,6 +23,7 @@ PATTERNS = {
     "tree": ppb.COLLECTIVE_PATTERN_TREE,
     "all-to-all": ppb.COLLECTIVE_PATTERN_ALL_TO_ALL,
 }
+VIEWS = {"summary": ppb.JOB_VIEW_SUMMARY, "full": ppb.JOB_VIEW_FULL}
 
 
 def _pages(call, request, field: str) -> list:
@@ -72,7 +73,10 @@ class Client:
         max_pods: int = 0,
         exclusive: bool = False,
         request_id: str = "",
+        view: str = "summary",
+        max_predicted_utilization: float = 0.0,
     ) -> ppb.PlaceJobResponse:
+        """`view`: "summary" (no flows: page them with job_flows) or "full"."""
         request = ppb.PlaceJobRequest(
             job_id=job_id,
             gpu_count=gpu_count,
@@ -83,20 +87,43 @@ class Client:
             max_pods=max_pods,
             exclusive_servers=exclusive,
             request_id=request_id,
+            view=VIEWS[view],
+            max_predicted_utilization=max_predicted_utilization,
         )
         return self.placement.PlaceJob(request, timeout=self.timeout)
 
     def release_job(self, job_id: str) -> ppb.Job:
         return self.placement.ReleaseJob(ppb.ReleaseJobRequest(job_id=job_id), timeout=self.timeout).job
 
-    def get_job(self, job_id: str) -> ppb.Job:
-        return self.placement.GetJob(ppb.GetJobRequest(job_id=job_id), timeout=self.timeout).job
+    def get_job(self, job_id: str, view: str = "summary") -> ppb.Job:
+        return self.placement.GetJob(ppb.GetJobRequest(job_id=job_id, view=VIEWS[view]), timeout=self.timeout).job
+
+    def job_flows(self, job_id: str) -> list[ppb.JobFlow]:
+        """A job's flows, page by page: a large job's do not fit one reply."""
+        request = ppb.ListJobFlowsRequest(job_id=job_id, page_size=10_000)
+        return _pages(lambda r: self.placement.ListJobFlows(r, timeout=self.timeout), request, "flows")
 
     def list_jobs(self) -> list[ppb.Job]:
-        return _pages(lambda r: self.placement.ListJobs(r, timeout=self.timeout), ppb.ListJobsRequest(), "jobs")
+        return self.list_jobs_at()[0]
 
-    def watch_jobs(self, timeout_s: float | None = None) -> Iterator[ppb.JobEvent]:
-        return self.placement.WatchJobs(ppb.WatchJobsRequest(), timeout=timeout_s)
+    def list_jobs_at(self) -> tuple[list[ppb.Job], int]:
+        """Every job and the revision to watch from (the first page's): an informer's list."""
+        jobs: list[ppb.Job] = []
+        request, revision = ppb.ListJobsRequest(), None
+        while True:
+            reply = self.placement.ListJobs(request, timeout=self.timeout)
+            revision = reply.intent_revision if revision is None else revision
+            jobs.extend(reply.jobs)
+            if not reply.next_page_token:
+                return jobs, revision
+            request.page_token = reply.next_page_token
+
+    def watch_jobs(self, timeout_s: float | None = None, since_revision: int | None = None) -> Iterator[ppb.JobEvent]:
+        """Changes from now on; with `since_revision`, every change after it (from a list's revision)."""
+        request = (
+            ppb.WatchJobsRequest() if since_revision is None else ppb.WatchJobsRequest(since_revision=since_revision)
+        )
+        return self.placement.WatchJobs(request, timeout=timeout_s)
 
     # --- fabric -------------------------------------------------------------
     def get_fabric(self) -> fpb.GetFabricResponse:

@@ -9,7 +9,7 @@ import time
 
 import grpc
 
-from controller.errors import AlreadyExists, Conflict, FieldError, NotFound
+from controller.errors import AlreadyExists, Conflict, FieldError, NotFound, RevisionGone
 from controller.te.placement import NoCapacity
 from controller.telemetry.ingest import Overloaded
 
@@ -24,6 +24,7 @@ _CODES = (
     (Conflict, grpc.StatusCode.FAILED_PRECONDITION),
     (NoCapacity, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    (RevisionGone, grpc.StatusCode.OUT_OF_RANGE),
 )
 DOMAIN_ERRORS = tuple(cls for cls, _ in _CODES)
 

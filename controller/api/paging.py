@@ -57,14 +57,20 @@ def decode_token(scope: str, token: str) -> str:
     return after
 
 
-def page(items: Sequence[T], page_size: int, token: str, key: Callable[[T], str], scope: str) -> tuple[list[T], str]:
+def page(
+    items: Sequence[T],
+    page_size: int,
+    token: str,
+    key: Callable[[T], str],
+    scope: str,
+    default: int = DEFAULT_PAGE_SIZE,
+    most: int = MAX_PAGE_SIZE,
+) -> tuple[list[T], str]:
     """`items` sorted by `key`; returns one page and the token for the next
     ('' at the end). `scope`: the method and its filters, which a token must match."""
-    if page_size < 0 or page_size > MAX_PAGE_SIZE:
-        raise PageError(
-            "page_size", f"{page_size} is out of range", f"0 (default {DEFAULT_PAGE_SIZE}) to {MAX_PAGE_SIZE}"
-        )
-    size = page_size or DEFAULT_PAGE_SIZE
+    if page_size < 0 or page_size > most:
+        raise PageError("page_size", f"{page_size} is out of range", f"0 (default {default}) to {most}")
+    size = page_size or default
     after = decode_token(scope, token) if token else ""
     first = bisect.bisect_right([key(item) for item in items], after) if after else 0
     chunk = list(items[first : first + size])

@@ -10,11 +10,12 @@ import grpc
 from controller.api.errors import rpc, stream_guard
 from controller.api.gen.railyard.v1 import placement_pb2 as pb
 from controller.api.gen.railyard.v1 import placement_pb2_grpc as pb_grpc
-from controller.api.paging import page
+from controller.api.paging import encode_token, page
+from controller.errors import FieldError, NotFound, shown
 from controller.fabric import Fabric
 from controller.fabric import addressing as ad
 from controller.intent.service import IntentService, JobEvent, JobEventKind
-from controller.te.jobs import Job, JobError, JobRequest, Pattern
+from controller.te.jobs import Job, JobError, JobFlow, JobRequest, Pattern
 
 PATTERNS = {
     pb.COLLECTIVE_PATTERN_RING: Pattern.RING,
@@ -45,10 +46,13 @@ def request_from_proto(msg: pb.PlaceJobRequest) -> JobRequest:
         max_pods=msg.max_pods,
         exclusive=msg.exclusive_servers,
         request_id=msg.request_id,
+        max_predicted_utilization=msg.max_predicted_utilization,
     )
 
 
 def job_to_proto(fabric: Fabric, job: Job) -> pb.Job:
+    """The job's summary (JOB_VIEW_SUMMARY): all but its flows, which a full
+    view adds only once it is known to fit (PlacementServicer._fitting)."""
     r = job.request
     request = pb.PlaceJobRequest(
         job_id=r.job_id,
@@ -60,6 +64,7 @@ def job_to_proto(fabric: Fabric, job: Job) -> pb.Job:
         max_pods=r.max_pods,
         exclusive_servers=r.exclusive,
         request_id=r.request_id,
+        max_predicted_utilization=r.max_predicted_utilization,
     )
     out = pb.Job(
         job_id=job.job_id,
@@ -78,43 +83,135 @@ def job_to_proto(fabric: Fabric, job: Job) -> pb.Job:
             nic_address=ad.nic_ip(nic),
             leaf=fabric.attachment(nic).node,
         )
-    for flow in job.flows:
-        out.flows.add(
-            src_address=ad.nic_ip(flow.src),
-            dst_address=ad.nic_ip(flow.dst),
-            bandwidth_gbps=flow.demand_bps / 1e9,
-            spine=flow.via,
-        )
+    out.flow_count = len(job.flows)
     return out
 
 
+def flow_to_proto(flow: JobFlow) -> pb.JobFlow:
+    return pb.JobFlow(
+        src_address=ad.nic_ip(flow.src),
+        dst_address=ad.nic_ip(flow.dst),
+        bandwidth_gbps=flow.demand_bps / 1e9,
+        spine=flow.via,
+    )
+
+
+def _flows_bytes(job: Job) -> int:
+    """The flows' encoded size in a full Job, counted, not built: a million of
+    them would take seconds to encode only to find they do not fit."""
+    total = 0
+    for flow in job.flows:
+        body = 2 + len(ad.nic_ip(flow.src)) + 2 + len(ad.nic_ip(flow.dst)) + 9 + (2 + len(flow.via) if flow.via else 0)
+        total += body + 1 + (1 if body < 128 else 2)  # the field's tag and length
+    return total
+
+
+REPLY_MARGIN_BYTES = 4096  # the status, trailers and framing around a reply's message
+
+
+class ReplyTooLarge(FieldError):
+    context = "request"
+
+
+def _flow_key(index: int) -> str:
+    return f"{index:09d}"  # page tokens order keys as text
+
+
 class PlacementServicer(pb_grpc.PlacementServiceServicer):
-    def __init__(self, service: IntentService, metrics) -> None:
+    def __init__(self, service: IntentService, metrics, message_bytes: int) -> None:
         self.service = service
         self.metrics = metrics
         self._watchers = threading.BoundedSemaphore(MAX_WATCHERS)
+        self.reply_bytes = message_bytes - REPLY_MARGIN_BYTES  # what a reply's message may take
 
     def _job(self, job: Job) -> pb.Job:
         return job_to_proto(self.service.fabric, job)
 
+    def _fitting(self, job: Job, view: int) -> pb.Job:
+        """The job in `view`, or ReplyTooLarge (naming the view) if that would
+        not fit the message limit: checked before a mutation commits, so no
+        change is ever answered with an error."""
+        full = view == pb.JOB_VIEW_FULL
+        summary = self._job(job)
+        size = summary.ByteSize() + (_flows_bytes(job) if full else 0)
+        if size > self.reply_bytes:
+            raise ReplyTooLarge(
+                "view",
+                f"job {job.job_id}'s reply would be {size} bytes, over the {self.reply_bytes}-byte limit for a reply",
+                "JOB_VIEW_SUMMARY, with the flows paged by ListJobFlows"
+                if full
+                else "a larger limit (--max-message-bytes): even its summary does not fit",
+            )
+        if full:
+            summary.flows.extend(flow_to_proto(flow) for flow in job.flows)
+        return summary
+
+    def _event(self, event: JobEvent) -> pb.JobEvent:
+        return pb.JobEvent(kind=EVENT_KINDS[event.kind], job=self._job(event.job), intent_revision=event.revision)
+
     @rpc
     def PlaceJob(self, request, context):
-        job, created = self.service.place_job(request_from_proto(request))
-        return pb.PlaceJobResponse(job=self._job(job), created=created)
+        replies: dict[str, pb.Job] = {}
+
+        def admit(job: Job) -> None:  # before the commit: a reply that cannot go out refuses the change
+            replies[job.job_id] = self._fitting(job, request.view)
+
+        job, created = self.service.place_job(request_from_proto(request), admit=admit)
+        reply = replies.get(job.job_id) or self._fitting(job, request.view)  # a retry's: nothing committed
+        return pb.PlaceJobResponse(job=reply, created=created, oversubscribed=job.predicted_max_utilization > 1.0)
 
     @rpc
     def ReleaseJob(self, request, context):
-        return pb.ReleaseJobResponse(job=self._job(self.service.release_job(request.job_id)))
+        replies: list[pb.Job] = []
+        self.service.release_job(
+            request.job_id, admit=lambda job: replies.append(self._fitting(job, pb.JOB_VIEW_SUMMARY))
+        )
+        return pb.ReleaseJobResponse(job=replies[0])
 
     @rpc
     def GetJob(self, request, context):
-        return pb.GetJobResponse(job=self._job(self.service.get_job(request.job_id)))
+        return pb.GetJobResponse(job=self._fitting(self.service.get_job(request.job_id), request.view))
 
     @rpc
     def ListJobs(self, request, context):
-        jobs = [job for _, job in sorted(self.service.snapshot().jobs.items())]
-        items, token = page(jobs, request.page_size, request.page_token, key=lambda j: j.job_id, scope="ListJobs")
-        return pb.ListJobsResponse(jobs=[self._job(j) for j in items], next_page_token=token)
+        snapshot = self.service.snapshot()
+        jobs = [job for _, job in sorted(snapshot.jobs.items())]
+        scope = f"ListJobs:{request.view}"
+        items, token = page(jobs, request.page_size, request.page_token, key=lambda j: j.job_id, scope=scope)
+        # A page also ends before the message limit: the token then points after its last job.
+        out: list[pb.Job] = []
+        size = 0
+        for i, job in enumerate(items):
+            reply = self._fitting(job, request.view)
+            size += reply.ByteSize() + 8
+            if out and size > self.reply_bytes:
+                token = encode_token(scope, items[i - 1].job_id)
+                break
+            out.append(reply)
+        return pb.ListJobsResponse(jobs=out, next_page_token=token, intent_revision=snapshot.revision)
+
+    @rpc
+    def ListJobFlows(self, request, context):
+        snapshot = self.service.snapshot()
+        job = snapshot.jobs.get(request.job_id)
+        if job is None:
+            raise NotFound(f"no job {shown(request.job_id)}")
+        # Bound to this placement of the job: a token from an earlier one (released, placed again) is refused.
+        scope = f"ListJobFlows:{job.job_id}:{job.placed_at!r}"
+        indices, token = page(
+            range(len(job.flows)),
+            request.page_size,
+            request.page_token,
+            key=_flow_key,
+            scope=scope,
+            default=1000,
+            most=10_000,
+        )
+        return pb.ListJobFlowsResponse(
+            flows=[flow_to_proto(job.flows[i]) for i in indices],
+            next_page_token=token,
+            intent_revision=snapshot.revision,
+        )
 
     @stream_guard
     def WatchJobs(self, request, context):
@@ -130,14 +227,25 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
                 except queue.Full:
                     overflow.set()  # a watcher that cannot keep up is cut off, not buffered forever
 
-        self.service.subscribe(listener)
+        try:
+            if request.HasField("since_revision"):
+                replay = self.service.watch_from(request.since_revision, listener)
+            else:
+                replay = []
+                self.service.subscribe(listener)
+        except BaseException:
+            self._watchers.release()
+            raise
         context.add_callback(lambda: events.put(None) if not events.full() else overflow.set())
         try:
+            for past in replay:
+                yield self._event(past)
             while context.is_active():
                 if overflow.is_set():
                     context.abort(
                         grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"watcher fell {WATCH_QUEUE} events behind; re-list with ListJobs and watch again",
+                        f"watcher fell {WATCH_QUEUE} events behind; watch again since the last revision it saw "
+                        "(or list again, if that is gone)",
                     )
                 try:
                     event = events.get(timeout=1.0)
@@ -145,9 +253,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
                     continue
                 if event is None:
                     return
-                yield pb.JobEvent(
-                    kind=EVENT_KINDS[event.kind], job=self._job(event.job), intent_revision=event.revision
-                )
+                yield self._event(event)
         finally:
             self.service.unsubscribe(listener)
             self._watchers.release()

@@ -110,21 +110,24 @@ class ApiServer:
         metrics: Metrics,
         connected: Callable[[], set[str]],
         listen: str,
+        message_bytes: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="grpc"),
             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
             interceptors=[DecodeErrorsAreInvalidArgument()],
             options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", message_bytes),
+                ("grpc.max_send_message_length", message_bytes),
                 ("grpc.so_reuseport", 0),
             ],
         )
         fabric_pb2_grpc.add_FabricServiceServicer_to_server(
             FabricServicer(service, metrics, connected, ingest.fresh_ports), self.server
         )
-        placement_pb2_grpc.add_PlacementServiceServicer_to_server(PlacementServicer(service, metrics), self.server)
+        placement_pb2_grpc.add_PlacementServiceServicer_to_server(
+            PlacementServicer(service, metrics, message_bytes), self.server
+        )
         telemetry_pb2_grpc.add_TelemetryServiceServicer_to_server(
             TelemetryServicer(service.fabric, ingest, metrics), self.server
         )

@@ -30,6 +30,16 @@ def add_parsers(sub) -> None:
     run.add_argument(
         "--no-te", action="store_true", help="no adaptive TE: placement and pins only, elephants stay on ECMP"
     )
+    run.add_argument(
+        "--watch-history",
+        type=int,
+        help="job events a WatchJobs from a revision can replay (default: the daemon's, 4096)",
+    )
+    run.add_argument(
+        "--max-message-bytes",
+        type=int,
+        help="gRPC message limit, either way; every reply is made to fit it (default: 4 MiB)",
+    )
 
     for parser in _api_parsers(sub):
         parser.add_argument(
@@ -92,6 +102,8 @@ def controller_run(args) -> int:
         metrics=Listen.parse(args.metrics_listen, "metrics-listen"),
         reconcile_interval_s=args.reconcile_interval,
         te_enabled=not args.no_te,
+        **({} if args.watch_history is None else {"watch_history": args.watch_history}),
+        **({} if args.max_message_bytes is None else {"max_message_bytes": args.max_message_bytes}),
     )
     return run(load_fabric(args.spec), config)
 
@@ -130,12 +142,12 @@ def _job_row(job) -> dict:
         "gpus": len(job.gpus),
         "pattern": PATTERN_NAMES.get(job.request.pattern, "?"),
         "pods": ",".join(map(str, job.pods)),
-        "cross_pod_flows": sum(1 for f in job.flows if f.spine),
+        "flows": job.flow_count,
         "predicted_max_util": f"{job.predicted_max_utilization_ratio:.3f}",
     }
 
 
-def _job_detail(job) -> list[dict]:
+def _job_detail(job, flows) -> list[dict]:
     return [
         {
             "rank": g.rank,
@@ -144,7 +156,7 @@ def _job_detail(job) -> list[dict]:
             "rail": g.rail,
             "nic": g.nic_address,
             "leaf": g.leaf,
-            "sends_via": ",".join(sorted({f.spine for f in job.flows if f.src_address == g.nic_address and f.spine}))
+            "sends_via": ",".join(sorted({f.spine for f in flows if f.src_address == g.nic_address and f.spine}))
             or "-",
         }
         for g in job.gpus
@@ -212,12 +224,12 @@ def _run_api(client: Client, args) -> None:
             args.exclusive,
             args.request_id,
         )
-        _show_job(placed.job, args.json)
+        _show_job(placed.job, args.json, client.job_flows(args.job_id))
     elif cmd == "release":
-        _show_job(client.release_job(args.job_id), args.json, detail=False)
+        _show_job(client.release_job(args.job_id), args.json)
     elif cmd == "jobs":
         if args.job_id:
-            _show_job(client.get_job(args.job_id), args.json)
+            _show_job(client.get_job(args.job_id), args.json, client.job_flows(args.job_id))
         elif args.json:
             _print([_as_json(j) for j in client.list_jobs()], True)
         else:
@@ -249,14 +261,15 @@ def _run_api(client: Client, args) -> None:
         )
 
 
-def _show_job(job, as_json: bool, detail: bool = True) -> None:
+def _show_job(job, as_json: bool, flows=None) -> None:
+    """`flows`: the job's flows (paged by the caller) for a per-GPU detail; None: the summary alone."""
     if as_json:
         _print([_as_json(job)], True)
         return
     _print([_job_row(job)], False)
-    if detail:
+    if flows is not None:
         print()
-        _print(_job_detail(job), False)
+        _print(_job_detail(job, flows), False)
 
 
 def _show_free(reply, servers: bool) -> None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from controller.errors import AlreadyExists, FieldError, NotFound, shown
+from controller.errors import AlreadyExists, Conflict, FieldError, NotFound, RevisionGone, shown
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.intent.drains import rerouted_jobs, resolve_link, resolve_switch
 from controller.intent.model import FlowPin, Intent, pin_from_doc, pin_to_doc, validate_pin
@@ -98,6 +99,9 @@ class JobEvent:
 Listener = Callable[[Intent, list[JobEvent]], None]
 
 
+WATCH_HISTORY = 4096  # job events a watch can replay from
+
+
 class IntentService:
     def __init__(
         self,
@@ -106,6 +110,7 @@ class IntentService:
         metrics: Metrics,
         live_load: Callable[[], Mapping[Endpoint, float]] = dict,
         clock: Callable[[], float] = time.time,
+        watch_history: int = WATCH_HISTORY,
     ) -> None:
         self.fabric = fabric
         self._store = store
@@ -120,6 +125,13 @@ class IntentService:
         self._ledger = LoadLedger(fabric, self._intent.jobs.values())
         self._usage = Usage.of(self._intent.jobs.values())
         self._listeners: list[Listener] = []
+        # The last job events, for watches that start from a revision: every
+        # event after `_history_from` is in `_history`. Appended and handed to
+        # listeners under `_events`, so a watch that subscribes and copies the
+        # history under it sees each event once, either replayed or live.
+        self._events = threading.Lock()
+        self._history: deque[JobEvent] = deque(maxlen=watch_history)
+        self._history_from = self._intent.revision
         self._publish_counts()
 
     def free_capacity(self, all_servers: bool = False) -> tuple[FreeCapacity, int]:
@@ -136,10 +148,29 @@ class IntentService:
         return self._intent
 
     def subscribe(self, listener: Listener) -> None:
-        self._listeners.append(listener)
+        with self._events:
+            self._listeners.append(listener)
 
     def unsubscribe(self, listener: Listener) -> None:
-        self._listeners.remove(listener)
+        with self._events:
+            self._listeners.remove(listener)
+
+    def watch_from(self, since: int, listener: Listener) -> list[JobEvent]:
+        """Subscribes `listener` and returns the job events after revision
+        `since`: together, every event after it exactly once. Raises
+        RevisionGone if the history no longer reaches back to it, or it is
+        ahead of the intent."""
+        with self._events:
+            current = self._intent.revision
+            if since > current:
+                raise RevisionGone(f"revision {since} is ahead of the intent's ({current}); list again")
+            if since < self._history_from:
+                raise RevisionGone(
+                    f"revision {since} is older than the watch history, which starts after revision "
+                    f"{self._history_from} (the last {self._history.maxlen} job events); list again"
+                )
+            self._listeners.append(listener)
+            return [event for event in self._history if event.revision > since]
 
     # --- pins ---------------------------------------------------------------
     def pin_flow(self, pin: FlowPin) -> FlowPin:
@@ -165,12 +196,14 @@ class IntentService:
         return current.pins[name]
 
     # --- jobs ---------------------------------------------------------------
-    def place_job(self, request: JobRequest) -> tuple[Job, bool]:
+    def place_job(self, request: JobRequest, admit: Callable[[Job], None] | None = None) -> tuple[Job, bool]:
         """(job, created). Validation comes first: an invalid request is refused
         whatever its key. A retry (same job id and request_id, same parameters)
         returns the original placement, also for RETRY_WINDOW_S after its
         release (retries.py); the same key with other parameters is refused,
-        and so is any other request for an existing job id."""
+        and so is any other request for an existing job id. `admit` sees the
+        new job before it is committed, and may refuse it by raising (the API:
+        a reply that would not fit the message limit)."""
         validate_request(self.fabric, request)
         with self._lock:
             current = self._intent
@@ -192,6 +225,14 @@ class IntentService:
                 current.jobs, current.drains, self._live_load(), self._ledger.bps, self._usage, self._ledger
             )
             job = place(self.fabric, state, request, now)
+            limit = request.max_predicted_utilization
+            if limit and job.predicted_max_utilization > limit:
+                raise Conflict(
+                    f"job {request.job_id!r}: its best placement predicts {job.predicted_max_utilization:.3f} of a "
+                    f"link, over its max_predicted_utilization {limit:g}; nothing was placed"
+                )
+            if admit is not None:
+                admit(job)
             new = current.with_jobs({job.job_id: job})
             # A new placement under this id ends the old key's replay.
             forgotten = {("retired", job.job_id)} if retired is not None else set()
@@ -216,12 +257,15 @@ class IntentService:
             raise NotFound(f"no job {shown(job_id)}")
         return job
 
-    def release_job(self, job_id: str) -> Job:
-        """Releases the job; its retry key, if it had one, is kept (retries.py)."""
+    def release_job(self, job_id: str, admit: Callable[[Job], None] | None = None) -> Job:
+        """Releases the job; its retry key, if it had one, is kept (retries.py).
+        `admit` sees the job before the release is committed, and may refuse it."""
         with self._lock:
             current = self._intent
             new = current.without_job(job_id)  # raises NotFound
             job = current.jobs[job_id]
+            if admit is not None:
+                admit(job)
             now = self._clock()
             retired = {j: r for j, r in self._retired.items() if r.live(now)}
             if job.request.request_id:
@@ -283,8 +327,14 @@ class IntentService:
     def _changed(self, intent: Intent, events: list[JobEvent]) -> None:
         allocated = [e.job for e in events if e.kind in (JobEventKind.PLACED, JobEventKind.RELEASED)]
         self._publish_counts({(g.nic.pod, g.nic.rail) for job in allocated for g in job.gpus})
-        for listener in list(self._listeners):
-            listener(intent, events)
+        with self._events:
+            for event in events:
+                if len(self._history) == self._history.maxlen:
+                    self._history_from = self._history[0].revision  # the oldest goes: the history starts after it
+                self._history.append(event)
+            listeners = list(self._listeners)
+            for listener in listeners:
+                listener(intent, events)
 
     def _publish_counts(self, pod_rails: Iterable[tuple[int, int]] | None = None) -> None:
         """Gauges from the intent. The allocation gauges (one per pod and rail:

@@ -27,10 +27,10 @@ from os_ken import cfg
 from os_ken.base import app_manager
 from os_ken.controller import controller as _ofp_controller  # noqa: F401  (registers ofp-* options)
 
-from controller.api.server import ApiServer
+from controller.api.server import MAX_MESSAGE_BYTES, ApiServer
 from controller.errors import FieldError
 from controller.fabric import Fabric
-from controller.intent.service import IntentService
+from controller.intent.service import WATCH_HISTORY, IntentService
 from controller.intent.store import SqliteIntentStore
 from controller.metrics import Metrics
 from controller.runtime.te_runner import TeRunner
@@ -71,10 +71,16 @@ class DaemonConfig:
     reconcile_interval_s: float = 10.0
     reply_timeout_s: float = 5.0
     te_enabled: bool = True  # off: placement and pins only, elephants stay on ECMP
+    watch_history: int = WATCH_HISTORY  # job events a WatchJobs from a revision can replay
+    max_message_bytes: int = MAX_MESSAGE_BYTES  # gRPC messages, either way: every reply is made to fit
 
     def __post_init__(self) -> None:
         if not 0.1 <= self.reconcile_interval_s <= 3600:
             raise ConfigError("reconcile-interval", f"{self.reconcile_interval_s} s", "0.1 to 3600 seconds")
+        if not 1 <= self.watch_history <= 1_000_000:
+            raise ConfigError("watch-history", f"{self.watch_history} events", "1 to 1000000")
+        if not 64 * 1024 <= self.max_message_bytes <= 256 * 1024 * 1024:
+            raise ConfigError("max-message-bytes", f"{self.max_message_bytes}", "64 KiB to 256 MiB")
 
 
 class Daemon:
@@ -90,14 +96,23 @@ class Daemon:
         self.store = SqliteIntentStore(config.store)
         self.ingest = TelemetryIngest(self.metrics)
         self.metrics.watch_links(fabric, self.ingest.fresh_ports)
-        self.intent = IntentService(fabric, self.store, self.metrics, live_load=self.ingest.fresh_load)
+        self.intent = IntentService(
+            fabric, self.store, self.metrics, live_load=self.ingest.fresh_load, watch_history=config.watch_history
+        )
         self.reconciler = Reconciler(
             fabric, self.intent, self.metrics, config.reconcile_interval_s, config.reply_timeout_s
         )
         self.te = TeRunner(fabric, self.ingest, self.intent, self.metrics, enabled=config.te_enabled)
         self.reconciler.te = self.te
         self.te.on_change(lambda: self.reconciler.request(ReconcileTrigger.TE))
-        self.api = ApiServer(self.intent, self.ingest, self.metrics, self.reconciler.connected, str(config.grpc))
+        self.api = ApiServer(
+            self.intent,
+            self.ingest,
+            self.metrics,
+            self.reconciler.connected,
+            str(config.grpc),
+            message_bytes=config.max_message_bytes,
+        )
         self._stop = threading.Event()
         self._apps: app_manager.AppManager | None = None
         # Likewise what was just built: the intent loaded from the store, the

@@ -40,6 +40,9 @@ class JobRequest:
     max_pods: int = 0  # 0: no limit
     exclusive: bool = False  # no other job may share these servers
     request_id: str = ""
+    # The most the placement may predict on any link, as a share of it (0: no
+    # limit): a scheduler that would rather wait than oversubscribe says so.
+    max_predicted_utilization: float = 0.0
 
     def per_server(self, rails: int) -> int:
         return self.gpus_per_server or min(self.gpu_count, rails)
@@ -128,6 +131,11 @@ def validate_request(fabric: Fabric, req: JobRequest) -> None:
             )
     if len(req.request_id) > 128:
         raise JobError("request_id", f"{len(req.request_id)} characters", "at most 128")
+    limit = req.max_predicted_utilization
+    if not math.isfinite(limit) or not 0 <= limit <= 100:
+        raise JobError(
+            "max_predicted_utilization", f"{limit} is out of range", "0 (no limit) to 100 (a share of a link)"
+        )
 
 
 # --- durable form ---------------------------------------------------------------
@@ -145,6 +153,7 @@ def job_to_doc(job: Job) -> dict:
             "max_pods": r.max_pods,
             "exclusive": r.exclusive,
             "request_id": r.request_id,
+            "max_predicted_utilization": r.max_predicted_utilization,
         },
         "gpus": [[g.rank, ad.nic_ip(g.nic)] for g in job.gpus],
         "flows": [[ad.nic_ip(f.src), ad.nic_ip(f.dst), f.demand_bps, f.via] for f in job.flows],
@@ -165,6 +174,7 @@ def job_from_doc(job_id: str, doc: Mapping) -> Job:
         int(r["max_pods"]),
         bool(r["exclusive"]),
         str(r["request_id"]),
+        float(r.get("max_predicted_utilization", 0.0)),  # stores written before it existed have none
     )
     return Job(
         request,

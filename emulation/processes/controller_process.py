@@ -70,6 +70,7 @@ class ControllerProcess:
         log_path: Path,
         reconcile_interval_s: float = 1.0,
         te: bool = True,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.spec_path = spec_path
         self.store = store
@@ -77,6 +78,7 @@ class ControllerProcess:
         self.log_path = log_path
         self.reconcile_interval_s = reconcile_interval_s
         self.te = te
+        self.extra_args = extra_args  # further `railyard controller run` options
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> ControllerProcess:
@@ -101,6 +103,7 @@ class ControllerProcess:
             args += ["--spec", str(self.spec_path)]
         if not self.te:
             args.append("--no-te")
+        args += self.extra_args
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)

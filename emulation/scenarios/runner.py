@@ -137,13 +137,14 @@ def api_placer(client) -> Placer:
                 gpus_per_server=request.gpus_per_server,
                 servers=request.servers,
             ).job
+            job_flows = client.job_flows(request.job_id)
         except grpc.RpcError as exc:
             if exc.code() is grpc.StatusCode.RESOURCE_EXHAUSTED:
                 return None
             raise
         gpus = tuple(ad.parse_nic_address(g.nic_address) for g in sorted(job.gpus, key=lambda g: g.rank))
         flows = tuple(
-            (ad.parse_nic_address(f.src_address), ad.parse_nic_address(f.dst_address), f.spine) for f in job.flows
+            (ad.parse_nic_address(f.src_address), ad.parse_nic_address(f.dst_address), f.spine) for f in job_flows
         )
         return Placed(gpus, flows)
 

@@ -46,14 +46,14 @@ def test_ring_job_across_pods_is_steered_released_and_survives_restart(emu, ctl)
         watcher = threading.Thread(target=collect, args=(watch, events), daemon=True)
         watcher.start()
         time.sleep(0.3)
-        reply = client.place_job("ring-1", 8, "ring", flow_gbps=100.0, request_id="req-1")
+        reply = client.place_job("ring-1", 8, "ring", flow_gbps=100.0, request_id="req-1", view="full")
         job = reply.job
         assert reply.created and list(job.pods) == [0, 1]
         assert [(g.rank, g.rail) for g in job.gpus] == [(r, r % 2) for r in range(8)]  # rank g on rail g
         flows = cross_pod(job)
         assert len(flows) == 4  # the ring crosses the pod boundary twice, on each of 2 rails
         # A retry with the same request_id is answered with the original; without it, refused.
-        again = client.place_job("ring-1", 8, "ring", flow_gbps=100.0, request_id="req-1")
+        again = client.place_job("ring-1", 8, "ring", flow_gbps=100.0, request_id="req-1", view="full")
         assert not again.created and again.job == job
         with pytest.raises(grpc.RpcError) as err:
             client.place_job("ring-1", 8, "ring", flow_gbps=100.0)
@@ -111,11 +111,11 @@ def test_ring_job_across_pods_is_steered_released_and_survives_restart(emu, ctl)
     assert total(samples, "railyard_flow_mods_total") == 0
     assert total(samples, "railyard_jobs_active") == 1
     with ctl.client() as client:
-        assert client.get_job("ring-1") == job
+        assert client.get_job("ring-1", view="full") == job
         released = client.release_job("ring-1")
         assert released.job_id == "ring-1"
         with pytest.raises(grpc.RpcError) as err:
-            client.get_job("ring-1")
+            client.get_job("ring-1", view="full")
         assert err.value.code() == grpc.StatusCode.NOT_FOUND
     ctl.wait_reconciles(1)
     assert all(not e for e in job_entries().values())
@@ -126,18 +126,21 @@ def test_ring_job_across_pods_is_steered_released_and_survives_restart(emu, ctl)
     watcher.join(timeout=5)
     kinds = [e.kind for e in events]
     assert kinds[:1] == [ppb.JobEvent.KIND_PLACED]  # the stream died with the killed daemon
-    assert events[0].job == job
+    summary = ppb.Job()
+    summary.CopyFrom(job)
+    del summary.flows[:]  # watch events carry the summary: all but the flows
+    assert events[0].job == summary and events[0].job.flow_count == len(job.flows)
 
 
 def test_drain_moves_job_flows_and_refuses_the_last_path(emu, ctl):
     with ctl.client() as client:
-        job = client.place_job("ring-d", 8, "ring", flow_gbps=100.0).job
+        job = client.place_job("ring-d", 8, "ring", flow_gbps=100.0, view="full").job
         used = sorted({f.spine for f in cross_pod(job)})
         victim = used[0]
         other = next(s for s in ("rys0", "rys1") if s != victim)
         reply = client.drain("switch", victim)
         assert list(reply.rerouted_job_ids) == ["ring-d"]
-        moved = client.get_job("ring-d")
+        moved = client.get_job("ring-d", view="full")
         assert {f.spine for f in cross_pod(moved)} == {other}
         with pytest.raises(grpc.RpcError) as err:
             client.drain("switch", other)
@@ -177,7 +180,7 @@ def test_live_link_view_reports_telemetry_and_placement_avoids_hot_pods(emu, ctl
         measured = {d.from_node: d for d in uplink.directions}["ryl0r0"]
         assert measured.measured_bps == pytest.approx(300e9) and measured.queue_bytes == 50_000
         # A 2-server job fits in either pod; pod 1 has the headroom.
-        job = client.place_job("small", 4, "ring", flow_gbps=10.0).job
+        job = client.place_job("small", 4, "ring", flow_gbps=10.0, view="full").job
         assert list(job.pods) == [1]
         client.release_job("small")
 

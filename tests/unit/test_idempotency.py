@@ -95,3 +95,21 @@ def test_a_new_key_after_release_places_anew_and_ends_the_old_replay(tmp_path):
     svc.place_job(JobRequest("plain", 4, Pattern.RING, 100.0))
     svc.release_job("plain")
     assert svc.place_job(JobRequest("plain", 4, Pattern.RING, 100.0))[1]
+
+
+def test_a_placement_over_the_requests_utilization_limit_is_refused_uncommitted(tmp_path):
+    from controller.errors import Conflict
+
+    svc = service(tmp_path / "i.db", Clock())
+    revision = svc.snapshot().revision
+    with pytest.raises(Conflict, match="over its max_predicted_utilization 1e-06; nothing was placed"):
+        svc.place_job(ring(max_predicted_utilization=1e-6))
+    assert svc.snapshot().revision == revision and not svc.snapshot().jobs
+    job, created = svc.place_job(ring(max_predicted_utilization=0.9))
+    assert created and job.predicted_max_utilization <= 0.9
+    svc.close()
+    again = service(tmp_path / "i.db", Clock())  # the limit is part of the stored request: a retry still matches
+    assert again.place_job(ring(max_predicted_utilization=0.9)) == (job, False)
+    with pytest.raises(JobError) as err:
+        again.place_job(ring(max_predicted_utilization=0.5))
+    assert "max_predicted_utilization=0.9" in err.value.problem

@@ -16,13 +16,22 @@ class CollectivePattern(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     COLLECTIVE_PATTERN_RING: _ClassVar[CollectivePattern]
     COLLECTIVE_PATTERN_TREE: _ClassVar[CollectivePattern]
     COLLECTIVE_PATTERN_ALL_TO_ALL: _ClassVar[CollectivePattern]
+
+class JobView(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    JOB_VIEW_UNSPECIFIED: _ClassVar[JobView]
+    JOB_VIEW_SUMMARY: _ClassVar[JobView]
+    JOB_VIEW_FULL: _ClassVar[JobView]
 COLLECTIVE_PATTERN_UNSPECIFIED: CollectivePattern
 COLLECTIVE_PATTERN_RING: CollectivePattern
 COLLECTIVE_PATTERN_TREE: CollectivePattern
 COLLECTIVE_PATTERN_ALL_TO_ALL: CollectivePattern
+JOB_VIEW_UNSPECIFIED: JobView
+JOB_VIEW_SUMMARY: JobView
+JOB_VIEW_FULL: JobView
 
 class PlaceJobRequest(_message.Message):
-    __slots__ = ("job_id", "gpu_count", "gpus_per_server", "servers", "pattern", "flow_bandwidth_gbps", "max_pods", "exclusive_servers", "request_id")
+    __slots__ = ("job_id", "gpu_count", "gpus_per_server", "servers", "pattern", "flow_bandwidth_gbps", "max_pods", "exclusive_servers", "request_id", "view", "max_predicted_utilization")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
     GPUS_PER_SERVER_FIELD_NUMBER: _ClassVar[int]
@@ -32,6 +41,8 @@ class PlaceJobRequest(_message.Message):
     MAX_PODS_FIELD_NUMBER: _ClassVar[int]
     EXCLUSIVE_SERVERS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
+    MAX_PREDICTED_UTILIZATION_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     gpu_count: int
     gpus_per_server: int
@@ -41,7 +52,9 @@ class PlaceJobRequest(_message.Message):
     max_pods: int
     exclusive_servers: bool
     request_id: str
-    def __init__(self, job_id: _Optional[str] = ..., gpu_count: _Optional[int] = ..., gpus_per_server: _Optional[int] = ..., servers: _Optional[_Iterable[str]] = ..., pattern: _Optional[_Union[CollectivePattern, str]] = ..., flow_bandwidth_gbps: _Optional[float] = ..., max_pods: _Optional[int] = ..., exclusive_servers: _Optional[bool] = ..., request_id: _Optional[str] = ...) -> None: ...
+    view: JobView
+    max_predicted_utilization: float
+    def __init__(self, job_id: _Optional[str] = ..., gpu_count: _Optional[int] = ..., gpus_per_server: _Optional[int] = ..., servers: _Optional[_Iterable[str]] = ..., pattern: _Optional[_Union[CollectivePattern, str]] = ..., flow_bandwidth_gbps: _Optional[float] = ..., max_pods: _Optional[int] = ..., exclusive_servers: _Optional[bool] = ..., request_id: _Optional[str] = ..., view: _Optional[_Union[JobView, str]] = ..., max_predicted_utilization: _Optional[float] = ...) -> None: ...
 
 class Gpu(_message.Message):
     __slots__ = ("rank", "server", "pod", "rail", "nic_address", "leaf")
@@ -72,7 +85,7 @@ class JobFlow(_message.Message):
     def __init__(self, src_address: _Optional[str] = ..., dst_address: _Optional[str] = ..., bandwidth_gbps: _Optional[float] = ..., spine: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "request", "gpus", "flows", "pods", "predicted_max_utilization_ratio", "place_time")
+    __slots__ = ("job_id", "request", "gpus", "flows", "pods", "predicted_max_utilization_ratio", "place_time", "flow_count")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +93,7 @@ class Job(_message.Message):
     PODS_FIELD_NUMBER: _ClassVar[int]
     PREDICTED_MAX_UTILIZATION_RATIO_FIELD_NUMBER: _ClassVar[int]
     PLACE_TIME_FIELD_NUMBER: _ClassVar[int]
+    FLOW_COUNT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     request: PlaceJobRequest
     gpus: _containers.RepeatedCompositeFieldContainer[Gpu]
@@ -87,15 +101,18 @@ class Job(_message.Message):
     pods: _containers.RepeatedScalarFieldContainer[int]
     predicted_max_utilization_ratio: float
     place_time: _timestamp_pb2.Timestamp
-    def __init__(self, job_id: _Optional[str] = ..., request: _Optional[_Union[PlaceJobRequest, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., flows: _Optional[_Iterable[_Union[JobFlow, _Mapping]]] = ..., pods: _Optional[_Iterable[int]] = ..., predicted_max_utilization_ratio: _Optional[float] = ..., place_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+    flow_count: int
+    def __init__(self, job_id: _Optional[str] = ..., request: _Optional[_Union[PlaceJobRequest, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., flows: _Optional[_Iterable[_Union[JobFlow, _Mapping]]] = ..., pods: _Optional[_Iterable[int]] = ..., predicted_max_utilization_ratio: _Optional[float] = ..., place_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., flow_count: _Optional[int] = ...) -> None: ...
 
 class PlaceJobResponse(_message.Message):
-    __slots__ = ("job", "created")
+    __slots__ = ("job", "created", "oversubscribed")
     JOB_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
+    OVERSUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
     job: Job
     created: bool
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., created: _Optional[bool] = ...) -> None: ...
+    oversubscribed: bool
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., created: _Optional[bool] = ..., oversubscribed: _Optional[bool] = ...) -> None: ...
 
 class ReleaseJobRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -110,10 +127,12 @@ class ReleaseJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
 class GetJobRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "view")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    view: JobView
+    def __init__(self, job_id: _Optional[str] = ..., view: _Optional[_Union[JobView, str]] = ...) -> None: ...
 
 class GetJobResponse(_message.Message):
     __slots__ = ("job",)
@@ -122,24 +141,30 @@ class GetJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("page_size", "page_token")
+    __slots__ = ("page_size", "page_token", "view")
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    VIEW_FIELD_NUMBER: _ClassVar[int]
     page_size: int
     page_token: str
-    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    view: JobView
+    def __init__(self, page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., view: _Optional[_Union[JobView, str]] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
-    __slots__ = ("jobs", "next_page_token")
+    __slots__ = ("jobs", "next_page_token", "intent_revision")
     JOBS_FIELD_NUMBER: _ClassVar[int]
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INTENT_REVISION_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[Job]
     next_page_token: str
-    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+    intent_revision: int
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., intent_revision: _Optional[int] = ...) -> None: ...
 
 class WatchJobsRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("since_revision",)
+    SINCE_REVISION_FIELD_NUMBER: _ClassVar[int]
+    since_revision: int
+    def __init__(self, since_revision: _Optional[int] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ("kind", "job", "intent_revision")
@@ -160,3 +185,23 @@ class JobEvent(_message.Message):
     job: Job
     intent_revision: int
     def __init__(self, kind: _Optional[_Union[JobEvent.Kind, str]] = ..., job: _Optional[_Union[Job, _Mapping]] = ..., intent_revision: _Optional[int] = ...) -> None: ...
+
+class ListJobFlowsRequest(_message.Message):
+    __slots__ = ("job_id", "page_size", "page_token")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    page_size: int
+    page_token: str
+    def __init__(self, job_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+
+class ListJobFlowsResponse(_message.Message):
+    __slots__ = ("flows", "next_page_token", "intent_revision")
+    FLOWS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    INTENT_REVISION_FIELD_NUMBER: _ClassVar[int]
+    flows: _containers.RepeatedCompositeFieldContainer[JobFlow]
+    next_page_token: str
+    intent_revision: int
+    def __init__(self, flows: _Optional[_Iterable[_Union[JobFlow, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., intent_revision: _Optional[int] = ...) -> None: ...

@@ -54,6 +54,11 @@ class PlacementServiceStub:
                 request_serializer=railyard_dot_v1_dot_placement__pb2.ListJobsRequest.SerializeToString,
                 response_deserializer=railyard_dot_v1_dot_placement__pb2.ListJobsResponse.FromString,
                 _registered_method=True)
+        self.ListJobFlows = channel.unary_unary(
+                '/railyard.v1.PlacementService/ListJobFlows',
+                request_serializer=railyard_dot_v1_dot_placement__pb2.ListJobFlowsRequest.SerializeToString,
+                response_deserializer=railyard_dot_v1_dot_placement__pb2.ListJobFlowsResponse.FromString,
+                _registered_method=True)
         self.WatchJobs = channel.unary_stream(
                 '/railyard.v1.PlacementService/WatchJobs',
                 request_serializer=railyard_dot_v1_dot_placement__pb2.WatchJobsRequest.SerializeToString,
@@ -88,6 +93,13 @@ class PlacementServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListJobFlows(self, request, context):
+        """A job's flows, paged: a 1024-GPU all-to-all has over a million.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def WatchJobs(self, request, context):
         """Changes from now on: placements, path moves (drains, TE), releases.
         """
@@ -117,6 +129,11 @@ def add_PlacementServiceServicer_to_server(servicer, server):
                     servicer.ListJobs,
                     request_deserializer=railyard_dot_v1_dot_placement__pb2.ListJobsRequest.FromString,
                     response_serializer=railyard_dot_v1_dot_placement__pb2.ListJobsResponse.SerializeToString,
+            ),
+            'ListJobFlows': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListJobFlows,
+                    request_deserializer=railyard_dot_v1_dot_placement__pb2.ListJobFlowsRequest.FromString,
+                    response_serializer=railyard_dot_v1_dot_placement__pb2.ListJobFlowsResponse.SerializeToString,
             ),
             'WatchJobs': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchJobs,
@@ -232,6 +249,33 @@ class PlacementService:
             '/railyard.v1.PlacementService/ListJobs',
             railyard_dot_v1_dot_placement__pb2.ListJobsRequest.SerializeToString,
             railyard_dot_v1_dot_placement__pb2.ListJobsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListJobFlows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railyard.v1.PlacementService/ListJobFlows',
+            railyard_dot_v1_dot_placement__pb2.ListJobFlowsRequest.SerializeToString,
+            railyard_dot_v1_dot_placement__pb2.ListJobFlowsResponse.FromString,
             options,
             channel_credentials,
             insecure,
