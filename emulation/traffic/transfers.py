@@ -35,6 +35,7 @@ from emulation.traffic.iperf import TCP_CONGESTION, UDP_PAYLOAD_BYTES
 from emulation.traffic.records import Burst, Iteration, Schedule, Stream, StreamResult
 
 CHUNK_BYTES = 256 * 1024
+WARM_UP_BYTES = 1024 * 1024  # per TCP connection: enough to leave slow start at emulated rates
 _HEADER = struct.Struct("!II")  # UDP: burst, sequence
 PACING_TICK_S = 0.005
 
@@ -69,7 +70,44 @@ class TransferEngine:
         except OSError as exc:
             self._close_sockets()
             raise TransferError(f"flow {r.stream.name}: cannot set it up: {exc}") from exc
+        self._warm_up()
         return self
+
+    def _warm_up(self) -> None:
+        """Every TCP connection moves WARM_UP_BYTES, all at once, before the
+        clock starts, as NCCL-tests run warm-up iterations before timing any:
+        a fresh connection's slow start (and the losses it ends in) would
+        otherwise land on the first iteration alone."""
+        tcp = [i for i, r in enumerate(self.results) if r.stream.protocol == "tcp"]
+        failed: list[str] = []
+
+        def send(i: int) -> None:
+            try:
+                self._senders[i].sendall(bytes(WARM_UP_BYTES))
+            except OSError as exc:
+                failed.append(f"flow {self.results[i].stream.name}: warming up: {exc}")
+
+        def receive(i: int) -> None:
+            buf, left = bytearray(CHUNK_BYTES), WARM_UP_BYTES
+            try:
+                self._receivers[i].settimeout(30.0)
+                while left > 0:
+                    n = self._receivers[i].recv_into(buf, min(left, CHUNK_BYTES))
+                    if not n:
+                        raise OSError("closed")
+                    left -= n
+                self._receivers[i].settimeout(None)
+            except OSError as exc:
+                failed.append(f"flow {self.results[i].stream.name}: warming up: {exc}")
+
+        threads = [threading.Thread(target=f, args=(i,), daemon=True) for i in tcp for f in (send, receive)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if failed:
+            self._close_sockets()
+            raise TransferError(failed[0])
 
     def _connect(self, s: Stream) -> None:
         kind = socket.SOCK_STREAM if s.protocol == "tcp" else socket.SOCK_DGRAM

@@ -110,5 +110,6 @@ def test_every_item_and_event_kind_runs():
         assert on_off["flows"] == 6 and on_off["goodput_while_on_mbps"]["mean"] > 5.0, on_off
         steady = {f["flow"]: f["goodput_mbps"] for f in figures["flows"]}
         assert len(steady) == 5 and all(v > 1.0 for v in steady.values()), steady  # the mix's job, the explicit flow
-        # The explicit flow (the last steady one) keeps to its cap: 100 of 400 Gb/s, 12.5 of 50 Mb/s emulated.
-        assert figures["flows"][-1]["goodput_mbps"] <= 12.5 * 1.05, figures["flows"][-1]
+        # The explicit flow (the last steady one) keeps to its cap: 100 of 400 Gb/s, 12.5 of 50 Mb/s
+        # emulated (iperf3 meters TCP per interval, not per packet: within 15 %), where alone it would take 50.
+        assert figures["flows"][-1]["goodput_mbps"] <= 12.5 * 1.15, figures["flows"][-1]
