@@ -29,7 +29,6 @@ from typing import TypedDict
 
 from bench import write_result
 from controller.fabric import NicId, load_fabric
-from controller.fabric import addressing as ad
 from controller.intent.model import FlowMatch, FlowPin, pin_to_doc
 from controller.intent.store import Change, SqliteIntentStore
 from controller.southbound.overlay import pin_entries
@@ -56,28 +55,6 @@ def bench_pins(count: int) -> list[FlowPin]:
     ]
 
 
-def make_bridge(name: str, dpid: int, controller: str | None) -> None:
-    ovs.run(
-        [
-            "ovs-vsctl",
-            "--may-exist",
-            "add-br",
-            name,
-            "--",
-            "set",
-            "bridge",
-            name,
-            "datapath_type=netdev",
-            "fail_mode=secure",
-            "protocols=OpenFlow13",
-            f"other_config:datapath-id={ad.dpid_hex(dpid)}",
-            f"external_ids:{ovs.FABRIC_ID_KEY}=bench",
-        ]
-    )
-    if controller:
-        ovs.run(["ovs-vsctl", "set-controller", name, controller])
-
-
 def flow_count(bridge: str) -> int:
     return len(ovs.dump_flows(bridge))
 
@@ -92,7 +69,7 @@ def connect_reconcile(ctl: ControllerProcess) -> dict:
 
 
 def baseline_install(fabric, pins: list[FlowPin], dpid: int, workdir: Path) -> float:
-    make_bridge(BASELINE_BRIDGE, dpid + 1, None)
+    ovs.add_bridge(BASELINE_BRIDGE, dpid + 1, None, "bench")
     try:
         lines = []
         for pin in pins:
@@ -125,7 +102,7 @@ def run(entries: int, repeats: int) -> dict:
         for r in range(repeats):
             ports = Ports.pick()
             ovs.delete_bridges([BRIDGE])
-            make_bridge(BRIDGE, dpid, ports.controller_target)
+            ovs.add_bridge(BRIDGE, dpid, ports.controller_target, "bench")
             ctl = ControllerProcess(
                 None, workdir / "intent.db", ports, workdir / "controller.log", reconcile_interval_s=3600
             )

@@ -63,6 +63,7 @@ class RailyardApp(app_manager.OSKenApp):
             ofp_event.EventOFPMeterConfigStatsReply,
             ofp_event.EventONFBundleCtrlMsg,
             ofp_event.EventOFPBarrierReply,
+            ofp_event.EventOFPEchoReply,  # ours only (by xid); os-ken answers and tracks its own
         ],
         MAIN_DISPATCHER,
     )

@@ -111,6 +111,33 @@ class Reconciler:
             self.metrics.errors.labels("southbound", "unknown_dpid").inc()
             return
         with self._lock:
+            current = self._sessions.get(name)
+        if current is not None and current.datapath is not datapath:
+            # A second connection claims a connected switch's dpid: a switch that
+            # reconnected before its old connection was seen to die, or another
+            # box with the same dpid. The old one is asked (off the app thread,
+            # which must not block): if it answers, the newcomer is refused.
+            threading.Thread(target=self._arbitrate, args=(name, current, datapath), daemon=True).start()
+            return
+        self._adopt(name, datapath)
+
+    def _arbitrate(self, name: str, current: SwitchSession, datapath) -> None:
+        try:
+            current.echo()
+        except SwitchError:
+            self._adopt(name, datapath)  # the old connection is gone: the new one is the switch now
+            return
+        log.warning(
+            "switch %s: a second connection (from %s) claims its dpid %016x while the first answers; refused",
+            name,
+            datapath.address,
+            datapath.id,
+        )
+        self.metrics.errors.labels("southbound", "duplicate_dpid").inc()
+        datapath.close()
+
+    def _adopt(self, name: str, datapath) -> None:
+        with self._lock:
             stale = self._sessions.get(name)
             self._sessions[name] = SwitchSession(name, datapath, self.calls, self.reply_timeout_s)
             self._synced.discard(name)

@@ -157,6 +157,18 @@ class SwitchSession:
         finally:
             self._calls.close(self.dpid, call)
 
+    def echo(self) -> None:
+        """Returns once the switch answers an echo on this connection; raises
+        (SwitchTimeout, SwitchDisconnected) if it does not."""
+        xid = self._calls.next_xid()
+        call = self._calls.open(self.dpid, [xid])
+        try:
+            self._send(parser.OFPEchoRequest(self.datapath, data=b"railyard"), xid)
+            if not isinstance(self._wait(call, "echo"), parser.OFPEchoReply):
+                raise UnexpectedReply(self.name, "unexpected reply to an echo")
+        finally:
+            self._calls.close(self.dpid, call)
+
     def dump_overlay(self) -> dict[EntryKey, OverlayEntry]:
         entries = (
             ofcodec.entry_from_stats(self.name, stats)

@@ -86,6 +86,30 @@ def delete_bridges(names: list[str]) -> None:
         run(args)
 
 
+def add_bridge(name: str, dpid: int, controller: str | None, owner: str) -> None:
+    """A bare userspace bridge outside any emulated fabric (benchmarks,
+    tests), marked as `owner`'s so that only its owner removes it."""
+    run(
+        [
+            "ovs-vsctl",
+            "--may-exist",
+            "add-br",
+            name,
+            "--",
+            "set",
+            "bridge",
+            name,
+            "datapath_type=netdev",
+            "fail_mode=secure",
+            "protocols=OpenFlow13",
+            f"other_config:datapath-id={dpid:016x}",
+            f"external_ids:{FABRIC_ID_KEY}={owner}",
+        ]
+    )
+    if controller:
+        run(["ovs-vsctl", "set-controller", name, controller])
+
+
 def add_groups_and_flows(bridge: str, groups: list[str], flows: list[str]) -> None:
     # selection_method=hash is an OF1.5 group property; flows go in over OF1.3.
     with tempfile.TemporaryDirectory() as tmp:

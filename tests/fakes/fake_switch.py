@@ -138,6 +138,7 @@ class FakeDatapath(ofproto_protocol.ProtocolDesc):
             ofp.OFPT_EXPERIMENTER: self._experimenter,
             ofp.OFPT_METER_MOD: self._meter_mod,
             ofp.OFPT_BARRIER_REQUEST: lambda xid, _buf: self._reply(xid, ofp.OFPT_BARRIER_REPLY, b""),
+            ofp.OFPT_ECHO_REQUEST: lambda xid, buf: self._reply(xid, ofp.OFPT_ECHO_REPLY, buf[ofp.OFP_HEADER_SIZE :]),
             ofp.OFPT_MULTIPART_REQUEST: self._multipart,
         }
 

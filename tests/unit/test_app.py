@@ -5,6 +5,7 @@ Hermetic: the app is never registered with os-ken's AppManager, no listener."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, cast
 
 import pytest
@@ -83,6 +84,36 @@ def test_main_connects_a_switch_and_dead_disconnects_it(app):
     dispatch(app, state_change(stranger, MAIN_DISPATCHER), MAIN_DISPATCHER)
     assert reconciler.connected() == set() and count(app, "unknown_dpid") == 1
     assert count(app, "handler_exception") == 0
+
+
+def test_a_second_connection_claiming_a_live_switchs_dpid_is_refused_a_dead_ones_replaced(app):
+    reconciler = app.reconciler
+    first = connect(app, "ryl0r0")
+
+    def claim() -> FakeDatapath:
+        other = FakeSwitch("ryl0r0", first.switch.dpid).connect(
+            lambda _dpid, msg: dispatch(app, ofp_event.ofp_msg_to_ev(msg), MAIN_DISPATCHER)
+        )
+        other.address = ("127.0.0.1", 40000)
+        dispatch(app, state_change(other, MAIN_DISPATCHER), MAIN_DISPATCHER)
+        return other
+
+    impostor = claim()
+    deadline = time.monotonic() + 5
+    while count(app, "duplicate_dpid") < 1:  # decided off the app thread, after an echo on the first
+        assert time.monotonic() < deadline, "the second connection was never judged"
+        time.sleep(0.01)
+    assert not impostor.is_active and reconciler.connected() == {"ryl0r0"}
+    assert reconciler._sessions["ryl0r0"].datapath is first
+    assert "OFPEchoRequest" in first.switch.received
+    # The first connection dies unnoticed (the switch rebooted): the next claim takes over.
+    first.is_active = False
+    successor = claim()
+    deadline = time.monotonic() + 5
+    while reconciler._sessions["ryl0r0"].datapath is not successor:
+        assert time.monotonic() < deadline, "a dead connection kept the switch"
+        time.sleep(0.01)
+    assert successor.is_active and count(app, "duplicate_dpid") == 1
 
 
 def test_every_reply_the_reconciler_waits_for_reaches_it_through_the_app(app):
