@@ -56,7 +56,8 @@ def test_incast_is_metered_at_the_sending_leaves_fairly_and_the_bystander_keeps_
     assert te["drops"] < ecmp["drops"]
     assert te["incast"]["senders_jain"] >= 0.9, te["flows"]
     assert te["incast"]["bystander_share"] >= 0.9, te["flows"]
-    assert all(not f["error"] for f in te["flows"] + ecmp["flows"])
+    errors = [(mode, f["flow"], f["error"]) for mode, m in report["modes"].items() for f in m["flows"] if f["error"]]
+    assert not errors, errors
 
 
 def test_a_two_iteration_job_takes_what_its_bytes_need_at_line_rate():
@@ -85,8 +86,10 @@ def test_a_two_iteration_job_takes_what_its_bytes_need_at_line_rate():
         (job,) = figures["jobs"]
         assert job["iterations_finished"] == 2, (mode, job)
         times = [t for _, t in job["times_s"]]
-        # Payload over a shaped wire: headers take ~1% at MTU 9000; TCP's ramp a little more.
-        assert all(bound <= t <= 1.2 * bound for t in times), (mode, times, bound)
+        # Never under the bound; over it by headers (~1 % at MTU 9000), TCP's sawtooth and, on
+        # this 2-core machine, the daemon and the agent sharing the CPU with the emulated switches
+        # (up to 1.27x seen in CI): a collision would double it.
+        assert all(bound <= t <= 1.5 * bound for t in times), (mode, times, bound)
         starts = [start for start, _ in job["times_s"]]
         assert starts[1] >= starts[0] + times[0] + 0.5 - 0.01, (mode, job["times_s"])  # the compute gap
         assert job["optimum_iteration_s"][0]["seconds"] == pytest.approx(bound, rel=1e-3)
