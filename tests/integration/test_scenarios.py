@@ -52,7 +52,11 @@ def test_incast_is_metered_at_the_sending_leaves_fairly_and_the_bystander_keeps_
     report = measured_report(fabric, spec, scenario, 3)
     te, ecmp = report["modes"]["te"], report["modes"]["ecmp"]
     assert te["te_decisions"]["incast"] >= 1 and te["policed"] > 0 and ecmp["policed"] == 0
-    assert te["bottleneck_queue"]["p99_bytes"] < ecmp["bottleneck_queue"]["p99_bytes"]
+    # Where the incast converges: under ECMP its queues sit full; metered, they are mostly empty. (Their
+    # p99, and the fabric's worst queue, are set by the bystander's TCP, which fills its own bottleneck.)
+    te_into, ecmp_into = te["incast"], ecmp["incast"]
+    assert te_into["converging_queue_p50_bytes"] < ecmp_into["converging_queue_p50_bytes"], (te_into, ecmp_into)
+    assert te_into["converging_drops"] * 10 < ecmp_into["converging_drops"], (te_into, ecmp_into)
     assert te["drops"] < ecmp["drops"]
     assert te["incast"]["senders_jain"] >= 0.9, te["flows"]
     assert te["incast"]["bystander_share"] >= 0.9, te["flows"]
