@@ -26,14 +26,18 @@ PATTERNS = {
 VIEWS = {"summary": ppb.JOB_VIEW_SUMMARY, "full": ppb.JOB_VIEW_FULL}
 
 
-def _pages(call, request, field: str) -> list:
-    items = []
+def _replies(call, request) -> Iterator:
+    """Every page's reply of a paged list call, in order."""
     while True:
         reply = call(request)
-        items.extend(getattr(reply, field))
+        yield reply
         if not reply.next_page_token:
-            return items
+            return
         request.page_token = reply.next_page_token
+
+
+def _pages(call, request, field: str) -> list:
+    return [item for reply in _replies(call, request) for item in getattr(reply, field)]
 
 
 class Client:
@@ -108,15 +112,8 @@ class Client:
 
     def list_jobs_at(self) -> tuple[list[ppb.Job], int]:
         """Every job and the revision to watch from (the first page's): an informer's list."""
-        jobs: list[ppb.Job] = []
-        request, revision = ppb.ListJobsRequest(), None
-        while True:
-            reply = self.placement.ListJobs(request, timeout=self.timeout)
-            revision = reply.intent_revision if revision is None else revision
-            jobs.extend(reply.jobs)
-            if not reply.next_page_token:
-                return jobs, revision
-            request.page_token = reply.next_page_token
+        replies = list(_replies(lambda r: self.placement.ListJobs(r, timeout=self.timeout), ppb.ListJobsRequest()))
+        return [job for reply in replies for job in reply.jobs], replies[0].intent_revision
 
     def watch_jobs(self, timeout_s: float | None = None, since_revision: int | None = None) -> Iterator[ppb.JobEvent]:
         """Changes from now on; with `since_revision`, every change after it (from a list's revision)."""

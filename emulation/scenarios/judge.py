@@ -101,8 +101,8 @@ def phases(fabric: Fabric, events: Sequence[Event], duration_s: float, flows: Se
     others' optimum below what they can have."""
     model = model_flows(flows)
     out = []
+    edges = {f.start_s for f in flows} | {f.end_s(duration_s) for f in flows}
     for start, end, links, switches in outages(events, duration_s):
-        edges = {f.start_s for f in flows} | {f.end_s(duration_s) for f in flows}
         cuts = sorted({start, end} | {t for t in edges if start < t < end})
         for a, b in itertools.pairwise(cuts):
             active = [

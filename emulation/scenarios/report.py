@@ -74,14 +74,9 @@ def mode_figures(fabric: Fabric, run: ModeRun, phases_: Sequence[Phase], workloa
     te = te_figures(
         fabric, run.decisions, [(s.t, s.tx_bps) for s in run.samples], changes, run.commit_s, len(run.plan.transfers)
     )
-    others = [i for i, t in enumerate(run.plan.transfers) if not t.unbounded]
+    streamed = run.streamed()
     stretches = [(p.start_s, p.end_s, p.outage) for p in phases_]
-    scale = emulation_scale(fabric)
-    sizes = {
-        j.job_id: run.streams[others.index(j.transfers[0])].stream.bytes
-        for j in run.plan.jobs
-        if j.iterations and j.transfers
-    }
+    sizes = {j.job_id: streamed[j.transfers[0]].stream.bytes for j in run.plan.jobs if j.iterations and j.transfers}
     return {
         "flows": [
             {
@@ -112,9 +107,9 @@ def mode_figures(fabric: Fabric, run: ModeRun, phases_: Sequence[Phase], workloa
         "policed": run.policed,
         **incast_figures(fabric, workload, run, share, steady_from),
         "jobs": job_figures(fabric, run.plan, run.iterations, stretches, sizes, run.underlay_vias),
-        "bursts": burst_figures(run.plan, list(zip(others, run.streams))),
-        "on_off": on_off_figures(run.plan, list(zip(others, run.streams)), duration_s),
-        "emulation_scale": scale,
+        "bursts": burst_figures(run.plan, list(streamed.items())),
+        "on_off": on_off_figures(run.plan, list(streamed.items()), duration_s),
+        "emulation_scale": emulation_scale(fabric),
         "transfer_errors": [f"{r.stream.name}: {r.error}" for r in run.streams if r.error],
         "skipped_events": run.skipped_events,
         "te_decisions": run.te_decisions,
@@ -133,7 +128,7 @@ def incast_figures(fabric: Fabric, workload: Workload, run: ModeRun, share: list
     if item is None:
         return {}
     steady = {i: k for k, i in enumerate(i for i, t in enumerate(run.plan.transfers) if t.unbounded)}
-    streamed = dict(zip((i for i, t in enumerate(run.plan.transfers) if not t.unbounded), run.streams))
+    streamed = run.streamed()
     ours = [i for i, t in enumerate(run.plan.transfers) if t.item == item]
     bystander = [steady[i] for i in ours if run.plan.transfers[i].role == BYSTANDER]
     senders = [i for i in ours if run.plan.transfers[i].role != BYSTANDER]

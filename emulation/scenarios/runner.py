@@ -79,6 +79,10 @@ class ModeRun:
     flow_mods: float = 0.0
     controller_log: str = ""  # the TE run's daemon log: every decision, with its reason
 
+    def streamed(self) -> dict[int, StreamResult]:
+        """What the transfer engine measured, by plan index: every transfer iperf3 does not run."""
+        return dict(zip((i for i, t in enumerate(self.plan.transfers) if not t.unbounded), self.streams))
+
 
 def emulation_scale(fabric: Fabric) -> float:
     """Emulated bits per real bit: sizes and rates shrink by it, times stay."""
