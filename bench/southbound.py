@@ -23,11 +23,10 @@ import json
 import platform
 import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import TypedDict
 
-from bench import write_result
+from bench import fanout, ofctl, write_result
 from controller.fabric import NicId, load_fabric
 from controller.intent.model import FlowMatch, FlowPin, pin_to_doc
 from controller.intent.store import Change, SqliteIntentStore
@@ -37,9 +36,7 @@ from emulation.processes.controller_process import ControllerProcess, Ports, tot
 
 LEAF = "ryl0r0"
 BRIDGE = "rybench0"
-BASELINE_BRIDGE = "rybench1"
 SRC, DST = NicId(0, 0, 0), NicId(0, 1, 0)
-OFCTL_FIELDS = {"eth_type": "dl_type", "ipv4_src": "nw_src", "ipv4_dst": "nw_dst", "ip_proto": "nw_proto"}
 
 
 class _Round(TypedDict):
@@ -63,30 +60,12 @@ def connect_reconcile(ctl: ControllerProcess) -> dict:
     samples = ctl.wait_ready(1, timeout_s=120, serving=False)  # one switch of six: never SERVING
     return {
         "seconds": total(samples, "railyard_reconcile_duration_seconds_sum", trigger="connect"),
+        "commit_seconds": total(samples, "railyard_reconcile_phase_seconds_sum", phase="commit"),
+        "plan_seconds": total(samples, "railyard_reconcile_phase_seconds_sum", phase="plan"),
+        "dump_seconds": total(samples, "railyard_reconcile_phase_seconds_sum", phase="dump"),
         "flow_mods": total(samples, "railyard_flow_mods_total"),
         "bundles": total(samples, "railyard_bundle_commits_total", result="ok"),
     }
-
-
-def baseline_install(fabric, pins: list[FlowPin], dpid: int, workdir: Path) -> float:
-    ovs.add_bridge(BASELINE_BRIDGE, dpid + 1, None, "bench")
-    try:
-        lines = []
-        for pin in pins:
-            (entry,) = pin_entries(fabric, pin)
-            match = ",".join(f"{OFCTL_FIELDS.get(k, k)}={v}" for k, v in entry.match)
-            lines.append(
-                f"cookie={entry.cookie:#x},priority={entry.priority},{match},actions={','.join(entry.actions)}"
-            )
-        flows = workdir / "flows.txt"
-        flows.write_text("\n".join(lines) + "\n")
-        started = time.perf_counter()
-        ovs.run(["ovs-ofctl", "-O", "OpenFlow13", "--bundle", "add-flows", BASELINE_BRIDGE, str(flows)], timeout=300)
-        elapsed = time.perf_counter() - started
-        assert flow_count(BASELINE_BRIDGE) == len(pins)
-        return elapsed
-    finally:
-        ovs.delete_bridges([BASELINE_BRIDGE])
 
 
 def run(entries: int, repeats: int) -> dict:
@@ -117,7 +96,8 @@ def run(entries: int, repeats: int) -> dict:
             finally:
                 ctl.kill()
                 ovs.delete_bridges([BRIDGE])
-            baseline = baseline_install(fabric, pins, dpid, workdir)
+            overlay = [e for pin in pins for e in pin_entries(fabric, pin)]
+            baseline = ofctl.bundle_install_seconds(overlay, dpid + 1, workdir)
             rounds.append({"install": install, "steady": steady, "baseline_ofctl_bundle_seconds": baseline})
             print(
                 f"round {r + 1}: install {install['seconds']:.3f} s ({entries / install['seconds']:.0f} flow-mods/s), "
@@ -150,10 +130,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--entries", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--fan-out",
+        default="64,128",
+        help="bridge counts of the fan-out case (default 64,128; '' skips it)",
+    )
+    parser.add_argument("--fan-out-entries", type=int, default=512, help="overlay entries per bridge (default 512)")
+    parser.add_argument("--fan-out-changed", type=int, default=32, help="entries a TE cycle changes per bridge")
     parser.add_argument("--out", default="bench/results/southbound.json")
     args = parser.parse_args()
     ovs.check_running()
     result = run(args.entries, args.repeats)
+    if args.fan_out:
+        with tempfile.TemporaryDirectory(prefix="railyard-bench-") as tmp:
+            counts = [int(c) for c in args.fan_out.split(",")]
+            result["fan_out"] = fanout.run(
+                counts, args.fan_out_entries, args.fan_out_changed, args.repeats, Path(tmp), Ports.pick().openflow
+            )
+        for count, case in result["fan_out"]["cases"].items():
+            result["summary"][f"fan_out_{count}"] = case["summary"]
     out = write_result(args.out, result)
     print(json.dumps(result["summary"], indent=2))
     print(f"wrote {out}")

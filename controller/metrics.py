@@ -79,6 +79,21 @@ class Metrics:
             registry=r,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
         )
+        self.reconcile_phase = Histogram(
+            "railyard_reconcile_phase_seconds",
+            "Wall time of one phase of a reconcile pass: dump (reading switches), plan (desired overlay and "
+            "diff), commit (first message sent to the last switch's reply)",
+            ["phase"],
+            registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
+        self.overlay_drift = Counter(
+            "railyard_overlay_drift",
+            "Switches found holding other Railyard entries than Railyard committed (edited by hand, "
+            "restarted), by how it was found: count (the periodic count check) or dump (a full audit)",
+            ["switch", "found_by"],
+            registry=r,
+        )
         self.last_reconcile_success = Gauge(
             "railyard_last_reconcile_success_timestamp_seconds",
             "Unix time the last reconcile pass finished with every connected switch in sync",
@@ -89,7 +104,7 @@ class Metrics:
         )
         self.entries_installed = Gauge(
             "railyard_overlay_entries_installed",
-            "Railyard-cookie entries the switch reported at its last dump",
+            "Railyard-cookie entries the switch holds: read at its last dump, kept by Railyard's own commits since",
             ["switch"],
             registry=r,
         )

@@ -21,11 +21,7 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
-# os-ken import order: app_manager before controller (circular import), and
-# every module that registers options before CONF() is called.
-from os_ken import cfg
 from os_ken.base import app_manager
-from os_ken.controller import controller as _ofp_controller  # noqa: F401  (registers ofp-* options)
 
 from controller.api.server import MAX_MESSAGE_BYTES, ApiServer
 from controller.errors import FieldError
@@ -34,12 +30,11 @@ from controller.intent.service import WATCH_HISTORY, IntentService
 from controller.intent.store import SqliteIntentStore
 from controller.metrics import Metrics
 from controller.runtime.te_runner import TeRunner
+from controller.southbound.app import start_openflow
 from controller.southbound.reconciler import Reconciler, ReconcileTrigger
 from controller.telemetry.ingest import TelemetryIngest
 
 log = logging.getLogger("railyard")
-
-APP_MODULES = ["controller.southbound.app", "os_ken.controller.ofp_handler"]
 
 
 class ConfigError(FieldError):
@@ -125,7 +120,7 @@ class Daemon:
         self.ingest.start()
         self.reconciler.start()
         self.te.start()
-        self._start_openflow()
+        self._apps = start_openflow(self.reconciler, self.config.openflow.host, self.config.openflow.port)
         self.api.start()
         # The API is ready now: intent was loaded when the daemon was built.
         # The fabric's own health name waits until every switch holds its entries.
@@ -141,23 +136,6 @@ class Daemon:
             self.config.grpc,
             self.config.metrics,
         )
-
-    def _start_openflow(self) -> None:
-        cfg.CONF(args=[], project="os_ken")
-        cfg.CONF.set_override("ofp_listen_host", self.config.openflow.host)
-        cfg.CONF.set_override("ofp_tcp_listen_port", self.config.openflow.port)
-        # os-ken's default (0 unreplied echoes) disables keepalives. Beyond
-        # dead-peer detection they matter under the native hub: a closed
-        # connection is only torn down (and reported DEAD) once its send loop
-        # wakes up, which the next echo request does.
-        cfg.CONF.set_override("echo_request_interval", 2)
-        cfg.CONF.set_override("maximum_unreplied_echo_requests", 3)
-        manager = app_manager.AppManager.get_instance()
-        manager.load_apps(APP_MODULES)
-        # Not AppManager.run_apps: under the native hub its cleanup calls a
-        # kill() that HubThread lacks.
-        manager.instantiate_apps(**manager.create_contexts(), reconciler=self.reconciler)
-        self._apps = manager
 
     def _fabric_ready(self) -> None:
         while not self._stop.is_set():

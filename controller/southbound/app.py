@@ -12,11 +12,19 @@ again. Every handler is wrapped to log, count and carry on.
 
 from __future__ import annotations
 
+import os
+
+os.environ.setdefault("OSKEN_HUB_TYPE", "native")  # before os-ken's hub loads: eventlet would deadlock grpcio
+
 import functools
 import logging
 from typing import ClassVar
 
+# os-ken import order: app_manager before controller (circular import), and
+# every module that registers options before CONF() is called.
+from os_ken import cfg
 from os_ken.base import app_manager
+from os_ken.controller import controller as _ofp_controller  # noqa: F401  (registers ofp-* options)
 from os_ken.controller import ofp_event
 from os_ken.controller.handler import DEAD_DISPATCHER, MAIN_DISPATCHER, set_ev_cls
 from os_ken.ofproto import ofproto_v1_3
@@ -56,11 +64,12 @@ class RailyardApp(app_manager.OSKenApp):
         else:
             self.reconciler.switch_disconnected(ev.datapath)
 
-    # The replies the reconciler waits for: dumps, bundle control, barriers.
+    # The replies the reconciler waits for: dumps, counts, bundle control, barriers.
     @set_ev_cls(
         [
             ofp_event.EventOFPFlowStatsReply,
             ofp_event.EventOFPMeterConfigStatsReply,
+            ofp_event.EventOFPAggregateStatsReply,
             ofp_event.EventONFBundleCtrlMsg,
             ofp_event.EventOFPBarrierReply,
             ofp_event.EventOFPEchoReply,  # ours only (by xid); os-ken answers and tracks its own
@@ -84,3 +93,25 @@ class RailyardApp(app_manager.OSKenApp):
                 msg.xid,
             )
             self.reconciler.metrics.errors.labels("southbound", "openflow_error").inc()
+
+
+APP_MODULES = ["controller.southbound.app", "os_ken.controller.ofp_handler"]
+
+
+def start_openflow(reconciler: Reconciler, host: str, port: int) -> app_manager.AppManager:
+    """Opens the OpenFlow listener: switches that connect are handed to `reconciler`."""
+    cfg.CONF(args=[], project="os_ken")
+    cfg.CONF.set_override("ofp_listen_host", host)
+    cfg.CONF.set_override("ofp_tcp_listen_port", port)
+    # os-ken's default (0 unreplied echoes) disables keepalives. Beyond
+    # dead-peer detection they matter under the native hub: a closed
+    # connection is only torn down (and reported DEAD) once its send loop
+    # wakes up, which the next echo request does.
+    cfg.CONF.set_override("echo_request_interval", 2)
+    cfg.CONF.set_override("maximum_unreplied_echo_requests", 3)
+    manager = app_manager.AppManager.get_instance()
+    manager.load_apps(APP_MODULES)
+    # Not AppManager.run_apps: under the native hub its cleanup calls a
+    # kill() that HubThread lacks.
+    manager.instantiate_apps(**manager.create_contexts(), reconciler=reconciler)
+    return manager

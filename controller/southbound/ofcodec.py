@@ -1,9 +1,13 @@
-"""Canonical overlay entries <-> os-ken OpenFlow 1.3 messages.
+"""Canonical overlay entries and meters <-> os-ken OpenFlow 1.3 messages.
 
-Builds and reads messages; never sends them (that is switches.py). Anything
-read back from a switch that is not in the canonical vocabulary becomes an
-'unknown:' action, which never equals a desired entry, so a Railyard-cookie
-entry that was tampered with gets rewritten by the next reconcile.
+Builds requests and reads what switches answer; never sends (that is
+switches.py). Flow mods, the bulk of what Railyard sends, are packed by
+wire.py instead.
+
+Anything read back from a switch that is not in the canonical vocabulary
+becomes an 'unknown:' action, which never equals a desired entry, so a
+Railyard-cookie entry that was tampered with gets rewritten by the next
+reconcile.
 """
 
 from __future__ import annotations
@@ -12,66 +16,31 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controller.southbound.overlay import (
-    COOKIE_ALL,
     COOKIE_PREFIX,
     COOKIE_PREFIX_MASK,
     OverlayEntry,
     OverlayMeter,
 )
-
-OVERLAY_TABLE = 0
-
-
-def _instructions(entry: OverlayEntry) -> list:
-    """'meter:ID' becomes a meter instruction (it runs before the actions);
-    everything else is one apply-actions list, in order."""
-    meters, actions = [], []
-    for action in entry.actions:
-        name, _, arg = action.partition(":")
-        if name == "meter":
-            meters.append(parser.OFPInstructionMeter(int(arg), ofp.OFPIT_METER))
-        elif name == "dec_ttl":
-            actions.append(parser.OFPActionDecNwTtl())
-        elif name == "output":
-            actions.append(parser.OFPActionOutput(int(arg)))
-        elif name == "set_field" and arg.partition("=")[0] in ("eth_src", "eth_dst"):
-            field, _, value = arg.partition("=")
-            actions.append(parser.OFPActionSetField(**{field: value}))
-        else:
-            raise ValueError(f"no OpenFlow encoding for overlay action {action!r}")
-    return [*meters, parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
-
-
-def add_flow(datapath, entry: OverlayEntry) -> parser.OFPFlowMod:
-    """OFPFC_ADD: replaces an entry with the same (priority, match) in place."""
-    return parser.OFPFlowMod(
-        datapath,
-        cookie=entry.cookie,
-        table_id=OVERLAY_TABLE,
-        command=ofp.OFPFC_ADD,
-        priority=entry.priority,
-        match=parser.OFPMatch(**dict(entry.match)),
-        instructions=_instructions(entry),
-    )
-
-
-def delete_flow(datapath, entry: OverlayEntry) -> parser.OFPFlowMod:
-    """Strict delete scoped to the entry's full cookie: never removes anyone else's entry."""
-    return parser.OFPFlowMod(
-        datapath,
-        cookie=entry.cookie,
-        cookie_mask=COOKIE_ALL,
-        table_id=OVERLAY_TABLE,
-        command=ofp.OFPFC_DELETE_STRICT,
-        priority=entry.priority,
-        match=parser.OFPMatch(**dict(entry.match)),
-        out_port=ofp.OFPP_ANY,
-        out_group=ofp.OFPG_ANY,
-    )
+from controller.southbound.wire import OVERLAY_TABLE
 
 
 def overlay_dump_request(datapath) -> parser.OFPFlowStatsRequest:
     return parser.OFPFlowStatsRequest(
+        datapath,
+        0,
+        OVERLAY_TABLE,
+        ofp.OFPP_ANY,
+        ofp.OFPG_ANY,
+        COOKIE_PREFIX,
+        COOKIE_PREFIX_MASK,
+        parser.OFPMatch(),
+    )
+
+
+def overlay_count_request(datapath) -> parser.OFPAggregateStatsRequest:
+    """How many Railyard entries the overlay table holds: one small reply
+    whatever the table's size (the periodic audit's cheap check)."""
+    return parser.OFPAggregateStatsRequest(
         datapath,
         0,
         OVERLAY_TABLE,

@@ -12,9 +12,10 @@ switch reports and what we want compare with `==`.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from controller.fabric import Fabric, NicId, Tier
 from controller.fabric import addressing as ad
@@ -117,12 +118,19 @@ def canonical_match(match: FlowMatch) -> Match:
     return tuple(sorted(fields.items()))
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _steering_hops(fabric: Fabric, src: NicId, dst: NicId, spine: str):
+    """A NIC pair's flows (a job's, an elephant's pins, its ACKs) share their
+    hops: a bounded cache over passes, where the fabric keeps none per pair."""
+    return fabric.steering_hops(src, dst, spine)
+
+
 def steering_entries(
     fabric: Fabric, match: FlowMatch, spine: str, cookie: int, priority: int | None = None
 ) -> list[OverlayEntry]:
     """Entries that make `match` cross `spine`: one at each switch where the
     underlay would have hashed (a spine's or last hop's single route needs none)."""
-    hops = fabric.steering_hops(match.src, match.dst, spine)
+    hops = _steering_hops(fabric, match.src, match.dst, spine)
     if not hops:
         raise ValueError(f"{spine} is on no equal-cost path of {match.describe()}")
     if priority is None:
@@ -146,7 +154,19 @@ def job_entries(fabric: Fabric, job: Job) -> list[OverlayEntry]:
     ]
 
 
-JobEntryMemo = dict[str, tuple[Job, list[OverlayEntry]]]
+MoveIdentity = tuple[FlowKey, NicId, NicId, str]  # what a move's entries are made of: flow, ends, spine
+MoveEntries = tuple[tuple[OverlayEntry, ...], tuple[OverlayEntry, ...]]
+
+
+@dataclass
+class OverlayMemo:
+    """The last pass's derived entries, reused while their inputs are the
+    same: jobs that are the very same (immutable) object, moves with the same
+    flow and spine. A pass re-derives only what changed, which on a large
+    fabric is a few jobs and moves among thousands."""
+
+    jobs: dict[str, tuple[Job, list[OverlayEntry]]] = field(default_factory=dict)
+    moves: dict[MoveIdentity, MoveEntries] = field(default_factory=dict)
 
 
 def _te_cookie(key, reverse: bool = False) -> int:
@@ -189,7 +209,23 @@ def desired_meters(fabric: Fabric, meters: Iterable[TeMeter]) -> dict[str, dict[
     return out
 
 
-def te_entries(fabric: Fabric, moves: Iterable[TeMove], meters: Iterable[TeMeter] = ()) -> list[OverlayEntry]:
+def _move_entries(fabric: Fabric, key: FlowKey, src: NicId, dst: NicId, via: str) -> MoveEntries:
+    """A move's entries, and those steering a TCP elephant's ACKs back the same way."""
+    _, _, protocol, sport, dport = key
+    match = FlowMatch(src, dst, protocol, sport, dport)
+    entries = tuple(steering_entries(fabric, match, via, _te_cookie(key), PRIORITY_TE_MOVE))
+    if protocol != "tcp":
+        return entries, ()
+    acks = steering_entries(fabric, match.reversed(), via, _te_cookie(key, reverse=True), PRIORITY_TE_MOVE)
+    return entries, tuple(acks)
+
+
+def te_entries(
+    fabric: Fabric,
+    moves: Iterable[TeMove],
+    meters: Iterable[TeMeter] = (),
+    memo: dict[MoveIdentity, MoveEntries] | None = None,
+) -> list[OverlayEntry]:
     """A moved elephant: its exact 5-tuple steered across the chosen spine. A
     TCP elephant's ACKs are steered back the same way (unless the reverse is
     an elephant with a move of its own): ACKs left on the uplink the data was
@@ -197,25 +233,31 @@ def te_entries(fabric: Fabric, moves: Iterable[TeMove], meters: Iterable[TeMeter
 
     A metered flow's entry at its ingress leaf also applies its meter. The
     engine moves (or pins) every metered flow that crosses spines; one that
-    stays on its leaf gets an entry doing the leaf's local delivery."""
+    stays on its leaf gets an entry doing the leaf's local delivery.
+
+    `memo`, when given, holds the entries of the moves of the last call and
+    is left holding this call's."""
     moves, meters = list(moves), list(meters)
+    derived: dict[MoveIdentity, MoveEntries] = {}
     moved = {m.key for m in moves}
     ids = meter_ids(fabric, meters)
-    out = []
+    out: list[OverlayEntry] = []
     for move in moves:
         _, _, protocol, sport, dport = move.key
-        match = FlowMatch(move.src, move.dst, protocol, sport, dport)
-        entries = steering_entries(fabric, match, move.via, _te_cookie(move.key), PRIORITY_TE_MOVE)
+        identity = (move.key, move.src, move.dst, move.via)
+        found = memo.get(identity) if memo is not None else None
+        entries, acks = derived[identity] = found or _move_entries(fabric, *identity)
         if move.key in ids:
             leaf, meter_id = ids[move.key]
-            entries = [
+            entries = tuple(
                 replace(e, actions=(f"meter:{meter_id}", *e.actions)) if e.switch == leaf else e for e in entries
-            ]
+            )
         out += entries
-        reverse = match.reversed()
-        reverse_key = (move.key[1], move.key[0], protocol, dport, sport)
-        if protocol == "tcp" and reverse_key not in moved:
-            out += steering_entries(fabric, reverse, move.via, _te_cookie(move.key, reverse=True), PRIORITY_TE_MOVE)
+        if (move.key[1], move.key[0], protocol, dport, sport) not in moved:
+            out += acks
+    if memo is not None:
+        memo.clear()
+        memo.update(derived)
     for meter in meters:
         if meter.key in moved or meter.key not in ids or fabric.vias(meter.src, meter.dst):
             continue  # crosses spines unpinned (the engine did not know its path): nothing safe to add
@@ -300,32 +342,31 @@ def move_from_entry(fabric: Fabric, entry: OverlayEntry, now: float) -> TeMove |
 def desired_overlay(
     fabric: Fabric,
     intent: Intent,
-    memo: JobEntryMemo | None = None,
+    memo: OverlayMemo | None = None,
     te_moves: Iterable[TeMove] = (),
     te_meters: Iterable[TeMeter] = (),
 ) -> dict[str, dict[EntryKey, OverlayEntry]]:
     """Every switch of the fabric appears, with an empty table if it needs nothing,
     so reconciliation also clears switches that no longer carry any pin.
 
-    `memo` (job id -> (job, its entries)), when given, is reused for jobs that
-    are the very same object as last time and updated in place: jobs are
-    immutable, and re-deriving thousands of flows per pass would hold the GIL
-    the API needs."""
+    `memo`, when given, is reused and updated in place: re-deriving thousands
+    of jobs' flows and elephants' moves per pass would hold the GIL the API
+    needs."""
     overlay: dict[str, dict[EntryKey, OverlayEntry]] = {name: {} for name in fabric.switches}
     for job_id, job in sorted(intent.jobs.items()):
-        cached = memo.get(job_id) if memo is not None else None
+        cached = memo.jobs.get(job_id) if memo is not None else None
         if cached is not None and cached[0] is job:
             entries = cached[1]
         else:
             entries = job_entries(fabric, job)
             if memo is not None:
-                memo[job_id] = (job, entries)
+                memo.jobs[job_id] = (job, entries)
         for entry in entries:
             overlay[entry.switch][entry.key] = entry
     if memo is not None:
-        for stale in memo.keys() - intent.jobs.keys():
-            del memo[stale]
-    for entry in te_entries(fabric, te_moves, te_meters):
+        for stale in memo.jobs.keys() - intent.jobs.keys():
+            del memo.jobs[stale]
+    for entry in te_entries(fabric, te_moves, te_meters, memo.moves if memo is not None else None):
         overlay[entry.switch].setdefault(entry.key, entry)
     # Operator pins last: on the same NIC pair, the operator's choice wins.
     for pin in sorted(intent.pins.values()):

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from controller.fabric import Fabric, Tier
-from controller.southbound.overlay import EntryKey, OverlayEntry, OverlayMeter
+from controller.southbound.overlay import EntryKey, Match, OverlayEntry, OverlayMeter
 
 Table = Mapping[EntryKey, OverlayEntry]
 
@@ -36,9 +36,14 @@ class SwitchDelta:
 
 
 def diff_table(switch: str, desired: Table, installed: Table) -> SwitchDelta:
-    adds = tuple(e for k, e in sorted(desired.items()) if installed.get(k) != e)
-    deletes = tuple(e for k, e in sorted(installed.items()) if k not in desired)
-    return SwitchDelta(switch, adds, deletes)
+    """In key order (a bundle's order is deterministic); only the difference is sorted."""
+    adds = sorted((e for k, e in desired.items() if installed.get(k) != e), key=_by_key)
+    deletes = sorted((e for k, e in installed.items() if k not in desired), key=_by_key)
+    return SwitchDelta(switch, tuple(adds), tuple(deletes))
+
+
+def _by_key(entry: OverlayEntry) -> tuple[int, Match]:
+    return entry.priority, entry.match
 
 
 @dataclass(frozen=True)
@@ -60,15 +65,13 @@ def diff_meters(desired: Mapping[int, OverlayMeter], installed: Mapping[int, Ove
     )
 
 
-def apply_delta(installed: Table, delta: SwitchDelta) -> dict[EntryKey, OverlayEntry]:
-    """What a switch holds after the delta. An OpenFlow add with an existing
-    (priority, match) replaces that entry, so adds are plain assignments."""
-    table = dict(installed)
+def apply_delta(table: dict[EntryKey, OverlayEntry], delta: SwitchDelta) -> None:
+    """Makes `table` what the switch holds after the delta. An OpenFlow add with
+    an existing (priority, match) replaces that entry: adds are assignments."""
     for entry in delta.deletes:
         table.pop(entry.key, None)
     for entry in delta.adds:
         table[entry.key] = entry
-    return table
 
 
 def order_for_adds(fabric: Fabric, switches: Iterable[str]) -> list[str]:

@@ -11,32 +11,50 @@ is already right receives nothing.
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from controller.fabric import Fabric
 from controller.intent.service import IntentService
 from controller.metrics import RESULTS, Metrics
-from controller.southbound import ofcodec
-from controller.southbound.overlay import JobEntryMemo, OverlayEntry, OverlayMeter, desired_meters, desired_overlay
+from controller.southbound import ofcodec, wire
+from controller.southbound.overlay import (
+    EntryKey,
+    OverlayEntry,
+    OverlayMemo,
+    OverlayMeter,
+    desired_meters,
+    desired_overlay,
+)
 from controller.southbound.reconcile import (
     MeterDelta,
     SwitchDelta,
+    apply_delta,
     diff_meters,
     diff_table,
     order_for_adds,
     order_for_deletes,
 )
-from controller.southbound.switches import SWITCH_ERROR_REASONS, CallTable, SwitchError, SwitchSession
+from controller.southbound.switches import (
+    SWITCH_ERROR_REASONS,
+    CallTable,
+    SwitchError,
+    SwitchSession,
+    meter_table,
+    overlay_table,
+)
 from controller.te.engine import Meter, Move
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class ReconcileTrigger(StrEnum):
@@ -68,6 +86,15 @@ class TePlanner(Protocol):
     def applied(self, generation: int) -> None: ...
 
 
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Pending(Protocol[T_co]):
+    """An exchange in flight on one switch (switches.Exchange, switches.Dump)."""
+
+    def result(self) -> T_co: ...
+
+
 class Reconciler:
     def __init__(
         self,
@@ -76,12 +103,24 @@ class Reconciler:
         metrics: Metrics,
         interval_s: float = 10.0,
         reply_timeout_s: float = 5.0,
+        audit_every: int = 6,
+        max_in_flight: int = 64,
     ) -> None:
         self.fabric = fabric
         self.intent = intent
         self.metrics = metrics
         self.interval_s = interval_s
         self.reply_timeout_s = reply_timeout_s
+        # Every switch's table is read in full at least once every
+        # `audit_every` periodic passes (see _read_tables).
+        self.audit_every = audit_every
+        # Switches with an exchange unanswered at once: bounds what one pass
+        # queues on the controller's connections and the switches' buffers.
+        self.max_in_flight = max_in_flight
+        # Only the reconciler thread touches these three.
+        self._tables: dict[str, SwitchTable] = {}
+        self._last_audit: dict[str, int] = {}  # switch -> the periodic pass count when it was last read in full
+        self._passes = 0  # periodic passes so far
         self.calls = CallTable()
         self._sessions: dict[str, SwitchSession] = {}
         self._lock = threading.Lock()
@@ -92,11 +131,15 @@ class Reconciler:
         # the API reports SERVING from then on.
         self.fabric_ready = threading.Event()
         self._synced: set[str] = set()  # switches reconciled since they (re)connected
-        self._job_entries: JobEntryMemo = {}  # only the reconciler thread touches it
+        self._memo = OverlayMemo()  # only the reconciler thread touches it
+        for phase in ("dump", "plan", "commit"):
+            metrics.reconcile_phase.labels(phase)
         self.te: TePlanner | None = None  # the TE runner, when adaptive TE is on (set by the daemon)
         for name in fabric.switches:
             for kind in SWITCH_ERROR_REASONS:
                 metrics.switch_errors.labels(name, kind)
+            for found_by in ("count", "dump"):
+                metrics.overlay_drift.labels(name, found_by)
         for trigger in ReconcileTrigger:
             metrics.reconcile_duration.labels(trigger)
             for result in RESULTS:
@@ -232,57 +275,53 @@ class Reconciler:
         with self._lock:
             sessions = {n: s for n, s in self._sessions.items() if scope is None or n in scope}
             fresh = set(sessions) - self._synced
-        ok = True
-        installed: dict[str, dict] = {}
-        meters_installed: dict[str, dict] = {}
-        for name, session in sessions.items():
-            try:
-                installed[name] = session.dump_overlay()
-                meters_installed[name] = session.dump_meters()
-            except SwitchError as exc:
-                installed.pop(name, None)
-                ok = False
-                log.warning("reconcile: %s", exc)
-                self.metrics.switch_errors.labels(name, exc.reason).inc()
-                self.metrics.errors.labels("southbound", "dump_failed").inc()
-                continue
-            self.metrics.entries_installed.labels(name).set(len(installed[name]))
-            if name in fresh and self.te is not None:
+        ok = self._read_tables(reason, sessions)
+        for name in fresh & self._tables.keys():
+            self.metrics.entries_installed.labels(name).set(len(self._tables[name].entries))
+            if self.te is not None:
                 # First look at this switch since it (or we) (re)started: keep the
-                # elephant moves it already carries instead of undoing them.
-                self.te.adopt(list(installed[name].values()), meters_installed[name])
+                # elephant moves and meters it already carries instead of undoing them.
+                self.te.adopt(list(self._tables[name].entries.values()), self._tables[name].meters)
+        dumped = time.perf_counter()
+
         te_generation, te_moves, te_meters = self.te.plan() if self.te is not None else (0, [], [])
-        desired = desired_overlay(self.fabric, self.intent.snapshot(), self._job_entries, te_moves, te_meters)
+        desired = desired_overlay(self.fabric, self.intent.snapshot(), self._memo, te_moves, te_meters)
         desired_meter_sets = desired_meters(self.fabric, te_meters)
+        known = {n: self._tables[n] for n in sessions if n in self._tables}
         deltas: dict[str, SwitchDelta] = {}
         meter_deltas: dict[str, MeterDelta] = {}
-        for name, table in installed.items():
+        for name, table in known.items():
             self.metrics.entries_desired.labels(name).set(len(desired[name]))
-            deltas[name] = diff_table(name, desired[name], table)
-            meter_deltas[name] = diff_meters(desired_meter_sets[name], meters_installed[name])
+            deltas[name] = diff_table(name, desired[name], table.entries)
+            meter_deltas[name] = diff_meters(desired_meter_sets[name], table.meters)
+        planned = time.perf_counter()
 
         # Meters exist before the entries that use them and go after them (a
         # switch refuses an entry naming a missing meter, and deleting a meter
-        # deletes every entry that uses it).
+        # deletes every entry that uses it). Each step is in flight on every
+        # switch at once; across switches only the tiers' order matters.
         in_sync = set(deltas)
-        for name, delta in meter_deltas.items():
-            upserts = [("add", m) for m in delta.adds] + [("modify", m) for m in delta.changes]
-            if not self._meters(sessions[name], upserts):
-                in_sync.discard(name)
-        for name in order_for_adds(self.fabric, deltas):
-            if name in in_sync and not self._commit(sessions[name], deltas[name].adds, "add"):
-                in_sync.discard(name)
-        for name in order_for_deletes(self.fabric, deltas):
-            if name in in_sync and not self._commit(sessions[name], deltas[name].deletes, "delete"):
-                in_sync.discard(name)
-        for name in in_sync & set(meter_deltas):
-            if not self._meters(sessions[name], [("delete", m) for m in meter_deltas[name].deletes]):
-                in_sync.discard(name)
-        for name in in_sync:
-            self.metrics.entries_installed.labels(name).set(len(desired[name]))
+        upserts = {
+            n: [("add", m) for m in d.adds] + [("modify", m) for m in d.changes] for n, d in meter_deltas.items()
+        }
+        in_sync -= self._send_meters(sessions, upserts)
+        for tier_group in tiers(self.fabric, order_for_adds(self.fabric, in_sync)):
+            in_sync -= self._commit(sessions, {n: deltas[n].adds for n in tier_group}, "add")
+        for tier_group in tiers(self.fabric, order_for_deletes(self.fabric, in_sync)):
+            in_sync -= self._commit(sessions, {n: deltas[n].deletes for n in tier_group}, "delete")
+        in_sync -= self._send_meters(sessions, {n: [("delete", m) for m in meter_deltas[n].deletes] for n in in_sync})
+        for name in deltas:
+            if name in in_sync:
+                known[name].apply(deltas[name], desired_meter_sets[name])
+                self.metrics.entries_installed.labels(name).set(len(desired[name]))
+            else:
+                self._tables.pop(name, None)  # unknown now: read it again next pass
         ok = ok and in_sync == set(deltas)
 
         elapsed = time.perf_counter() - started
+        self.metrics.reconcile_phase.labels("dump").observe(dumped - started)
+        self.metrics.reconcile_phase.labels("plan").observe(planned - dumped)
+        self.metrics.reconcile_phase.labels("commit").observe(started + elapsed - planned)
         self.metrics.reconcile_duration.labels(reason).observe(elapsed)
         self.metrics.reconcile_runs.labels(reason, "ok" if ok else "failed").inc()
         if ok:
@@ -293,50 +332,174 @@ class Reconciler:
             self._synced |= in_sync & set(self._sessions)
             if self._synced >= set(self.fabric.switches):
                 self.fabric_ready.set()
-        changed = sorted(n for n in deltas if not deltas[n].empty or not meter_deltas[n].empty)
-        if changed:
-            log.info(
-                "reconcile (%s): %s in %.1f ms",
-                reason,
-                ", ".join(
-                    f"{n} +{len(deltas[n].adds)} -{len(deltas[n].deletes)}"
-                    + (
-                        f" meters +{len(meter_deltas[n].adds)} ~{len(meter_deltas[n].changes)} "
-                        f"-{len(meter_deltas[n].deletes)}"
-                        if not meter_deltas[n].empty
-                        else ""
-                    )
-                    for n in changed
-                ),
-                elapsed * 1e3,
-            )
+        self._log_changes(reason, deltas, meter_deltas, elapsed)
         return ok
 
-    def _meters(self, session: SwitchSession, mods: list[tuple[str, OverlayMeter]]) -> bool:
-        if not mods:
-            return True
-        try:
-            session.send_confirmed([ofcodec.meter_mod(session.datapath, m, kind) for kind, m in mods], "meter mods")
-        except SwitchError as exc:
-            log.warning("reconcile: %s", exc)
-            self.metrics.switch_errors.labels(session.name, exc.reason).inc()
-            self.metrics.errors.labels("southbound", "meter_mod_failed").inc()
-            return False
-        for kind, _ in mods:
-            self.metrics.meter_mods.labels(session.name, kind).inc()
-        return True
+    def _read_tables(self, reason: ReconcileTrigger, sessions: dict[str, SwitchSession]) -> bool:
+        """Brings `self._tables` up to date for `sessions`: a switch not read
+        since it connected, or whose last commit failed, is dumped. Otherwise
+        its table is what Railyard committed; only the periodic pass checks
+        that, cheaply: each switch's Railyard entry count (a deleted or added
+        entry shows), and a full dump of a rotating share of the switches
+        (an entry edited in place shows), so every switch is fully audited
+        once every `audit_every` periods. False if any read failed."""
+        need = {n for n, s in sessions.items() if n not in self._tables or self._tables[n].session is not s}
+        ok = True
+        if reason is ReconcileTrigger.PERIODIC:
+            self._passes += 1
+            audited = sorted(set(sessions) - need)
+            share = -(-len(audited) // self.audit_every)
+            need.update(sorted(audited, key=lambda n: (self._last_audit.get(n, -1), n))[:share])
+            counts = fan_out({n: sessions[n].start_overlay_count for n in audited if n not in need}, self.max_in_flight)
+            for name, count in counts.items():
+                if isinstance(count, SwitchError):
+                    ok = self._failed(name, count, "dump_failed")
+                elif count[0].flow_count != len(self._tables[name].entries):
+                    log.warning(
+                        "switch %s holds %d Railyard entries, %d committed: reading it again",
+                        name,
+                        count[0].flow_count,
+                        len(self._tables[name].entries),
+                    )
+                    self.metrics.overlay_drift.labels(name, "count").inc()
+                    need.add(name)
+        dumps = fan_out({n: sessions[n].start_overlay_dump for n in need}, self.max_in_flight)
+        read = [n for n in need if not isinstance(dumps[n], SwitchError)]
+        meter_dumps = fan_out({n: sessions[n].start_meter_dump for n in read}, self.max_in_flight)
+        for name in need:
+            stats, meter_stats = dumps[name], meter_dumps.get(name, [])
+            failure = stats if isinstance(stats, SwitchError) else meter_stats
+            if isinstance(failure, SwitchError):
+                ok = self._failed(name, failure, "dump_failed")
+                self._tables.pop(name, None)
+                continue
+            assert not isinstance(stats, SwitchError) and not isinstance(meter_stats, SwitchError)
+            self._last_audit[name] = self._passes
+            table = SwitchTable(sessions[name], overlay_table(name, stats), meter_table(name, meter_stats))
+            previous = self._tables.get(name)
+            if previous is not None and previous.session is table.session and previous != table:
+                self.metrics.overlay_drift.labels(name, "dump").inc()
+            self._tables[name] = table
+        return ok
 
-    def _commit(self, session: SwitchSession, entries, kind: str) -> bool:
-        if not entries:
-            return True
-        build = ofcodec.add_flow if kind == "add" else ofcodec.delete_flow
+    def _failed(self, name: str, exc: SwitchError, error: str) -> bool:
+        """Logs and counts a switch's failure; False, for `ok = self._failed(...)`."""
+        log.warning("reconcile: %s", exc)
+        self.metrics.switch_errors.labels(name, exc.reason).inc()
+        self.metrics.errors.labels("southbound", error).inc()
+        return False
+
+    def _log_changes(self, reason, deltas, meter_deltas, elapsed: float) -> None:
+        changed = sorted(n for n in deltas if not deltas[n].empty or not meter_deltas[n].empty)
+        if not changed:
+            return
+        shown = changed[:8]  # a TE cycle may touch hundreds of leaves: the log line stays one line
+        log.info(
+            "reconcile (%s): %d switches in %.1f ms: %s%s",
+            reason,
+            len(changed),
+            elapsed * 1e3,
+            ", ".join(
+                f"{n} +{len(deltas[n].adds)} -{len(deltas[n].deletes)}"
+                + (
+                    f" meters +{len(meter_deltas[n].adds)} ~{len(meter_deltas[n].changes)} "
+                    f"-{len(meter_deltas[n].deletes)}"
+                    if not meter_deltas[n].empty
+                    else ""
+                )
+                for n in shown
+            ),
+            f" and {len(changed) - len(shown)} more" if len(changed) > len(shown) else "",
+        )
+
+    def _send_meters(self, sessions, mods: dict[str, list[tuple[str, OverlayMeter]]]) -> set[str]:
+        """Meter mods on every switch at once; the switches that failed."""
+        starts = {
+            n: functools.partial(
+                sessions[n].start_confirmed,
+                [ofcodec.meter_mod(sessions[n].datapath, m, k) for k, m in ms],
+                "meter mods",
+            )
+            for n, ms in mods.items()
+            if ms
+        }
+        failed = set()
+        for name, result in fan_out(starts, self.max_in_flight).items():
+            if isinstance(result, SwitchError):
+                self._failed(name, result, "meter_mod_failed")
+                failed.add(name)
+                continue
+            for kind, _ in mods[name]:
+                self.metrics.meter_mods.labels(name, kind).inc()
+        return failed
+
+    def _commit(self, sessions, entries: dict[str, tuple[OverlayEntry, ...]], kind: str) -> set[str]:
+        """One bundle per switch, all in flight at once; the switches that failed."""
+        encode = wire.add_flow if kind == "add" else wire.delete_flow
+        starts = {
+            n: functools.partial(sessions[n].start_bundle, [encode(e) for e in es]) for n, es in entries.items() if es
+        }
+        failed = set()
+        for name, result in fan_out(starts, self.max_in_flight).items():
+            if isinstance(result, SwitchError):
+                log.warning("reconcile: %s", result)
+                self.metrics.switch_errors.labels(name, result.reason).inc()
+                self.metrics.bundles.labels(name, "failed").inc()
+                failed.add(name)
+                continue
+            self.metrics.bundles.labels(name, "ok").inc()
+            self.metrics.flow_mods.labels(name, kind).inc(len(entries[name]))
+        return failed
+
+
+@dataclass
+class SwitchTable:
+    """What one switch holds, as far as Railyard knows: read by a dump on
+    `session`, then kept by applying Railyard's own committed deltas."""
+
+    session: SwitchSession
+    entries: dict[EntryKey, OverlayEntry]
+    meters: dict[int, OverlayMeter]
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SwitchTable) and (self.entries, self.meters) == (other.entries, other.meters)
+
+    def apply(self, delta: SwitchDelta, meters: Mapping[int, OverlayMeter]) -> None:
+        apply_delta(self.entries, delta)
+        self.meters = dict(meters)
+
+
+def tiers(fabric: Fabric, ordered: list[str]) -> list[list[str]]:
+    """Switches in make-before-break order, grouped by tier: one group's
+    bundles may be in flight together, the next group waits for them."""
+    groups: list[list[str]] = []
+    for name in ordered:
+        if not groups or fabric.switch(groups[-1][0]).tier is not fabric.switch(name).tier:
+            groups.append([])
+        groups[-1].append(name)
+    return groups
+
+
+def fan_out(starts: Mapping[str, Callable[[], Pending[T]]], max_in_flight: int) -> dict[str, T | SwitchError]:
+    """Starts one exchange per switch, at most `max_in_flight` unanswered at
+    once, and collects each one's result (or the SwitchError it raised)."""
+    results: dict[str, T | SwitchError] = {}
+    window: deque[tuple[str, Pending[T]]] = deque()
+
+    def finish_oldest() -> None:
+        name, pending = window.popleft()
         try:
-            session.commit_bundle([build(session.datapath, e) for e in entries])
+            results[name] = pending.result()
         except SwitchError as exc:
-            log.warning("reconcile: %s", exc)
-            self.metrics.switch_errors.labels(session.name, exc.reason).inc()
-            self.metrics.bundles.labels(session.name, "failed").inc()
-            return False
-        self.metrics.bundles.labels(session.name, "ok").inc()
-        self.metrics.flow_mods.labels(session.name, kind).inc(len(entries))
-        return True
+            results[name] = exc
+
+    for name, start in starts.items():
+        if len(window) >= max_in_flight:
+            finish_oldest()
+        try:
+            window.append((name, start()))
+        except SwitchError as exc:
+            results[name] = exc
+    while window:
+        finish_oldest()
+    return results

@@ -9,15 +9,19 @@ reconciler reinstall, or worse, believe nothing is there to delete).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import queue
 import threading
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
-from controller.southbound import ofcodec
+from controller.southbound import ofcodec, wire
 from controller.southbound.overlay import EntryKey, OverlayEntry, OverlayMeter, is_railyard_meter
 
 
@@ -115,116 +119,176 @@ class CallTable:
             call.replies.put(None)
 
 
+class Exchange:
+    """Messages in flight on one connection, answered once the switch replies
+    to the last of them (a barrier, a bundle commit). Switches process a
+    connection's messages in order, so nothing waits between them: a bundle
+    goes out as open, adds and commit in one write, and many switches'
+    exchanges can be in flight at once. Any error the switch sends before
+    that last reply makes the exchange fail with it."""
+
+    def __init__(self, session: SwitchSession, call: Call, last_xid: int, what: str) -> None:
+        self._session = session
+        self._call = call
+        self._last_xid = last_xid
+        self.what = what
+        self._deadline = time.monotonic() + session.timeout_s
+
+    def result(self) -> Any:
+        """The reply to the last message (an os-ken message); raises SwitchError."""
+        session, refusal = self._session, None
+        try:
+            while True:
+                msg = session.next_reply(self._call, self.what, self._deadline)
+                if isinstance(msg, parser.OFPErrorMsg):
+                    refusal = refusal or msg
+                if msg.xid == self._last_xid:
+                    break
+        finally:
+            session.calls.close(session.dpid, self._call)
+        if refusal is not None:
+            raise SwitchRefused(session.name, self.what, refusal.type, ofcodec.error_code(refusal))
+        return msg
+
+
 class SwitchSession:
     def __init__(self, name: str, datapath, calls: CallTable, timeout_s: float) -> None:
         self.name = name
         self.datapath = datapath
-        self._calls = calls
-        self._timeout = timeout_s
+        self.calls = calls
+        self.timeout_s = timeout_s
 
     @property
     def dpid(self) -> int:
         return self.datapath.id
 
-    def _send(self, msg, xid: int) -> None:
+    def _encode(self, msg, xid: int) -> bytes:
         msg.set_xid(xid)
-        if not self.datapath.send_msg(msg):
+        msg.serialize()
+        return bytes(msg.buf)
+
+    def _send(self, buf: bytes) -> None:
+        if not self.datapath.send(buf):
             raise SwitchDisconnected(self.name, "connection closed")
 
-    def _wait(self, call: Call, what: str):
+    def next_reply(self, call: Call, what: str, deadline: float):
         try:
-            msg = call.replies.get(timeout=self._timeout)
+            msg = call.replies.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
-            raise SwitchTimeout(self.name, f"no reply to {what} within {self._timeout:g} s") from None
+            raise SwitchTimeout(self.name, f"no reply to {what} within {self.timeout_s:g} s") from None
         if msg is None:
             raise SwitchDisconnected(self.name, f"disconnected during {what}")
-        if isinstance(msg, parser.OFPErrorMsg):
-            raise SwitchRefused(self.name, what, msg.type, ofcodec.error_code(msg))
         return msg
 
-    def _multipart(self, request, what: str) -> list:
-        """Every body item of a (possibly multi-message) multipart reply."""
-        xid = self._calls.next_xid()
-        call = self._calls.open(self.dpid, [xid])
+    def _exchange(self, messages: Sequence[Callable[[int], bytes]], what: str) -> Exchange:
+        """Sends messages in one write, each built with an xid of its own."""
+        xids = [self.calls.next_xid() for _ in messages]
+        call = self.calls.open(self.dpid, xids)
         try:
-            self._send(request, xid)
-            items: list = []
-            while True:
-                reply = self._wait(call, what)
-                items += reply.body
-                if not reply.flags & ofp.OFPMPF_REPLY_MORE:
-                    return items
-        finally:
-            self._calls.close(self.dpid, call)
+            self._send(b"".join(build(xid) for build, xid in zip(messages, xids)))
+        except SwitchError:
+            self.calls.close(self.dpid, call)
+            raise
+        return Exchange(self, call, xids[-1], what)
+
+    def _stamped(self, msg) -> Callable[[int], bytes]:
+        return functools.partial(wire.with_xid, self._encode(msg, 0))
+
+    def start_dump(self, request, what: str) -> Dump:
+        xid = self.calls.next_xid()
+        call = self.calls.open(self.dpid, [xid])
+        try:
+            self._send(self._encode(request, xid))
+        except SwitchError:
+            self.calls.close(self.dpid, call)
+            raise
+        return Dump(self, call, what)
 
     def echo(self) -> None:
         """Returns once the switch answers an echo on this connection; raises
         (SwitchTimeout, SwitchDisconnected) if it does not."""
-        xid = self._calls.next_xid()
-        call = self._calls.open(self.dpid, [xid])
-        try:
-            self._send(parser.OFPEchoRequest(self.datapath, data=b"railyard"), xid)
-            if not isinstance(self._wait(call, "echo"), parser.OFPEchoReply):
-                raise UnexpectedReply(self.name, "unexpected reply to an echo")
-        finally:
-            self._calls.close(self.dpid, call)
+        reply = self._exchange([self._stamped(parser.OFPEchoRequest(self.datapath, data=b"railyard"))], "echo")
+        if not isinstance(reply.result(), parser.OFPEchoReply):
+            raise UnexpectedReply(self.name, "unexpected reply to an echo")
+
+    def start_overlay_dump(self) -> Dump:
+        return self.start_dump(ofcodec.overlay_dump_request(self.datapath), "overlay dump")
+
+    def start_meter_dump(self) -> Dump:
+        return self.start_dump(ofcodec.meter_dump_request(self.datapath), "meter dump")
+
+    def start_overlay_count(self) -> Dump:
+        return self.start_dump(ofcodec.overlay_count_request(self.datapath), "overlay count")
 
     def dump_overlay(self) -> dict[EntryKey, OverlayEntry]:
-        entries = (
-            ofcodec.entry_from_stats(self.name, stats)
-            for stats in self._multipart(ofcodec.overlay_dump_request(self.datapath), "overlay dump")
-        )
-        return {entry.key: entry for entry in entries}
+        return overlay_table(self.name, self.start_overlay_dump().result())
 
     def dump_meters(self) -> dict[int, OverlayMeter]:
-        """Railyard's meters only (its id range)."""
-        meters = (
-            ofcodec.meter_from_stats(self.name, stats)
-            for stats in self._multipart(ofcodec.meter_dump_request(self.datapath), "meter dump")
-        )
-        return {m.meter_id: m for m in meters if is_railyard_meter(m.meter_id)}
+        return meter_table(self.name, self.start_meter_dump().result())
+
+    def start_confirmed(self, mods: list, what: str) -> Exchange:
+        """Messages that cannot go in a bundle (meter mods), then a barrier:
+        done once the switch has processed them all, failed if it refused any
+        (its error arrives before the barrier reply)."""
+        return self._exchange([self._stamped(m) for m in (*mods, parser.OFPBarrierRequest(self.datapath))], what)
 
     def send_confirmed(self, mods: list, what: str) -> None:
-        """Messages that cannot go in a bundle (meter mods), followed by a
-        barrier: returns once the switch has processed them all, raises if it
-        refused any (its error arrives before the barrier reply)."""
-        if not mods:
-            return
-        xids = [self._calls.next_xid() for _ in range(len(mods) + 1)]
-        call = self._calls.open(self.dpid, xids)
-        try:
-            for xid, mod in zip(xids, mods):
-                self._send(mod, xid)
-            self._send(parser.OFPBarrierRequest(self.datapath), xids[-1])
-            msg = self._wait(call, what)
-            if not isinstance(msg, parser.OFPBarrierReply):
-                raise UnexpectedReply(self.name, f"unexpected reply to {what}: {type(msg).__name__}")
-        finally:
-            self._calls.close(self.dpid, call)
+        if mods and not isinstance(self.start_confirmed(mods, what).result(), parser.OFPBarrierReply):
+            raise UnexpectedReply(self.name, f"unexpected reply to {what}")
 
-    def commit_bundle(self, flow_mods: list) -> None:
-        """Open, add, commit atomically; returns only after the commit reply.
-        On any error the switch discards the bundle: nothing of it applies."""
+    def start_bundle(self, flow_mods: list[bytes]) -> Exchange:
+        """Open, add, commit (atomic, ordered) in one write; the exchange is
+        done at the commit reply. On any error the switch discards the
+        bundle: nothing of it applies. `flow_mods` are wire-encoded, xid 0."""
+        bundle_id = self.calls.next_xid()
+        messages = [
+            functools.partial(wire.bundle_ctrl, bundle_id, ofp.ONF_BCT_OPEN_REQUEST),
+            *(functools.partial(wire.bundle_add, bundle_id, mod) for mod in flow_mods),
+            functools.partial(wire.bundle_ctrl, bundle_id, ofp.ONF_BCT_COMMIT_REQUEST),
+        ]
+        return self._exchange(messages, "bundle")
+
+    def commit_bundle(self, flow_mods: list[bytes]) -> None:
         if not flow_mods:
             return
-        dp = self.datapath
-        bundle_id = self._calls.next_xid()
-        xids = [self._calls.next_xid() for _ in range(len(flow_mods) + 2)]
-        call = self._calls.open(self.dpid, xids)
-        flags = ofp.ONF_BF_ATOMIC | ofp.ONF_BF_ORDERED
-        try:
-            self._send(parser.ONFBundleCtrlMsg(dp, bundle_id, ofp.ONF_BCT_OPEN_REQUEST, flags, []), xids[0])
-            self._expect_ctrl(call, ofp.ONF_BCT_OPEN_REPLY, "bundle open")
-            for xid, mod in zip(xids[1:], flow_mods):
-                self._send(parser.ONFBundleAddMsg(dp, bundle_id, flags, mod, []), xid)
-            self._send(parser.ONFBundleCtrlMsg(dp, bundle_id, ofp.ONF_BCT_COMMIT_REQUEST, flags, []), xids[-1])
-            # A refused add is reported with the add's xid before the commit
-            # reply; the commit itself then fails too. Either way: raise.
-            self._expect_ctrl(call, ofp.ONF_BCT_COMMIT_REPLY, "bundle commit")
-        finally:
-            self._calls.close(self.dpid, call)
+        reply = self.start_bundle(flow_mods).result()
+        if not isinstance(reply, parser.ONFBundleCtrlMsg) or reply.type != ofp.ONF_BCT_COMMIT_REPLY:
+            raise UnexpectedReply(self.name, f"unexpected reply to a bundle commit: {type(reply).__name__}")
 
-    def _expect_ctrl(self, call: Call, reply_type: int, what: str) -> None:
-        msg = self._wait(call, what)
-        if not isinstance(msg, parser.ONFBundleCtrlMsg) or msg.type != reply_type:
-            raise UnexpectedReply(self.name, f"unexpected reply to {what}: {type(msg).__name__}")
+
+class Dump:
+    """A multipart request in flight; `result()` collects every body item of
+    its (possibly multi-message) reply."""
+
+    def __init__(self, session: SwitchSession, call: Call, what: str) -> None:
+        self._session = session
+        self._call = call
+        self.what = what
+        self._deadline = time.monotonic() + session.timeout_s
+
+    def result(self) -> list:
+        session, items = self._session, []
+        try:
+            while True:
+                reply = session.next_reply(self._call, self.what, self._deadline)
+                if isinstance(reply, parser.OFPErrorMsg):
+                    raise SwitchRefused(session.name, self.what, reply.type, ofcodec.error_code(reply))
+                if isinstance(reply.body, list):
+                    items += reply.body
+                else:
+                    items.append(reply.body)  # aggregate stats: one body, not a list
+                if not reply.flags & ofp.OFPMPF_REPLY_MORE:
+                    return items
+        finally:
+            session.calls.close(session.dpid, self._call)
+
+
+def overlay_table(switch: str, stats: list) -> dict[EntryKey, OverlayEntry]:
+    entries = (ofcodec.entry_from_stats(switch, s) for s in stats)
+    return {entry.key: entry for entry in entries}
+
+
+def meter_table(switch: str, stats: list) -> dict[int, OverlayMeter]:
+    """Railyard's meters only (its id range)."""
+    meters = (ofcodec.meter_from_stats(switch, s) for s in stats)
+    return {m.meter_id: m for m in meters if is_railyard_meter(m.meter_id)}

@@ -20,8 +20,8 @@ from controller.fabric import Fabric
 from controller.intent.model import Intent
 from controller.southbound.overlay import (
     EntryKey,
-    JobEntryMemo,
     OverlayEntry,
+    OverlayMemo,
     OverlayMeter,
     desired_meters,
     desired_overlay,
@@ -55,7 +55,7 @@ class FlowModCounter:
     def __init__(self, fabric: Fabric, intent: Intent) -> None:
         self.fabric = fabric
         self.intent = intent
-        self.memo: JobEntryMemo = {}
+        self.memo = OverlayMemo()
         self.tables: Tables = desired_overlay(fabric, intent, self.memo)
         self.placement_mods = sum(len(t) for t in self.tables.values())
         self.meters: dict[str, dict[int, OverlayMeter]] = {name: {} for name in fabric.switches}

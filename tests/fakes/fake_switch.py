@@ -63,6 +63,35 @@ def parse(datapath, buf: bytes) -> Any:
     return ofproto_parser.msg(datapath, version, msg_type, msg_len, xid, buf[:msg_len])
 
 
+_NAMES: dict[int, Any] = {
+    ofp.OFPT_FLOW_MOD: "OFPFlowMod",
+    ofp.OFPT_METER_MOD: "OFPMeterMod",
+    ofp.OFPT_BARRIER_REQUEST: "OFPBarrierRequest",
+    ofp.OFPT_ECHO_REQUEST: "OFPEchoRequest",
+    ofp.OFPT_MULTIPART_REQUEST: {
+        ofp.OFPMP_FLOW: "OFPFlowStatsRequest",
+        ofp.OFPMP_AGGREGATE: "OFPAggregateStatsRequest",
+        ofp.OFPMP_METER_CONFIG: "OFPMeterConfigStatsRequest",
+    },
+    ofp.OFPT_EXPERIMENTER: {
+        ofp.ONF_ET_BUNDLE_CONTROL: "ONFBundleCtrlMsg",
+        ofp.ONF_ET_BUNDLE_ADD_MESSAGE: "ONFBundleAddMsg",
+    },
+}
+
+
+def message_name(buf: bytes) -> str:
+    """The os-ken class name of a request, read from its bytes (os-ken parses
+    only what switches send)."""
+    _, msg_type, _, _ = ofproto_parser.header(buf)
+    name = _NAMES.get(msg_type, f"type {msg_type}")
+    if msg_type == ofp.OFPT_MULTIPART_REQUEST:
+        name = name.get(struct.unpack_from("!H", buf, ofp.OFP_HEADER_SIZE)[0], "multipart")
+    elif msg_type == ofp.OFPT_EXPERIMENTER:
+        name = name.get(struct.unpack_from("!I", buf, ofp.OFP_HEADER_SIZE + 4)[0], "experimenter")
+    return name
+
+
 def decode_meter_mod(buf: bytes) -> MeterMod:
     command, flags, meter_id = struct.unpack_from(ofp.OFP_METER_MOD_PACK_STR, buf, ofp.OFP_HEADER_SIZE)
     bands, offset = [], ofp.OFP_METER_MOD_SIZE
@@ -143,19 +172,24 @@ class FakeDatapath(ofproto_protocol.ProtocolDesc):
         }
 
     def send_msg(self, msg) -> bool:
+        msg.serialize()
+        return self.send(bytes(msg.buf))
+
+    def send(self, buf: bytes) -> bool:
+        """Like os-ken's Datapath.send: any number of back-to-back messages."""
         if not self.is_active:
             return False  # as os-ken's: the connection is gone
-        msg.serialize()
-        buf = bytes(msg.buf)
-        self.switch.received.append(type(msg).__name__)
-        if self.switch.hang_up:
-            self.switch.hang_up = False
-            self.close()
-            return True  # os-ken had queued it
-        _, msg_type, _, xid = ofproto_parser.header(buf)
-        if msg_type not in self._handlers:
-            raise NotImplementedError(f"fake switch: message type {msg_type} ({type(msg).__name__})")
-        self._handlers[msg_type](xid, buf)
+        while buf:
+            _, msg_type, length, xid = ofproto_parser.header(buf)
+            message, buf = buf[:length], buf[length:]
+            self.switch.received.append(message_name(message))
+            if self.switch.hang_up:
+                self.switch.hang_up = False
+                self.close()
+                return True  # os-ken had queued it
+            if msg_type not in self._handlers:
+                raise NotImplementedError(f"fake switch: message type {msg_type}")
+            self._handlers[msg_type](xid, message)
         return True
 
     def close(self) -> None:
@@ -196,7 +230,7 @@ class FakeDatapath(ofproto_protocol.ProtocolDesc):
     def _multipart(self, xid: int, buf: bytes) -> None:
         stats_type, _ = struct.unpack_from(ofp.OFP_MULTIPART_REQUEST_PACK_STR, buf, ofp.OFP_HEADER_SIZE)
         at = ofp.OFP_MULTIPART_REQUEST_SIZE
-        if stats_type == ofp.OFPMP_FLOW:
+        if stats_type in (ofp.OFPMP_FLOW, ofp.OFPMP_AGGREGATE):
             table_id, out_port, out_group, cookie, mask = struct.unpack_from(
                 ofp.OFP_FLOW_STATS_REQUEST_0_PACK_STR, buf, at
             )
@@ -208,6 +242,8 @@ class FakeDatapath(ofproto_protocol.ProtocolDesc):
                 for (table, _, match), mod in self.switch.flows.items()
                 if table_id in (ofp.OFPTT_ALL, table) and mod.cookie & mask == cookie & mask and want <= set(match)
             ]
+            if stats_type == ofp.OFPMP_AGGREGATE:  # one body: packets, bytes, flows
+                items = [struct.pack(ofp.OFP_AGGREGATE_STATS_REPLY_PACK_STR, 0, 0, len(items))]
         elif stats_type == ofp.OFPMP_METER_CONFIG:
             (meter_id,) = struct.unpack_from(ofp.OFP_METER_MULTIPART_REQUEST_PACK_STR, buf, at)
             items = [_meter_config(m) for i, m in self.switch.meters.items() if meter_id in (ofp.OFPM_ALL, i)]

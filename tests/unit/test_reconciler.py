@@ -17,7 +17,7 @@ from controller.intent.service import IntentService
 from controller.intent.store import SqliteIntentStore
 from controller.metrics import Metrics
 from controller.runtime.te_runner import TeRunner
-from controller.southbound import ofcodec
+from controller.southbound import ofcodec, wire
 from controller.southbound.overlay import COOKIE_PREFIX, EntryKey, OverlayEntry, desired_meters, desired_overlay
 from controller.southbound.reconciler import Reconciler, ReconcileTrigger, TePlanner
 from controller.southbound.switches import CallTable, SwitchSession
@@ -25,6 +25,7 @@ from controller.te.engine import Meter, Move
 from controller.te.jobs import JobRequest, Pattern
 from controller.telemetry.ingest import TelemetryIngest
 from tests.fakes import Applied, FakeDatapath, FakeSwitch, StaticTe
+from tests.fakes.fake_switch import parse
 
 FABRIC = build_fabric(load_spec(DEFAULT_SPEC))  # 2 pods x 2 servers x 2 rails; leaves ryl<pod>r<rail>, spines rys0/1
 FAT_TREE = build_fabric(parse_spec("kind: fat-tree\nk: 4\nrates: {nic_gbps: 100, emulated_nic_mbps: 20}\n"))
@@ -250,12 +251,68 @@ def test_a_pass_in_sync_sends_no_flow_mod_and_no_meter_mod(tmp_path):
     assert all(counted.values())
     clear(rig)
 
+    # The switches hold what was committed: the next intent pass reads nothing
+    # and sends nothing; a connect (the only thing that forgets a table) dumps.
     assert rig.reconcile()
+    assert journal(rig) == [] and all(sw.received == [] for sw in rig.switches.values())
+    reconnect(rig, "ryl0r0")
+    assert rig.reconciler.reconcile(ReconcileTrigger.CONNECT, {"ryl0r0"})
     assert journal(rig) == []
     assert {m for sw in rig.switches.values() for m in sw.received} == STATE_READ_ONLY  # dumps only
-    # The dumps were split over several replies and the session read them all:
+    # The dump was split over several replies and the session read them all:
     assert any(r.flags & ofp.OFPMPF_REPLY_MORE for r in rig.switches["ryl0r0"].replies)
     assert {metric: rig.sent(metric) for metric in counted} == counted
+
+
+def reconnect(rig: Rig, name: str) -> None:
+    rig.datapaths[name].close()
+    rig.datapaths[name] = rig.switches[name].connect(rig.reconciler.calls.deliver, rig.reconciler.switch_disconnected)
+    rig.reconciler.switch_connected(rig.datapaths[name])
+
+
+def test_the_periodic_audit_counts_every_switch_and_reads_a_rotating_share_in_full(tmp_path):
+    rig = make_rig(FABRIC, tmp_path / "intent.db")
+    rig.reconciler.audit_every = 3  # 6 switches: 2 read in full per periodic pass
+    rig.intent.pin_flow(tcp_pin("p0", A, B, "rys0"))
+    rig.intent.pin_flow(tcp_pin("p1", NicId(1, 0, 0), NicId(1, 1, 0), "rys1"))
+    assert rig.reconcile()
+    clear(rig)
+    full_reads = dict.fromkeys(FABRIC.switches, 0)
+    for _ in range(3):
+        assert rig.reconciler.reconcile(ReconcileTrigger.PERIODIC)
+        for name, sw in rig.switches.items():
+            full_reads[name] += sw.received.count("OFPFlowStatsRequest")
+            assert sorted(set(sw.received)) in (["OFPAggregateStatsRequest"], sorted(STATE_READ_ONLY))
+        clear(rig)
+    assert full_reads == dict.fromkeys(FABRIC.switches, 1)  # each once in audit_every passes
+    assert journal(rig) == []
+
+    # A Railyard entry deleted by hand, on a switch the next pass does not read
+    # in full (ryl0r0 and ryl0r1 are next): its count shows it.
+    leaf = rig.switches["ryl1r0"]
+    key = next(iter(leaf.flows))
+    deleted = leaf.flows.pop(key)
+    assert rig.reconciler.reconcile(ReconcileTrigger.PERIODIC)
+    assert leaf.flows[key].cookie == deleted.cookie and flow_mods(rig) == [("ryl1r0", "flow_add")]
+    assert rig.count("overlay_drift", switch="ryl1r0", found_by="count") == 1
+
+    # One edited in place (same count): found by the full audit within audit_every passes.
+    clear(rig)
+    edited = next(iter(rig.switches["ryl1r1"].flows))
+    original = rig.switches["ryl1r1"].flows[edited]
+    rig.switches["ryl1r1"].flows[edited] = replace_actions(original, [parser.OFPActionOutput(1)])
+    for _ in range(3):
+        assert rig.reconciler.reconcile(ReconcileTrigger.PERIODIC)
+    assert rig.installed() == rig.desired()
+    assert rig.count("overlay_drift", switch="ryl1r1", found_by="dump") == 1
+    assert flow_mods(rig) == [("ryl1r1", "flow_add")]
+
+
+def replace_actions(mod, actions: list):
+    """A copy of an installed flow mod whose apply-actions are `actions` (as `ovs-ofctl mod-flows` does)."""
+    parsed = parse(mod.datapath, bytes(mod.buf))
+    parsed.instructions = [parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+    return parsed
 
 
 def test_a_restarted_controller_adopts_correct_tables_without_changing_them(tmp_path):
@@ -343,7 +400,7 @@ def test_a_switch_out_of_bundles_is_refused_with_its_onf_error(tmp_path, caplog)
     with caplog.at_level(logging.WARNING, logger="controller.southbound.reconciler"):
         assert not rig.reconcile()
     assert rig.count("switch_errors", switch="ryl0r0", reason="refused") == 1
-    assert "ryl0r0: bundle open refused: error type 65535 code 2305" in caplog.text  # ONFERR_ET_OUT_OF_BUNDLES
+    assert "ryl0r0: bundle refused: error type 65535 code 2305" in caplog.text  # ONFERR_ET_OUT_OF_BUNDLES
     assert rig.installed()["ryl1r0"] == rig.desired()["ryl1r0"]
 
 
@@ -375,7 +432,7 @@ def test_only_railyard_entries_are_dumped_and_changed(tmp_path):
     stale = replace(foreign, match=(*match[:1], ("ipv4_dst", "10.0.1.2"), match[2]), cookie=COOKIE_PREFIX | 42)
     calls = CallTable()
     session = SwitchSession("ryl0r0", rig.switches["ryl0r0"].connect(calls.deliver), calls, 1.0)
-    session.commit_bundle([ofcodec.add_flow(session.datapath, e) for e in (foreign, stale)])
+    session.commit_bundle([wire.add_flow(e) for e in (foreign, stale)])
     assert session.dump_overlay() == {stale.key: stale}  # the dump is scoped to Railyard's cookie prefix
 
     assert rig.reconcile()
