@@ -16,7 +16,9 @@ import pytest
 
 from controller.api.errors import FIELD_METADATA_KEY
 from controller.fabric import NicId
-from emulation.agent.telemetry_agent import TelemetryAgent
+from controller.fabric import addressing as ad
+from emulation.agent.telemetry_agent import TelemetryAgent, read_queues
+from emulation.model.stats import percentile
 from emulation.net import ovs
 from emulation.net.underlay import build_underlay
 from emulation.processes.controller_process import free_port, total
@@ -124,21 +126,35 @@ def test_kill_9_during_an_incast_keeps_its_meters_and_restart_sends_no_meter_mod
     def meters() -> dict[int, int]:
         return {i: n for leaf in leaves for i, n in ovs.meter_band_packets(leaf).items()}
 
+    downlink = emu.fabric.attachment(receiver)
+    receiver_queue = ad.switch_port_name(downlink.node, downlink.port)
+
+    def queue_samples(seconds: float) -> list[int]:
+        """The receiver's downlink queue (backlog bytes), every 100 ms."""
+        samples = []
+        for _ in range(int(seconds * 10)):
+            samples.append(read_queues()[receiver_queue][0])
+            time.sleep(0.1)
+        return samples
+
     agent = TelemetryAgent(emu.fabric, f"127.0.0.1:{ctl.ports.grpc}").start()
-    run = TrafficRun(emu.popen, flows, duration_s=16).start()
+    run = TrafficRun(emu.popen, flows, duration_s=20).start()
     try:
         deadline = time.monotonic() + 8
         while len(meters()) < len(senders):
             assert time.monotonic() < deadline, f"the incast was not metered: {meters()}"
             time.sleep(0.2)
         time.sleep(1)
+        steady_queue = queue_samples(3)  # the same incast, metered, no restart
         before = meters()
         metered_entries = {leaf: sum("meter:" in line for line in ovs.dump_flows(leaf)) for leaf in leaves}
         gaps: list[str] = []
+        restart_queue: list[int] = []
         watching = threading.Event()
 
         def watch() -> None:  # every 100 ms through the restart: the meters and their entries never go
             while not watching.wait(0.1):
+                restart_queue.append(read_queues()[receiver_queue][0])
                 now = meters()
                 if now.keys() != before.keys():
                     gaps.append(f"meters {sorted(now)} instead of {sorted(before)}")
@@ -164,6 +180,11 @@ def test_kill_9_during_an_incast_keeps_its_meters_and_restart_sends_no_meter_mod
 
     assert gaps == []
     assert sum(metered_entries.values()) >= len(senders)
+    # The receiver sees the restart no more than the steady incast: queue p99
+    # within 20 % (or one jumbo frame, tc's resolution being packets).
+    steady_p99, restart_p99 = percentile(steady_queue, 0.99), percentile(restart_queue, 0.99)
+    print(f"receiver queue p99: {steady_p99:.0f} B steady, {restart_p99:.0f} B through the restart")
+    assert restart_p99 <= max(1.2 * steady_p99, steady_p99 + 9000), (steady_queue, restart_queue)
 
     assert total(samples, "railyard_meter_mods_total") == 0, "the restarted controller rewrote its meters"
     assert total(samples, FLOW_MODS) == 0
