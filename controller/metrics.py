@@ -108,6 +108,11 @@ class Metrics:
             ["switch"],
             registry=r,
         )
+        self.jobs_unprogrammed = Gauge(
+            "railyard_jobs_unprogrammed",
+            "Placed jobs whose entries are not yet on every switch they use (accepted, not yet PROGRAMMED)",
+            registry=r,
+        )
         self.intent_objects = Gauge("railyard_intent_objects", "Objects in the intent store", ["kind"], registry=r)
         self.api_requests = Counter(
             "railyard_api_requests", "gRPC requests by method and status code", ["method", "code"], registry=r

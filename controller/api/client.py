@@ -115,12 +115,32 @@ class Client:
         replies = list(_replies(lambda r: self.placement.ListJobs(r, timeout=self.timeout), ppb.ListJobsRequest()))
         return [job for reply in replies for job in reply.jobs], replies[0].intent_revision
 
-    def watch_jobs(self, timeout_s: float | None = None, since_revision: int | None = None) -> Iterator[ppb.JobEvent]:
-        """Changes from now on; with `since_revision`, every change after it (from a list's revision)."""
-        request = (
-            ppb.WatchJobsRequest() if since_revision is None else ppb.WatchJobsRequest(since_revision=since_revision)
-        )
+    def watch_jobs(
+        self, timeout_s: float | None = None, since_revision: int | None = None, include_programmed: bool = False
+    ) -> Iterator[ppb.JobEvent]:
+        """Changes from now on; with `since_revision`, every change after it
+        (from a list's revision); with `include_programmed`, PROGRAMMED too."""
+        request = ppb.WatchJobsRequest(since_revision=since_revision, include_programmed=include_programmed)
         return self.placement.WatchJobs(request, timeout=timeout_s)
+
+    def wait_programmed(self, job_id: str, timeout_s: float) -> int:
+        """The revision the fabric programmed the job at, once every switch it
+        uses holds its entries; 0 if that takes over `timeout_s`."""
+        revision = self.placement.ListJobs(ppb.ListJobsRequest(page_size=1), timeout=self.timeout).intent_revision
+        stream = self.watch_jobs(timeout_s, since_revision=revision, include_programmed=True)
+        try:
+            job = self.get_job(job_id)
+            if job.programmed_revision:  # programmed before `revision`: no event to come
+                return job.programmed_revision
+            for event in stream:
+                if event.kind == ppb.JobEvent.KIND_PROGRAMMED and event.job.job_id == job_id:
+                    return event.intent_revision
+        except grpc.RpcError as err:
+            if err.code() is not grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise
+        finally:
+            stream.cancel()  # type: ignore[attr-defined]
+        return 0
 
     # --- fabric -------------------------------------------------------------
     def get_fabric(self) -> fpb.GetFabricResponse:

@@ -27,6 +27,7 @@ EVENT_KINDS = {
     JobEventKind.PLACED: pb.JobEvent.KIND_PLACED,
     JobEventKind.MOVED: pb.JobEvent.KIND_PATHS_MOVED,
     JobEventKind.RELEASED: pb.JobEvent.KIND_RELEASED,
+    JobEventKind.PROGRAMMED: pb.JobEvent.KIND_PROGRAMMED,
 }
 MAX_WATCHERS = 4  # each watch holds a server thread
 WATCH_QUEUE = 1024
@@ -125,7 +126,9 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         self.reply_bytes = message_bytes - REPLY_MARGIN_BYTES  # what a reply's message may take
 
     def _job(self, job: Job) -> pb.Job:
-        return job_to_proto(self.service.fabric, job)
+        out = job_to_proto(self.service.fabric, job)
+        out.programmed_revision = self.service.programmed_revision(job)
+        return out
 
     def _fitting(self, job: Job, view: int) -> pb.Job:
         """The job in `view`, or ReplyTooLarge (naming the view) if that would
@@ -220,8 +223,12 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         events: queue.Queue[JobEvent | None] = queue.Queue(maxsize=WATCH_QUEUE)
         overflow = threading.Event()
 
+        wanted = set(JobEventKind) - (set() if request.include_programmed else {JobEventKind.PROGRAMMED})
+
         def listener(_intent, new_events):
             for event in new_events:
+                if event.kind not in wanted:
+                    continue
                 try:
                     events.put_nowait(event)
                 except queue.Full:
@@ -239,7 +246,8 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         context.add_callback(lambda: events.put(None) if not events.full() else overflow.set())
         try:
             for past in replay:
-                yield self._event(past)
+                if past.kind in wanted:
+                    yield self._event(past)
             while context.is_active():
                 if overflow.is_set():
                     context.abort(

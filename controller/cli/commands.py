@@ -25,7 +25,16 @@ def add_parsers(sub) -> None:
     run.add_argument("--grpc-listen", default=DEFAULT_TARGET, help="gRPC API HOST:PORT")
     run.add_argument("--metrics-listen", default="127.0.0.1:9302", help="Prometheus /metrics HOST:PORT")
     run.add_argument(
-        "--reconcile-interval", type=float, default=10.0, help="seconds between full reconcile passes (default 10)"
+        "--reconcile-interval",
+        type=float,
+        default=10.0,
+        help="seconds between periodic passes, which check every switch's entry count (default 10)",
+    )
+    run.add_argument(
+        "--full-audit-every",
+        type=int,
+        default=6,
+        help="read every switch's table in full once in this many periodic passes, a share per pass (default 6)",
     )
     run.add_argument(
         "--no-te", action="store_true", help="no adaptive TE: placement and pins only, elephants stay on ECMP"
@@ -72,6 +81,12 @@ def _api_parsers(sub):
     place.add_argument("--max-pods", type=int, default=0)
     place.add_argument("--exclusive", action="store_true", help="no other job may share the servers")
     place.add_argument("--request-id", default="", help="retry key: same id returns the original placement")
+    place.add_argument(
+        "--wait-programmed",
+        type=float,
+        metavar="SECONDS",
+        help="return once every switch the job uses holds its entries (exit 1 if not within SECONDS)",
+    )
     release = sub.add_parser("release", help="release a job's GPUs and paths")
     release.add_argument("job_id")
     jobs = sub.add_parser("jobs", help="list jobs, or show one")
@@ -101,6 +116,7 @@ def controller_run(args) -> int:
         grpc=Listen.parse(args.grpc_listen, "grpc-listen"),
         metrics=Listen.parse(args.metrics_listen, "metrics-listen"),
         reconcile_interval_s=args.reconcile_interval,
+        full_audit_every=args.full_audit_every,
         te_enabled=not args.no_te,
         **({} if args.watch_history is None else {"watch_history": args.watch_history}),
         **({} if args.max_message_bytes is None else {"max_message_bytes": args.max_message_bytes}),
@@ -144,6 +160,7 @@ def _job_row(job) -> dict:
         "pods": ",".join(map(str, job.pods)),
         "flows": job.flow_count,
         "predicted_max_util": f"{job.predicted_max_utilization_ratio:.3f}",
+        "programmed_at": job.programmed_revision or "-",
     }
 
 
@@ -186,14 +203,14 @@ def _as_json(message, defaults: bool = False) -> dict:
 def api_command(args) -> int:
     try:
         with Client(args.target) as client:
-            _run_api(client, args)
+            return _run_api(client, args)
     except grpc.RpcError as exc:
         print(f"railyard: {exc.code().name}: {exc.details()}", file=sys.stderr)
         return 1
-    return 0
 
 
-def _run_api(client: Client, args) -> None:
+def _run_api(client: Client, args) -> int:
+    """The command's exit status."""
     cmd = args.cmd
     if cmd == "pin":
         reply = client.pin_flow(
@@ -224,7 +241,16 @@ def _run_api(client: Client, args) -> None:
             args.exclusive,
             args.request_id,
         )
-        _show_job(placed.job, args.json, client.job_flows(args.job_id))
+        job = placed.job
+        if args.wait_programmed is not None:
+            if not client.wait_programmed(args.job_id, args.wait_programmed):
+                print(
+                    f"railyard: job {args.job_id} placed, not programmed within {args.wait_programmed:g} s",
+                    file=sys.stderr,
+                )
+                return 1
+            job = client.get_job(args.job_id)
+        _show_job(job, args.json, client.job_flows(args.job_id))
     elif cmd == "release":
         _show_job(client.release_job(args.job_id), args.json)
     elif cmd == "jobs":
@@ -259,6 +285,7 @@ def _run_api(client: Client, args) -> None:
             ],
             args.json,
         )
+    return 0
 
 
 def _show_job(job, as_json: bool, flows=None) -> None:

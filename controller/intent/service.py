@@ -87,6 +87,9 @@ class JobEventKind(StrEnum):
     PLACED = "placed"
     MOVED = "moved"  # its paths moved (a drain)
     RELEASED = "released"
+    # Every switch carrying its entries holds them (the reconciler says so).
+    # A state of the fabric, not a change of intent: never in the history.
+    PROGRAMMED = "programmed"
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,7 @@ class IntentService:
         self._events = threading.Lock()
         self._history: deque[JobEvent] = deque(maxlen=watch_history)
         self._history_from = self._intent.revision
+        self._programmed: dict[str, int] = {}  # job id -> the intent revision the fabric held it at
         self._publish_counts()
 
     def free_capacity(self, all_servers: bool = False) -> tuple[FreeCapacity, int]:
@@ -170,7 +174,37 @@ class IntentService:
                     f"{self._history_from} (the last {self._history.maxlen} job events); list again"
                 )
             self._listeners.append(listener)
-            return [event for event in self._history if event.revision > since]
+            replay = [event for event in self._history if event.revision > since]
+            # PROGRAMMED is a state: each job programmed at or after `since`
+            # (which a client that listed at `since` may not have seen).
+            jobs = self._intent.jobs
+            return replay + [
+                JobEvent(JobEventKind.PROGRAMMED, jobs[job_id], revision)
+                for job_id, revision in sorted(self._programmed.items(), key=lambda item: item[1])
+                if revision >= since and job_id in jobs
+            ]
+
+    def programmed_revision(self, job: Job) -> int:
+        """The intent revision at which the fabric held every entry of `job`
+        (this very placement of it); 0 while it does not (yet), or once it
+        moved or went."""
+        revision = self._programmed.get(job.job_id, 0)
+        return revision if self._intent.jobs.get(job.job_id) is job else 0
+
+    def mark_programmed(self, jobs: Iterable[tuple[Job, int]]) -> None:
+        """The reconciler's word that each job (the very object it read from
+        the intent) is on every switch it uses, as of an intent revision.
+        A job that changed or went since is not marked: it must be
+        programmed again."""
+        with self._events:
+            events = []
+            for job, revision in jobs:
+                if self._intent.jobs.get(job.job_id) is job and job.job_id not in self._programmed:
+                    self._programmed[job.job_id] = revision
+                    events.append(JobEvent(JobEventKind.PROGRAMMED, job, revision))
+            if events:
+                for listener in list(self._listeners):
+                    listener(self._intent, events)
 
     # --- pins ---------------------------------------------------------------
     def pin_flow(self, pin: FlowPin) -> FlowPin:
@@ -329,6 +363,7 @@ class IntentService:
         self._publish_counts({(g.nic.pod, g.nic.rail) for job in allocated for g in job.gpus})
         with self._events:
             for event in events:
+                self._programmed.pop(event.job.job_id, None)  # placed, moved or released: not on the fabric yet
                 if len(self._history) == self._history.maxlen:
                     self._history_from = self._history[0].revision  # the oldest goes: the history starts after it
                 self._history.append(event)

@@ -64,6 +64,7 @@ class DaemonConfig:
     grpc: Listen
     metrics: Listen
     reconcile_interval_s: float = 10.0
+    full_audit_every: int = 6  # periodic passes: every switch is read in full once in this many
     reply_timeout_s: float = 5.0
     te_enabled: bool = True  # off: placement and pins only, elephants stay on ECMP
     watch_history: int = WATCH_HISTORY  # job events a WatchJobs from a revision can replay
@@ -72,6 +73,8 @@ class DaemonConfig:
     def __post_init__(self) -> None:
         if not 0.1 <= self.reconcile_interval_s <= 3600:
             raise ConfigError("reconcile-interval", f"{self.reconcile_interval_s} s", "0.1 to 3600 seconds")
+        if not 1 <= self.full_audit_every <= 1000:
+            raise ConfigError("full-audit-every", f"{self.full_audit_every} passes", "1 to 1000")
         if not 1 <= self.watch_history <= 1_000_000:
             raise ConfigError("watch-history", f"{self.watch_history} events", "1 to 1000000")
         if not 64 * 1024 <= self.max_message_bytes <= 256 * 1024 * 1024:
@@ -95,7 +98,12 @@ class Daemon:
             fabric, self.store, self.metrics, live_load=self.ingest.fresh_load, watch_history=config.watch_history
         )
         self.reconciler = Reconciler(
-            fabric, self.intent, self.metrics, config.reconcile_interval_s, config.reply_timeout_s
+            fabric,
+            self.intent,
+            self.metrics,
+            config.reconcile_interval_s,
+            config.reply_timeout_s,
+            audit_every=config.full_audit_every,
         )
         self.te = TeRunner(fabric, self.ingest, self.intent, self.metrics, enabled=config.te_enabled)
         self.reconciler.te = self.te

@@ -23,7 +23,8 @@ from enum import StrEnum
 from typing import Protocol, TypeVar
 
 from controller.fabric import Fabric
-from controller.intent.service import IntentService
+from controller.intent.model import Intent
+from controller.intent.service import IntentService, JobEvent, JobEventKind
 from controller.metrics import RESULTS, Metrics
 from controller.southbound import ofcodec, wire
 from controller.southbound.overlay import (
@@ -52,6 +53,7 @@ from controller.southbound.switches import (
     overlay_table,
 )
 from controller.te.engine import Meter, Move
+from controller.te.jobs import Job
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -130,7 +132,10 @@ class Reconciler:
         # Set once every switch of the fabric has connected and been reconciled:
         # the API reports SERVING from then on.
         self.fabric_ready = threading.Event()
-        self._synced: set[str] = set()  # switches reconciled since they (re)connected
+        # Switches reconciled since they (re)connected -> the intent revision
+        # they were last found or made in sync with.
+        self._synced: dict[str, int] = {}
+        self._jobs: dict[str, JobProgress] = {}  # only the reconciler thread touches it
         self._memo = OverlayMemo()  # only the reconciler thread touches it
         for phase in ("dump", "plan", "commit"):
             metrics.reconcile_phase.labels(phase)
@@ -144,7 +149,7 @@ class Reconciler:
             metrics.reconcile_duration.labels(trigger)
             for result in RESULTS:
                 metrics.reconcile_runs.labels(trigger, result)
-        intent.subscribe(lambda _intent, _events: self._triggers.put(Trigger(ReconcileTrigger.INTENT)))
+        intent.subscribe(self._intent_changed)
 
     # --- called from the os-ken app thread -----------------------------------
     def switch_connected(self, datapath) -> None:
@@ -183,7 +188,7 @@ class Reconciler:
         with self._lock:
             stale = self._sessions.get(name)
             self._sessions[name] = SwitchSession(name, datapath, self.calls, self.reply_timeout_s)
-            self._synced.discard(name)
+            self._synced.pop(name, None)
             self._publish_connections()
         if stale is not None:
             # The switch reconnected before os-ken noticed the old connection
@@ -201,7 +206,7 @@ class Reconciler:
             if session is None or session.datapath is not datapath:
                 return  # a newer connection of the same switch already replaced it
             del self._sessions[name]
-            self._synced.discard(name)
+            self._synced.pop(name, None)
             self._publish_connections()
         self.calls.fail_switch(datapath.id)
         log.info("switch %s disconnected", name)
@@ -274,7 +279,7 @@ class Reconciler:
         started = time.perf_counter()
         with self._lock:
             sessions = {n: s for n, s in self._sessions.items() if scope is None or n in scope}
-            fresh = set(sessions) - self._synced
+            fresh = set(sessions) - self._synced.keys()
         ok = self._read_tables(reason, sessions)
         for name in fresh & self._tables.keys():
             self.metrics.entries_installed.labels(name).set(len(self._tables[name].entries))
@@ -285,7 +290,8 @@ class Reconciler:
         dumped = time.perf_counter()
 
         te_generation, te_moves, te_meters = self.te.plan() if self.te is not None else (0, [], [])
-        desired = desired_overlay(self.fabric, self.intent.snapshot(), self._memo, te_moves, te_meters)
+        intent = self.intent.snapshot()
+        desired = desired_overlay(self.fabric, intent, self._memo, te_moves, te_meters)
         desired_meter_sets = desired_meters(self.fabric, te_meters)
         known = {n: self._tables[n] for n in sessions if n in self._tables}
         deltas: dict[str, SwitchDelta] = {}
@@ -329,11 +335,41 @@ class Reconciler:
             if self.te is not None:
                 self.te.applied(te_generation)
         with self._lock:
-            self._synced |= in_sync & set(self._sessions)
-            if self._synced >= set(self.fabric.switches):
+            for name in in_sync & set(self._sessions):
+                self._synced[name] = intent.revision
+            synced = dict(self._synced)
+            if synced.keys() >= set(self.fabric.switches):
                 self.fabric_ready.set()
+        self._report_programmed(intent, synced)
         self._log_changes(reason, deltas, meter_deltas, elapsed)
         return ok
+
+    def _intent_changed(self, _intent: Intent, events: list[JobEvent]) -> None:
+        if not events or any(e.kind is not JobEventKind.PROGRAMMED for e in events):
+            self._triggers.put(Trigger(ReconcileTrigger.INTENT))
+
+    def _report_programmed(self, intent: Intent, synced: Mapping[str, int]) -> None:
+        """Tells the intent service which jobs are now on every switch they
+        use: each switch carrying one of the job's entries was in sync with
+        a pass at least as new as the first that saw the job as it stands.
+        A job with no entries (its flows need no steering) is programmed by
+        the first pass that sees it."""
+        done = []
+        for job_id, job in intent.jobs.items():
+            progress = self._jobs.get(job_id)
+            if progress is None or progress.job is not job:  # placed, or moved: its entries changed
+                progress = self._jobs[job_id] = JobProgress(job, intent.revision)
+            if progress.programmed:
+                continue
+            switches = {entry.switch for entry in self._memo.jobs[job_id][1]}
+            if all(synced.get(name, -1) >= progress.since for name in switches):
+                progress.programmed = True
+                done.append((job, intent.revision))
+        for job_id in self._jobs.keys() - intent.jobs.keys():
+            del self._jobs[job_id]
+        self.metrics.jobs_unprogrammed.set(sum(not p.programmed for p in self._jobs.values()))
+        if done:
+            self.intent.mark_programmed(done)
 
     def _read_tables(self, reason: ReconcileTrigger, sessions: dict[str, SwitchSession]) -> bool:
         """Brings `self._tables` up to date for `sessions`: a switch not read
@@ -450,6 +486,16 @@ class Reconciler:
             self.metrics.bundles.labels(name, "ok").inc()
             self.metrics.flow_mods.labels(name, kind).inc(len(entries[name]))
         return failed
+
+
+@dataclass
+class JobProgress:
+    """A job as it stands, the revision of the first pass that saw it so,
+    and whether every switch it uses has held it since."""
+
+    job: Job
+    since: int
+    programmed: bool = False
 
 
 @dataclass

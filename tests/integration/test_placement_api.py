@@ -1,5 +1,7 @@
 """Placement end to end: a scheduler's gRPC calls against the running daemon
-and the emulated fabric; the switches' tables and real traffic are the proof."""
+and the emulated fabric; the switches' tables and real traffic are the proof.
+Accepted vs enforced: a job's PROGRAMMED event comes only once its entries are
+on every switch it uses, and not while one of those switches is away."""
 
 import threading
 import time
@@ -8,7 +10,10 @@ import grpc
 import pytest
 
 from controller.api.gen.railyard.v1 import placement_pb2 as ppb
+from controller.fabric import Fabric
 from controller.fabric import addressing as ad
+from controller.southbound.overlay import owner_cookie
+from emulation.net import ovs
 from emulation.processes.controller_process import total
 from emulation.traffic.iperf import FlowSpec, TrafficRun
 from tests.integration.helpers import SPINE_OF_UPLINK, railyard_entries, uplink_bytes, window
@@ -206,3 +211,86 @@ def test_free_capacity_per_pod_and_server(emu, ctl):
         second = client.place_job("free-2", 1, "ring").job.gpus[0]
         assert second.server == gpu.server
         assert client.free_capacity().partly_free_servers == 0
+
+
+def steering_switches(fabric: Fabric, job: ppb.Job) -> dict[str, int]:
+    """Switch -> how many entries the job needs there (where ECMP has a choice)."""
+    needed: dict[str, int] = {}
+    for flow in job.flows:
+        if flow.spine:
+            src, dst = ad.parse_nic_address(flow.src_address), ad.parse_nic_address(flow.dst_address)
+            for hop in fabric.steering_hops(src, dst, flow.spine):
+                needed[hop.node] = needed.get(hop.node, 0) + 1
+    return needed
+
+
+def job_entries_on(switches, job_id: str) -> dict[str, int]:
+    cookie = owner_cookie("job", job_id)
+    return {s: sum(e["cookie"] == cookie for e in railyard_entries(s).values()) for s in switches}
+
+
+class ProgrammedWatch:
+    """A WatchJobs stream with PROGRAMMED events; on each, a dump of the
+    switches the job uses is taken at once, in the reader thread."""
+
+    def __init__(self, client, switches_of) -> None:
+        self.dumps: dict[str, dict[str, int]] = {}
+        self.arrived: dict[str, threading.Event] = {}
+        self._switches_of = switches_of
+        self._stream = client.watch_jobs(timeout_s=120, include_programmed=True)
+        threading.Thread(target=self._read, daemon=True).start()
+        time.sleep(0.3)  # subscribed before anything is placed
+
+    def expect(self, job_id: str) -> threading.Event:
+        return self.arrived.setdefault(job_id, threading.Event())
+
+    def _read(self) -> None:
+        try:
+            for event in self._stream:
+                if event.kind == ppb.JobEvent.KIND_PROGRAMMED:
+                    job_id = event.job.job_id
+                    self.dumps[job_id] = job_entries_on(self._switches_of(job_id), job_id)
+                    self.expect(job_id).set()
+        except Exception:  # cancelled at the end of the test
+            pass
+
+    def cancel(self) -> None:
+        self._stream.cancel()
+
+
+def test_programmed_comes_once_every_switch_holds_the_job_and_not_while_one_is_away(emu, ctl):
+    needed: dict[str, dict[str, int]] = {}
+    away = ""
+    with ctl.client() as client:
+        watch = ProgrammedWatch(client, lambda job_id: needed[job_id])
+        try:
+            placed = client.place_job("ring-p", 8, "ring", flow_gbps=100.0, view="full").job
+            needed["ring-p"] = steering_switches(emu.fabric, placed)
+            assert len(needed["ring-p"]) >= 2
+            assert watch.expect("ring-p").wait(20), "no PROGRAMMED event"
+            assert watch.dumps["ring-p"] == needed["ring-p"]  # every entry, on every switch, at that moment
+            assert client.get_job("ring-p").programmed_revision > 0
+            client.release_job("ring-p")
+
+            # One of the switches the same job will use goes away (pointed at a
+            # port nobody listens on: OVS keeps its tables, as a dead controller
+            # link would). The job is accepted, and not programmed.
+            away = sorted(needed["ring-p"])[0]
+            ovs.run(["ovs-vsctl", "set-controller", away, "tcp:127.0.0.1:9"])
+            time.sleep(1.5)
+            placed = client.place_job("ring-q", 8, "ring", flow_gbps=100.0, view="full").job
+            needed["ring-q"] = steering_switches(emu.fabric, placed)
+            assert away in needed["ring-q"]
+            assert not watch.expect("ring-q").wait(5), "PROGRAMMED while one of its switches was away"
+            assert client.get_job("ring-q").programmed_revision == 0
+            assert job_entries_on([away], "ring-q") == {away: 0}
+            present = job_entries_on(sorted(set(needed["ring-q"]) - {away}), "ring-q")
+            assert present == {s: n for s, n in needed["ring-q"].items() if s != away}  # the rest went ahead
+
+            ovs.run(["ovs-vsctl", "set-controller", away, ctl.ports.controller_target])
+            assert watch.expect("ring-q").wait(20), "no PROGRAMMED after the switch came back"
+            assert watch.dumps["ring-q"] == needed["ring-q"]
+        finally:
+            watch.cancel()
+            if away:
+                ovs.run(["ovs-vsctl", "set-controller", away, ctl.ports.controller_target])

@@ -18,7 +18,14 @@ from controller.intent.store import SqliteIntentStore
 from controller.metrics import Metrics
 from controller.runtime.te_runner import TeRunner
 from controller.southbound import ofcodec, wire
-from controller.southbound.overlay import COOKIE_PREFIX, EntryKey, OverlayEntry, desired_meters, desired_overlay
+from controller.southbound.overlay import (
+    COOKIE_PREFIX,
+    EntryKey,
+    OverlayEntry,
+    desired_meters,
+    desired_overlay,
+    job_entries,
+)
 from controller.southbound.reconciler import Reconciler, ReconcileTrigger, TePlanner
 from controller.southbound.switches import CallTable, SwitchSession
 from controller.te.engine import Meter, Move
@@ -438,3 +445,42 @@ def test_only_railyard_entries_are_dumped_and_changed(tmp_path):
     assert rig.reconcile()
     assert flow_mods(rig)[-1] == ("ryl0r0", "flow_delete")
     assert rig.installed()["ryl0r0"] == {foreign.key: foreign}
+
+
+def test_a_job_is_programmed_once_every_switch_it_uses_holds_its_entries(tmp_path):
+    rig = make_rig(FABRIC, tmp_path / "intent.db")
+    seen: list[tuple[str, str, int]] = []
+    rig.intent.subscribe(lambda _i, events: seen.extend((e.kind, e.job.job_id, e.revision) for e in events))
+    rig.datapaths["ryl1r1"].close()  # one switch of the job's is not connected
+    job, _ = rig.intent.place_job(JobRequest("ring", 8, Pattern.RING, 100.0))
+    uses = {e.switch for e in job_entries(FABRIC, job)}
+    assert "ryl1r1" in uses and len(uses) > 1
+    assert rig.reconcile()  # every connected switch takes its entries; ryl1r1 is not there to
+    assert rig.intent.programmed_revision(job) == 0
+    assert [k for k, *_ in seen] == ["placed"]
+    assert rig.metrics.registry.get_sample_value("railyard_jobs_unprogrammed") == 1
+
+    reconnect(rig, "ryl1r1")
+    assert rig.reconciler.reconcile(ReconcileTrigger.CONNECT, {"ryl1r1"})
+    revision = rig.intent.snapshot().revision
+    assert seen[-1] == ("programmed", "ring", revision) and rig.intent.programmed_revision(job) == revision
+    installed = rig.installed()
+    assert all(e.key in installed[e.switch] for e in job_entries(FABRIC, job))  # on every switch, at that moment
+    assert rig.metrics.registry.get_sample_value("railyard_jobs_unprogrammed") == 0
+
+    # Its paths move (a drain): unprogrammed until the moved entries are in.
+    _, moved = rig.intent.set_drain("switch", "rys0", True)
+    assert [j.job_id for j in moved] == ["ring"]
+    moved_job = rig.intent.snapshot().jobs["ring"]
+    assert rig.intent.programmed_revision(moved_job) == 0
+    assert rig.reconcile()
+    assert seen[-1] == ("programmed", "ring", rig.intent.snapshot().revision)
+    assert rig.reconcile() and [k for k, *_ in seen].count("programmed") == 2  # once per placement as it stands
+
+
+def test_a_job_whose_flows_need_no_entry_is_programmed_by_the_first_pass(tmp_path):
+    rig = make_rig(FABRIC, tmp_path / "intent.db")
+    job, _ = rig.intent.place_job(JobRequest("local", 2, Pattern.RING, 100.0))  # one server: nothing to steer
+    assert job_entries(FABRIC, job) == []
+    assert rig.reconcile()
+    assert rig.intent.programmed_revision(job) == rig.intent.snapshot().revision

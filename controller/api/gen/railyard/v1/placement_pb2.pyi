@@ -85,7 +85,7 @@ class JobFlow(_message.Message):
     def __init__(self, src_address: _Optional[str] = ..., dst_address: _Optional[str] = ..., bandwidth_gbps: _Optional[float] = ..., spine: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "request", "gpus", "flows", "pods", "predicted_max_utilization_ratio", "place_time", "flow_count")
+    __slots__ = ("job_id", "request", "gpus", "flows", "pods", "predicted_max_utilization_ratio", "place_time", "flow_count", "programmed_revision")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
@@ -94,6 +94,7 @@ class Job(_message.Message):
     PREDICTED_MAX_UTILIZATION_RATIO_FIELD_NUMBER: _ClassVar[int]
     PLACE_TIME_FIELD_NUMBER: _ClassVar[int]
     FLOW_COUNT_FIELD_NUMBER: _ClassVar[int]
+    PROGRAMMED_REVISION_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     request: PlaceJobRequest
     gpus: _containers.RepeatedCompositeFieldContainer[Gpu]
@@ -102,7 +103,8 @@ class Job(_message.Message):
     predicted_max_utilization_ratio: float
     place_time: _timestamp_pb2.Timestamp
     flow_count: int
-    def __init__(self, job_id: _Optional[str] = ..., request: _Optional[_Union[PlaceJobRequest, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., flows: _Optional[_Iterable[_Union[JobFlow, _Mapping]]] = ..., pods: _Optional[_Iterable[int]] = ..., predicted_max_utilization_ratio: _Optional[float] = ..., place_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., flow_count: _Optional[int] = ...) -> None: ...
+    programmed_revision: int
+    def __init__(self, job_id: _Optional[str] = ..., request: _Optional[_Union[PlaceJobRequest, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., flows: _Optional[_Iterable[_Union[JobFlow, _Mapping]]] = ..., pods: _Optional[_Iterable[int]] = ..., predicted_max_utilization_ratio: _Optional[float] = ..., place_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., flow_count: _Optional[int] = ..., programmed_revision: _Optional[int] = ...) -> None: ...
 
 class PlaceJobResponse(_message.Message):
     __slots__ = ("job", "created", "oversubscribed")
@@ -161,10 +163,12 @@ class ListJobsResponse(_message.Message):
     def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ..., intent_revision: _Optional[int] = ...) -> None: ...
 
 class WatchJobsRequest(_message.Message):
-    __slots__ = ("since_revision",)
+    __slots__ = ("since_revision", "include_programmed")
     SINCE_REVISION_FIELD_NUMBER: _ClassVar[int]
+    INCLUDE_PROGRAMMED_FIELD_NUMBER: _ClassVar[int]
     since_revision: int
-    def __init__(self, since_revision: _Optional[int] = ...) -> None: ...
+    include_programmed: bool
+    def __init__(self, since_revision: _Optional[int] = ..., include_programmed: _Optional[bool] = ...) -> None: ...
 
 class JobEvent(_message.Message):
     __slots__ = ("kind", "job", "intent_revision")
@@ -174,10 +178,12 @@ class JobEvent(_message.Message):
         KIND_PLACED: _ClassVar[JobEvent.Kind]
         KIND_PATHS_MOVED: _ClassVar[JobEvent.Kind]
         KIND_RELEASED: _ClassVar[JobEvent.Kind]
+        KIND_PROGRAMMED: _ClassVar[JobEvent.Kind]
     KIND_UNSPECIFIED: JobEvent.Kind
     KIND_PLACED: JobEvent.Kind
     KIND_PATHS_MOVED: JobEvent.Kind
     KIND_RELEASED: JobEvent.Kind
+    KIND_PROGRAMMED: JobEvent.Kind
     KIND_FIELD_NUMBER: _ClassVar[int]
     JOB_FIELD_NUMBER: _ClassVar[int]
     INTENT_REVISION_FIELD_NUMBER: _ClassVar[int]
