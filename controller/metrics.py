@@ -117,6 +117,13 @@ class Metrics:
         self.api_requests = Counter(
             "railyard_api_requests", "gRPC requests by method and status code", ["method", "code"], registry=r
         )
+        self.api_denied = Counter(
+            "railyard_api_denied",
+            "gRPC calls refused before they ran: UNAUTHENTICATED (no client identity) or PERMISSION_DENIED "
+            "(an identity without a role, or a role that may not call the method)",
+            ["method", "code"],
+            registry=r,
+        )
         self.api_latency = Histogram(
             "railyard_api_request_duration_seconds",
             "gRPC request handling time",

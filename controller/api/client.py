@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import cast
 
 import grpc
@@ -40,9 +42,29 @@ def _pages(call, request, field: str) -> list:
     return [item for reply in _replies(call, request) for item in getattr(reply, field)]
 
 
+@dataclass(frozen=True)
+class ClientTls:
+    """The CA the controller's certificate must chain to, and this client's
+    certificate and key (its identity, mapped to a role by the controller)."""
+
+    ca: bytes
+    cert: bytes
+    key: bytes
+
+    @classmethod
+    def from_files(cls, ca: str | Path, cert: str | Path, key: str | Path) -> ClientTls:
+        return cls(Path(ca).read_bytes(), Path(cert).read_bytes(), Path(key).read_bytes())
+
+
 class Client:
-    def __init__(self, target: str = DEFAULT_TARGET, timeout_s: float | None = DEFAULT_TIMEOUT_S) -> None:
-        self.channel = grpc.insecure_channel(target)
+    def __init__(
+        self, target: str = DEFAULT_TARGET, timeout_s: float | None = DEFAULT_TIMEOUT_S, tls: ClientTls | None = None
+    ) -> None:
+        if tls is None:
+            self.channel = grpc.insecure_channel(target)
+        else:
+            credentials = grpc.ssl_channel_credentials(tls.ca, tls.key, tls.cert)
+            self.channel = grpc.secure_channel(target, credentials)
         self.timeout = timeout_s
         self.fabric = fpb_grpc.FabricServiceStub(self.channel)
         self.placement = ppb_grpc.PlacementServiceStub(self.channel)

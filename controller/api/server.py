@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent import futures
+from dataclasses import dataclass
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from controller.api.auth import Authorize
 from controller.api.fabric import FabricServicer
 from controller.api.gen.railyard.v1 import (
     fabric_pb2,
@@ -23,6 +25,7 @@ from controller.api.telemetry import TelemetryServicer
 from controller.errors import FieldError
 from controller.intent.service import IntentService
 from controller.metrics import Metrics
+from controller.security.policy import Policy
 from controller.telemetry.ingest import TelemetryIngest
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -102,6 +105,17 @@ class DecodeErrorsAreInvalidArgument(grpc.ServerInterceptor):
         return handler
 
 
+@dataclass(frozen=True)
+class MutualTls:
+    """The API over TLS with client certificates: the server's certificate and
+    key, the CA client certificates must chain to, and who holds which role."""
+
+    cert: bytes
+    key: bytes
+    ca: bytes
+    policy: Policy
+
+
 class ApiServer:
     def __init__(
         self,
@@ -111,11 +125,15 @@ class ApiServer:
         connected: Callable[[], set[str]],
         listen: str,
         message_bytes: int = MAX_MESSAGE_BYTES,
+        tls: MutualTls | None = None,
     ) -> None:
+        # Authorization runs first: a caller who may not call a method gets no
+        # further, not even to have its request decoded.
+        interceptors: list[grpc.ServerInterceptor] = [] if tls is None else [Authorize(tls.policy, metrics)]
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="grpc"),
             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
-            interceptors=[DecodeErrorsAreInvalidArgument()],
+            interceptors=[*interceptors, DecodeErrorsAreInvalidArgument()],
             options=[
                 ("grpc.max_receive_message_length", message_bytes),
                 ("grpc.max_send_message_length", message_bytes),
@@ -134,7 +152,11 @@ class ApiServer:
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
-        self.port = self.server.add_insecure_port(listen)
+        if tls is None:
+            self.port = self.server.add_insecure_port(listen)
+        else:
+            credentials = grpc.ssl_server_credentials([(tls.key, tls.cert)], tls.ca, require_client_auth=True)
+            self.port = self.server.add_secure_port(listen, credentials)
         if not self.port:
             raise OSError(f"cannot listen for gRPC on {listen}")
         self.set_serving(False)

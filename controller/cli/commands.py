@@ -8,7 +8,8 @@ from pathlib import Path
 
 import grpc
 
-from controller.api.client import DEFAULT_TARGET, PATTERNS, Client
+from controller.api.client import DEFAULT_TARGET, PATTERNS, Client, ClientTls
+from controller.errors import FieldError
 from controller.fabric import load_fabric
 
 DEFAULT_STORE = "/var/lib/railyard/intent.db"
@@ -44,6 +45,15 @@ def add_parsers(sub) -> None:
         type=int,
         help="job events a WatchJobs from a revision can replay (default: the daemon's, 4096)",
     )
+    run.add_argument("--tls-cert", help="the API's server certificate (PEM); with --tls-key, --tls-ca, --policy")
+    run.add_argument("--tls-key", help="its private key (PEM)")
+    run.add_argument("--tls-ca", help="the CA client certificates must chain to (mutual TLS)")
+    run.add_argument("--policy", help="YAML: identities (client certificate CNs) -> roles")
+    run.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow listeners on non-loopback addresses without TLS (logged as a warning)",
+    )
     run.add_argument(
         "--max-message-bytes",
         type=int,
@@ -55,6 +65,22 @@ def add_parsers(sub) -> None:
             "--target", default=DEFAULT_TARGET, help=f"controller gRPC address (default {DEFAULT_TARGET})"
         )
         parser.add_argument("--json", action="store_true", help="machine-readable output")
+        parser.add_argument("--ca", help="CA the controller's certificate chains to (mutual TLS; with --cert, --key)")
+        parser.add_argument("--cert", help="this client's certificate (PEM): its identity")
+        parser.add_argument("--key", help="this client's private key (PEM)")
+    certs = sub.add_parser("certs", help="certificates for mutual TLS")
+    certs_sub = certs.add_subparsers(dest="certs_cmd", required=True)
+    init = certs_sub.add_parser(
+        "init", help="a development CA, the controller's certificate and scheduler, agent, operator, switch ones"
+    )
+    init.add_argument("dir", help="an empty or new directory")
+    init.add_argument(
+        "--server-name",
+        action="append",
+        default=[],
+        help="a DNS name or address the controller is reached at (repeatable; default localhost, 127.0.0.1, ::1)",
+    )
+    init.set_defaults(run=certs_init)
 
 
 def _api_parsers(sub):
@@ -107,6 +133,18 @@ def _api_parsers(sub):
     return pin, unpin, pins, place, release, jobs, free, links, *drains
 
 
+def _tls_files(args):
+    from controller.runtime.daemon import ConfigError, TlsFiles
+
+    given = {flag: getattr(args, flag.replace("-", "_")) for flag in ("tls-cert", "tls-key", "tls-ca", "policy")}
+    if not any(given.values()):
+        return None
+    missing = [flag for flag, value in given.items() if not value]
+    if missing:
+        raise ConfigError(missing[0], "missing", "--tls-cert, --tls-key, --tls-ca and --policy go together")
+    return TlsFiles(*(Path(given[flag]) for flag in ("tls-cert", "tls-key", "tls-ca", "policy")))
+
+
 def controller_run(args) -> int:
     from controller.runtime.daemon import DaemonConfig, Listen, run
 
@@ -120,6 +158,8 @@ def controller_run(args) -> int:
         te_enabled=not args.no_te,
         **({} if args.watch_history is None else {"watch_history": args.watch_history}),
         **({} if args.max_message_bytes is None else {"max_message_bytes": args.max_message_bytes}),
+        tls=_tls_files(args),
+        insecure=args.insecure,
     )
     return run(load_fabric(args.spec), config)
 
@@ -200,9 +240,38 @@ def _as_json(message, defaults: bool = False) -> dict:
     return MessageToDict(message, always_print_fields_with_no_presence=defaults, preserving_proto_field_name=True)
 
 
+class CliError(FieldError):
+    context = "railyard"
+
+
+def certs_init(args) -> int:
+    from controller.security.certs import init_dir
+
+    try:
+        names = init_dir(Path(args.dir), tuple(args.server_name) or ("localhost", "127.0.0.1", "::1"))
+    except (FileExistsError, OSError) as exc:
+        print(f"railyard: certs init: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {', '.join(n + '.crt/.key' for n in names)} to {args.dir}")
+    return 0
+
+
+def _client_tls(args) -> ClientTls | None:
+    given = {"ca": args.ca, "cert": args.cert, "key": args.key}
+    if not any(given.values()):
+        return None
+    missing = [flag for flag, value in given.items() if not value]
+    if missing:
+        raise CliError(missing[0], "missing", "--ca, --cert and --key go together")
+    try:
+        return ClientTls.from_files(args.ca, args.cert, args.key)
+    except OSError as exc:
+        raise CliError("ca/cert/key", f"cannot read {exc.filename}: {exc.strerror}", "readable PEM files") from None
+
+
 def api_command(args) -> int:
     try:
-        with Client(args.target) as client:
+        with Client(args.target, tls=_client_tls(args)) as client:
             return _run_api(client, args)
     except grpc.RpcError as exc:
         print(f"railyard: {exc.code().name}: {exc.details()}", file=sys.stderr)

@@ -14,6 +14,7 @@ os.environ.setdefault("OSKEN_HUB_TYPE", "native")  # eventlet would deadlock grp
 
 import faulthandler
 import gc
+import ipaddress
 import logging
 import signal
 import sys
@@ -23,13 +24,14 @@ from pathlib import Path
 
 from os_ken.base import app_manager
 
-from controller.api.server import MAX_MESSAGE_BYTES, ApiServer
+from controller.api.server import MAX_MESSAGE_BYTES, ApiServer, MutualTls
 from controller.errors import FieldError
 from controller.fabric import Fabric
 from controller.intent.service import WATCH_HISTORY, IntentService
 from controller.intent.store import SqliteIntentStore
 from controller.metrics import Metrics
 from controller.runtime.te_runner import TeRunner
+from controller.security.policy import load_policy
 from controller.southbound.app import start_openflow
 from controller.southbound.reconciler import Reconciler, ReconcileTrigger
 from controller.telemetry.ingest import TelemetryIngest
@@ -56,6 +58,36 @@ class Listen:
     def __str__(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def loopback(self) -> bool:
+        if self.host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(self.host).is_loopback
+        except ValueError:
+            return False  # a host name: it may resolve to anything
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """--tls-cert, --tls-key, --tls-ca and --policy: the API over mutual TLS."""
+
+    cert: Path
+    key: Path
+    ca: Path
+    policy: Path
+
+    def load(self) -> MutualTls:
+        contents = {}
+        for flag, path in (("tls-cert", self.cert), ("tls-key", self.key), ("tls-ca", self.ca)):
+            try:
+                contents[flag] = path.read_bytes()
+            except OSError as exc:
+                raise ConfigError(flag, f"cannot read {path}: {exc.strerror}", "a readable PEM file") from None
+            if b"-----BEGIN " not in contents[flag]:
+                raise ConfigError(flag, f"{path} is not PEM", "a PEM file (e.g. from `railyard certs init`)")
+        return MutualTls(contents["tls-cert"], contents["tls-key"], contents["tls-ca"], load_policy(self.policy))
+
 
 @dataclass(frozen=True)
 class DaemonConfig:
@@ -69,8 +101,27 @@ class DaemonConfig:
     te_enabled: bool = True  # off: placement and pins only, elephants stay on ECMP
     watch_history: int = WATCH_HISTORY  # job events a WatchJobs from a revision can replay
     max_message_bytes: int = MAX_MESSAGE_BYTES  # gRPC messages, either way: every reply is made to fit
+    tls: TlsFiles | None = None  # the API over mutual TLS, with roles
+    insecure: bool = False  # allow plaintext listeners on non-loopback addresses
 
     def __post_init__(self) -> None:
+        cleartext = [
+            (flag, listen)
+            for flag, listen, secured in (
+                ("grpc-listen", self.grpc, self.tls is not None),
+                ("openflow-listen", self.openflow, False),
+                ("metrics-listen", self.metrics, False),
+            )
+            if not secured and not listen.loopback
+        ]
+        if cleartext and not self.insecure:
+            flag, listen = cleartext[0]
+            raise ConfigError(
+                flag,
+                f"{listen} is not a loopback address and would serve without TLS",
+                "a loopback address; for the API, TLS (--tls-cert, --tls-key, --tls-ca, --policy); "
+                "or --insecure to serve in the clear anyway",
+            )
         if not 0.1 <= self.reconcile_interval_s <= 3600:
             raise ConfigError("reconcile-interval", f"{self.reconcile_interval_s} s", "0.1 to 3600 seconds")
         if not 1 <= self.full_audit_every <= 1000:
@@ -115,7 +166,12 @@ class Daemon:
             self.reconciler.connected,
             str(config.grpc),
             message_bytes=config.max_message_bytes,
+            tls=config.tls.load() if config.tls is not None else None,
         )
+        if config.insecure:
+            for name, listen in (("gRPC", config.grpc), ("OpenFlow", config.openflow), ("metrics", config.metrics)):
+                if not listen.loopback and (name != "gRPC" or config.tls is None):
+                    log.warning("INSECURE (--insecure): %s listens on %s in the clear", name, listen)
         self._stop = threading.Event()
         self._apps: app_manager.AppManager | None = None
         # Likewise what was just built: the intent loaded from the store, the

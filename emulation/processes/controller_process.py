@@ -16,10 +16,9 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.api.client import Client
+from controller.api.client import Client, ClientTls
 
 
 def free_port() -> int:
@@ -71,6 +70,7 @@ class ControllerProcess:
         reconcile_interval_s: float = 1.0,
         te: bool = True,
         extra_args: tuple[str, ...] = (),
+        tls: ClientTls | None = None,
     ) -> None:
         self.spec_path = spec_path
         self.store = store
@@ -79,6 +79,7 @@ class ControllerProcess:
         self.reconcile_interval_s = reconcile_interval_s
         self.te = te
         self.extra_args = extra_args  # further `railyard controller run` options
+        self.tls = tls  # what `client()` connects with, when the API is on mutual TLS
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> ControllerProcess:
@@ -109,8 +110,8 @@ class ControllerProcess:
             self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         return self
 
-    def client(self) -> Client:
-        return Client(f"127.0.0.1:{self.ports.grpc}")
+    def client(self, tls: ClientTls | None = None) -> Client:
+        return Client(f"127.0.0.1:{self.ports.grpc}", tls=tls or self.tls)
 
     def scrape(self) -> str:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.ports.metrics}/metrics", timeout=5) as reply:
@@ -144,21 +145,17 @@ class ControllerProcess:
         raise TimeoutError(f"controller not ready after {timeout_s:g} s ({last_error}); see {self.log_path}")
 
     def wait_serving_api(self, timeout_s: float = 60.0) -> None:
-        """Until the gRPC API answers (no switches needed: a daemon with no fabric attached)."""
+        """Until the gRPC API reports SERVING (no switches needed: a daemon with no fabric attached)."""
         deadline = time.monotonic() + timeout_s
         while True:
-            try:
-                with self.client() as client:
-                    client.get_fabric()
-                return
-            except grpc.RpcError:
-                if self.proc is not None and self.proc.poll() is not None:
-                    raise RuntimeError(f"controller exited with {self.proc.returncode}; see {self.log_path}") from None
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"controller API not serving after {timeout_s:g} s; see {self.log_path}"
-                    ) from None
-                time.sleep(0.1)
+            with self.client() as client:
+                if client.serving():
+                    return
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"controller exited with {self.proc.returncode}; see {self.log_path}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"controller API not serving after {timeout_s:g} s; see {self.log_path}")
+            time.sleep(0.1)
 
     def wait_reconciles(self, count: int = 1, timeout_s: float = 15.0) -> Samples:
         """Until `count` more reconcile passes finished (of any trigger)."""

@@ -1,0 +1,1 @@
+"""Who may call the controller: certificates for development, the role policy."""

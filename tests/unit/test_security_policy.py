@@ -1,0 +1,87 @@
+"""The role policy and the daemon's secure defaults, without a network."""
+
+import datetime as dt
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from controller.runtime.daemon import ConfigError, DaemonConfig, Listen
+from controller.security import certs
+from controller.security.policy import PLACEMENT, Policy, PolicyError, Role, policy_from_doc
+
+
+def test_each_role_may_call_what_the_issue_gives_it_and_nothing_else():
+    scheduler, agent, operator, viewer = Role.SCHEDULER, Role.AGENT, Role.OPERATOR, Role.VIEWER
+    cases = {
+        "/railyard.v1.PlacementService/PlaceJob": {scheduler},
+        "/railyard.v1.PlacementService/WatchJobs": {scheduler, operator, viewer},
+        "/railyard.v1.FabricService/DrainSwitch": {operator},
+        "/railyard.v1.FabricService/PinFlow": {operator},
+        "/railyard.v1.FabricService/ListLinks": {operator, viewer},
+        "/railyard.v1.TelemetryService/ReportTelemetry": {agent},
+        "/grpc.health.v1.Health/Check": set(Role),
+        "/railyard.v1.PlacementService/NoSuchMethod": set(),
+    }
+    for method, roles in cases.items():
+        assert {r for r in Role if Policy.allows(r, method)} == roles, method
+
+
+@pytest.mark.parametrize(
+    ("doc", "field", "words"),
+    [
+        ([], "policy", "one key, identities"),
+        ({"identities": {}, "extra": 1}, "policy", "one key, identities"),
+        ({"identities": {}}, "identities", "non-empty mapping"),
+        ({"identities": {"alice": "admin"}}, "identities.alice", "'admin' is not a role"),
+        ({"identities": {"": "viewer"}}, "identities", "is not an identity"),
+        ({"identities": {"x" * 65: "viewer"}}, "identities", "is not an identity"),
+    ],
+)
+def test_a_bad_policy_names_its_field(doc, field, words):
+    with pytest.raises(PolicyError) as err:
+        policy_from_doc(doc)
+    assert err.value.field == field and words in str(err.value)
+
+
+def test_a_good_policy_maps_identities_to_roles():
+    policy = policy_from_doc({"identities": {"slurm": "scheduler", "grafana": "viewer"}})
+    assert policy.role_of("slurm") is Role.SCHEDULER and policy.role_of("mallory") is None
+    assert policy.allows(Role.SCHEDULER, PLACEMENT + "PlaceJob")
+
+
+def config(**listen: str) -> DaemonConfig:
+    addresses = {"openflow": "127.0.0.1:6653", "grpc": "127.0.0.1:50051", "metrics": "127.0.0.1:9302", **listen}
+    insecure = addresses.pop("insecure", "") == "yes"
+    openflow, grpc, metrics = (Listen.parse(addresses[k], k) for k in ("openflow", "grpc", "metrics"))
+    return DaemonConfig(Path("x.db"), openflow, grpc, metrics, insecure=insecure)
+
+
+@pytest.mark.parametrize("listener", ["openflow", "grpc", "metrics"])
+def test_a_cleartext_listener_off_loopback_is_refused_unless_insecure(listener):
+    with pytest.raises(ConfigError) as err:
+        config(**{listener: "10.1.2.3:1234"})
+    assert err.value.field == f"{listener}-listen" and "--insecure" in str(err.value)
+    config(**{listener: "10.1.2.3:1234", "insecure": "yes"})
+    config(**{listener: "[::1]:1234"})
+    config(**{listener: "localhost:1234"})
+
+
+def test_certs_init_makes_a_ca_and_certificates_that_chain_to_it(tmp_path):
+    names = certs.init_dir(tmp_path)
+    ca = x509.load_pem_x509_certificate((tmp_path / "ca.crt").read_bytes())
+    for name in names[1:]:
+        cert = x509.load_pem_x509_certificate((tmp_path / f"{name}.crt").read_bytes())
+        assert cert.issuer == ca.subject
+        ca_key = ca.public_key()
+        assert isinstance(ca_key, ec.EllipticCurvePublicKey) and cert.signature_hash_algorithm is not None
+        ca_key.verify(cert.signature, cert.tbs_certificate_bytes, ec.ECDSA(cert.signature_hash_algorithm))
+        expires = getattr(cert, "not_valid_after_utc", None) or cert.not_valid_after.replace(tzinfo=dt.UTC)
+        assert expires > dt.datetime.now(dt.UTC) + dt.timedelta(days=300)
+        assert (tmp_path / f"{name}.key").stat().st_mode & 0o077 == 0  # the key: its owner's alone
+    server = x509.load_pem_x509_certificate((tmp_path / "server.crt").read_bytes())
+    sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "localhost" in sans.get_values_for_type(x509.DNSName)
+    with pytest.raises(FileExistsError):
+        certs.init_dir(tmp_path)  # never silently replaced
