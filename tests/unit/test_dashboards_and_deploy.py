@@ -90,3 +90,18 @@ def test_compose_kubernetes_and_systemd_files_parse_and_reference_only_files_tha
             text=True,
         )
         assert check.returncode == 0, check.stderr
+
+
+def test_the_systemd_unit_runs_unprivileged_and_sandboxed_with_exposure_at_most_2():
+    unit = ROOT / "deploy" / "railyard.service"
+    analyze = shutil.which("systemd-analyze")
+    assert analyze, "systemd-analyze (Debian's systemd package) is needed to rate the unit"
+    out = subprocess.run(
+        [analyze, "security", "--offline=yes", str(unit)], capture_output=True, text=True, check=True
+    ).stdout
+    (line,) = [ln for ln in out.splitlines() if "Overall exposure level" in ln]
+    exposure = float(line.split(":")[1].split()[0])
+    assert exposure <= 2.0, line
+    settings = dict(ln.split("=", 1) for ln in unit.read_text().splitlines() if "=" in ln and not ln.startswith("#"))
+    assert settings["DynamicUser"] == "yes" and settings["CapabilityBoundingSet"] == ""
+    assert settings["NoNewPrivileges"] == "yes" and settings["ProtectSystem"] == "strict"
