@@ -48,6 +48,10 @@ class RevisionGone(LookupError):
     """A watch asked to start from a revision the history no longer holds (OUT_OF_RANGE): list again."""
 
 
+class PermissionDenied(Exception):
+    """The caller is known, but its grant does not cover this (PERMISSION_DENIED)."""
+
+
 class Conflict(Exception):
     """The request is well-formed but clashes with existing intent (FAILED_PRECONDITION)."""
 

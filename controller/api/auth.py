@@ -11,13 +11,38 @@ both are counted (railyard_api_denied_total).
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 import grpc
 
+from controller.api.audit import AuditLog
 from controller.metrics import Metrics
-from controller.security.policy import Policy
+from controller.security.policy import Grant, Policy
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Caller:
+    identity: str
+    grant: Grant
+
+
+class CallerContext:
+    """The servicer's context with the authorized caller attached
+    (`context.caller`); everything else is the gRPC context's."""
+
+    def __init__(self, context, caller: Caller) -> None:
+        self._context = context
+        self.caller = caller
+
+    def __getattr__(self, name: str):
+        return getattr(self._context, name)
+
+
+def caller_of(context) -> Caller | None:
+    """Who is calling, where the API runs with mutual TLS; None without it."""
+    return getattr(context, "caller", None)
 
 
 def peer_identity(context) -> str | None:
@@ -28,21 +53,31 @@ def peer_identity(context) -> str | None:
 
 
 class Authorize(grpc.ServerInterceptor):
-    def __init__(self, policy: Policy, metrics: Metrics) -> None:
+    def __init__(self, policy: Policy, metrics: Metrics, audit: AuditLog | None = None) -> None:
         self.policy = policy
         self.metrics = metrics
+        self.audit = audit
 
-    def _refusal(self, method: str, context) -> tuple[grpc.StatusCode, str] | None:
+    def _authorize(self, method: str, context) -> Caller:
+        """The caller, or an abort (UNAUTHENTICATED, PERMISSION_DENIED), counted and audited."""
         identity = peer_identity(context)
+        grant = self.policy.grant_of(identity) if identity is not None else None
+        name = method.rsplit("/", 1)[-1]
         if identity is None:
-            return grpc.StatusCode.UNAUTHENTICATED, "no client identity: present a client certificate signed by the CA"
-        role = self.policy.role_of(identity)
-        if role is None:
-            return grpc.StatusCode.PERMISSION_DENIED, f"identity {identity[:64]!r} has no role in the policy"
-        if not self.policy.allows(role, method):
-            name = method.rsplit("/", 1)[-1]
-            return grpc.StatusCode.PERMISSION_DENIED, f"role {role} may not call {name} (identity {identity[:64]!r})"
-        return None
+            code, details = grpc.StatusCode.UNAUTHENTICATED, "no client identity: present a client certificate"
+        elif grant is None:
+            code, details = grpc.StatusCode.PERMISSION_DENIED, f"identity {identity[:64]!r} has no role in the policy"
+        elif not self.policy.allows(grant.role, method):
+            code = grpc.StatusCode.PERMISSION_DENIED
+            details = f"role {grant.role} may not call {name} (identity {identity[:64]!r})"
+        else:
+            return Caller(identity, grant)
+        self.metrics.api_denied.labels(name, code.name).inc()
+        if self.audit is not None:
+            self.audit.record(identity=identity, role=grant.role if grant else None, method=name, code=code.name)
+        log.warning("denied %s: %s", method, details)
+        context.abort(code, details)
+        raise AssertionError("unreachable: abort raises")
 
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
@@ -52,13 +87,8 @@ class Authorize(grpc.ServerInterceptor):
 
         def guard(behavior):
             def check(request, context):
-                refusal = self._refusal(method, context)
-                if refusal is not None:
-                    code, details = refusal
-                    self.metrics.api_denied.labels(method.rsplit("/", 1)[-1], code.name).inc()
-                    log.warning("denied %s: %s", method, details)
-                    context.abort(code, details)
-                return behavior(request, context)
+                caller = self._authorize(method, context)
+                return behavior(request, CallerContext(context, caller))
 
             return check
 

@@ -9,7 +9,8 @@ import time
 
 import grpc
 
-from controller.errors import AlreadyExists, Conflict, FieldError, NotFound, RevisionGone
+from controller.api.audit import is_mutation
+from controller.errors import AlreadyExists, Conflict, FieldError, NotFound, PermissionDenied, RevisionGone
 from controller.te.placement import NoCapacity
 from controller.telemetry.ingest import Overloaded
 
@@ -25,6 +26,7 @@ _CODES = (
     (NoCapacity, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (RevisionGone, grpc.StatusCode.OUT_OF_RANGE),
+    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
 )
 DOMAIN_ERRORS = tuple(cls for cls, _ in _CODES)
 
@@ -60,13 +62,26 @@ def _abort(context, method: str, exc: BaseException) -> None:
     context.abort(grpc.StatusCode.INTERNAL, f"internal error in {method}: {type(exc).__name__}")
 
 
-def _record(servicer, method: str, context, started: float) -> None:
+def _record(servicer, method: str, context, started: float, request=None) -> None:
     metrics = getattr(servicer, "metrics", None)
     if metrics is None:
         return
     code = context.code() or (grpc.StatusCode.OK if context.is_active() else grpc.StatusCode.CANCELLED)
     metrics.api_requests.labels(method, code.name).inc()
     metrics.api_latency.labels(method).observe(time.perf_counter() - started)
+    denied = code is grpc.StatusCode.PERMISSION_DENIED  # by the servicer (an agent's switches)
+    if denied:
+        metrics.api_denied.labels(method, code.name).inc()
+    audit = getattr(servicer, "audit", None)
+    if audit is not None and (is_mutation(method) or denied):
+        caller = getattr(context, "caller", None)  # auth.CallerContext, under mutual TLS
+        audit.record(
+            identity=caller.identity if caller else None,
+            role=caller.grant.role if caller else None,
+            method=method,
+            code=code.name,
+            request=request,
+        )
 
 
 def _check_deadline(context) -> None:
@@ -87,7 +102,7 @@ def rpc(method):
         except Exception as exc:
             _abort(context, method.__name__, exc)
         finally:
-            _record(self, method.__name__, context, started)
+            _record(self, method.__name__, context, started, request)
 
     return wrapper
 

@@ -10,6 +10,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from controller.api.audit import AuditLog
 from controller.api.auth import Authorize
 from controller.api.fabric import FabricServicer
 from controller.api.gen.railyard.v1 import (
@@ -126,10 +127,11 @@ class ApiServer:
         listen: str,
         message_bytes: int = MAX_MESSAGE_BYTES,
         tls: MutualTls | None = None,
+        audit: AuditLog | None = None,
     ) -> None:
         # Authorization runs first: a caller who may not call a method gets no
         # further, not even to have its request decoded.
-        interceptors: list[grpc.ServerInterceptor] = [] if tls is None else [Authorize(tls.policy, metrics)]
+        interceptors: list[grpc.ServerInterceptor] = [] if tls is None else [Authorize(tls.policy, metrics, audit)]
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="grpc"),
             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
@@ -140,15 +142,16 @@ class ApiServer:
                 ("grpc.so_reuseport", 0),
             ],
         )
-        fabric_pb2_grpc.add_FabricServiceServicer_to_server(
-            FabricServicer(service, metrics, connected, ingest.fresh_ports), self.server
+        servicers = (
+            FabricServicer(service, metrics, connected, ingest.fresh_ports),
+            PlacementServicer(service, metrics, message_bytes),
+            TelemetryServicer(service.fabric, ingest, metrics),
         )
-        placement_pb2_grpc.add_PlacementServiceServicer_to_server(
-            PlacementServicer(service, metrics, message_bytes), self.server
-        )
-        telemetry_pb2_grpc.add_TelemetryServiceServicer_to_server(
-            TelemetryServicer(service.fabric, ingest, metrics), self.server
-        )
+        for servicer in servicers:
+            servicer.audit = audit  # each mutation's outcome, and who asked (errors.rpc)
+        fabric_pb2_grpc.add_FabricServiceServicer_to_server(servicers[0], self.server)
+        placement_pb2_grpc.add_PlacementServiceServicer_to_server(servicers[1], self.server)
+        telemetry_pb2_grpc.add_TelemetryServiceServicer_to_server(servicers[2], self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from controller.api.auth import caller_of
 from controller.api.errors import rpc
 from controller.api.fabric import PROTOCOL_NAMES
 from controller.api.gen.railyard.v1 import telemetry_pb2 as pb
 from controller.api.gen.railyard.v1 import telemetry_pb2_grpc as pb_grpc
+from controller.errors import PermissionDenied
 from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
 from controller.te.view import FlowSample, PathSample, PortSample
@@ -111,6 +113,16 @@ def convert(fabric: Fabric, msg: pb.TelemetryBatch, now: float) -> Converted:
     return Converted(Batch(tuple(ports), tuple(paths), tuple(flows)), rejected, clamped)
 
 
+def reported_switches(batch: pb.TelemetryBatch) -> set[str]:
+    """Every switch a batch reports for: hops' switches, paths' ends and
+    bottlenecks, flows' ingress leaves."""
+    names = {h.switch for h in batch.hops} | {f.ingress_leaf for f in batch.flows}
+    for path in batch.paths:
+        names |= {path.src_leaf, path.dst_leaf, path.bottleneck_switch}
+    names.discard("")
+    return names
+
+
 class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
     def __init__(self, fabric: Fabric, ingest: TelemetryIngest, metrics) -> None:
         self.fabric = fabric
@@ -120,7 +132,16 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
     @rpc
     def ReportTelemetry(self, request_iterator, context):
         accepted = rejected = 0
+        caller = caller_of(context)
         for msg in request_iterator:
+            if caller is not None and caller.grant.switches is not None:
+                allowed = caller.grant.switches
+                foreign = sorted(reported_switches(msg) - allowed)
+                if foreign:  # nothing of this batch is applied
+                    raise PermissionDenied(
+                        f"agent {caller.identity!r} may not report for switch {foreign[0][:64]!r} "
+                        f"(it is named for {', '.join(sorted(allowed))})"
+                    )
             size = len(msg.hops) + len(msg.paths) + len(msg.flows)
             if size > MAX_RECORDS_PER_BATCH:
                 rejected += size

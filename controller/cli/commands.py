@@ -50,6 +50,11 @@ def add_parsers(sub) -> None:
     run.add_argument("--tls-ca", help="the CA client certificates must chain to (mutual TLS)")
     run.add_argument("--policy", help="YAML: identities (client certificate CNs) -> roles")
     run.add_argument(
+        "--audit-log",
+        metavar="PATH",
+        help="append one JSON line per mutation and per refused call to PATH ('-': stderr)",
+    )
+    run.add_argument(
         "--insecure",
         action="store_true",
         help="allow listeners on non-loopback addresses without TLS (logged as a warning)",
@@ -160,6 +165,7 @@ def controller_run(args) -> int:
         **({} if args.max_message_bytes is None else {"max_message_bytes": args.max_message_bytes}),
         tls=_tls_files(args),
         insecure=args.insecure,
+        audit_log=args.audit_log,
     )
     return run(load_fabric(args.spec), config)
 

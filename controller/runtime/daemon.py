@@ -24,6 +24,7 @@ from pathlib import Path
 
 from os_ken.base import app_manager
 
+from controller.api.audit import AuditLog
 from controller.api.server import MAX_MESSAGE_BYTES, ApiServer, MutualTls
 from controller.errors import FieldError
 from controller.fabric import Fabric
@@ -103,6 +104,7 @@ class DaemonConfig:
     max_message_bytes: int = MAX_MESSAGE_BYTES  # gRPC messages, either way: every reply is made to fit
     tls: TlsFiles | None = None  # the API over mutual TLS, with roles
     insecure: bool = False  # allow plaintext listeners on non-loopback addresses
+    audit_log: str | None = None  # a file, or "-" for stderr: one JSON line per mutation and refusal
 
     def __post_init__(self) -> None:
         cleartext = [
@@ -159,6 +161,15 @@ class Daemon:
         self.te = TeRunner(fabric, self.ingest, self.intent, self.metrics, enabled=config.te_enabled)
         self.reconciler.te = self.te
         self.te.on_change(lambda: self.reconciler.request(ReconcileTrigger.TE))
+        tls = config.tls.load() if config.tls is not None else None
+        if tls is not None:
+            tls.policy.check_switches(frozenset(fabric.switches))
+        try:
+            audit = AuditLog.open(config.audit_log) if config.audit_log else None
+        except OSError as exc:
+            raise ConfigError(
+                "audit-log", f"cannot open {config.audit_log}: {exc.strerror}", "a writable file, or -"
+            ) from None
         self.api = ApiServer(
             self.intent,
             self.ingest,
@@ -166,7 +177,8 @@ class Daemon:
             self.reconciler.connected,
             str(config.grpc),
             message_bytes=config.max_message_bytes,
-            tls=config.tls.load() if config.tls is not None else None,
+            tls=tls,
+            audit=audit,
         )
         if config.insecure:
             for name, listen in (("gRPC", config.grpc), ("OpenFlow", config.openflow), ("metrics", config.metrics)):

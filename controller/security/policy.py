@@ -1,13 +1,16 @@
 """Roles, what each may call, and who holds which: the API's authorization.
 
 An identity is a client certificate's common name. The policy file maps
-identities to roles:
+identities to roles, and may name the switches an agent reports for:
 
     identities:
       scheduler: scheduler        # the CN of the Slurm/Kubernetes integration's certificate
-      agent-rack-7: agent
+      agent-rack-7: {role: agent, switches: [ryl0r0, ryl0r1]}
       alice: operator
       grafana: viewer
+
+An agent without `switches` may report for every switch (one fabric-wide
+collector); one with `switches` only for those.
 
 A method no role lists is refused to everyone; the health and reflection
 services answer any authenticated caller (probes, grpcurl).
@@ -55,11 +58,26 @@ class PolicyError(FieldError):
 
 
 @dataclass(frozen=True)
-class Policy:
-    roles: Mapping[str, Role]  # identity -> role
+class Grant:
+    role: Role
+    switches: frozenset[str] | None = None  # an agent's switches; None: every switch
 
-    def role_of(self, identity: str) -> Role | None:
-        return self.roles.get(identity)
+
+@dataclass(frozen=True)
+class Policy:
+    grants: Mapping[str, Grant]  # identity -> what it may do
+
+    def grant_of(self, identity: str) -> Grant | None:
+        return self.grants.get(identity)
+
+    def check_switches(self, known: set[str] | frozenset[str]) -> None:
+        """Every switch an agent is named for is one of the fabric's."""
+        for identity, grant in sorted(self.grants.items()):
+            unknown = sorted((grant.switches or frozenset()) - known)
+            if unknown:
+                raise PolicyError(
+                    f"identities.{identity}.switches", f"{unknown[0][:64]!r} is not a switch of the fabric"
+                )
 
     @staticmethod
     def allows(role: Role, method: str) -> bool:
@@ -72,14 +90,34 @@ def policy_from_doc(doc: Any) -> Policy:
     identities = doc["identities"]
     if not isinstance(identities, dict) or not identities:
         raise PolicyError("identities", "must be a non-empty mapping", "NAME: ROLE, one per identity")
-    roles: dict[str, Role] = {}
-    for name, role in identities.items():
+    grants: dict[str, Grant] = {}
+    for name, entry in identities.items():
         if not isinstance(name, str) or not name or len(name) > 64:
             raise PolicyError("identities", f"{str(name)[:64]!r} is not an identity", "a certificate CN of 1-64 chars")
-        if role not in set(Role):
-            raise PolicyError(f"identities.{name}", f"{str(role)[:32]!r} is not a role", ", ".join(Role))
-        roles[name] = Role(role)
-    return Policy(roles)
+        grants[name] = _grant(f"identities.{name}", entry)
+    return Policy(grants)
+
+
+def _grant(field: str, entry: Any) -> Grant:
+    if not isinstance(entry, dict):
+        entry = {"role": entry}
+    if not entry.keys() <= {"role", "switches"}:
+        raise PolicyError(
+            field, f"unknown keys {sorted(map(str, entry.keys() - {'role', 'switches'}))}", "role, switches"
+        )
+    role = entry.get("role")
+    if role not in set(Role):
+        raise PolicyError(
+            f"{field}.role" if "switches" in entry else field, f"{str(role)[:32]!r} is not a role", ", ".join(Role)
+        )
+    if "switches" not in entry:
+        return Grant(Role(role))
+    switches = entry["switches"]
+    if role != Role.AGENT:
+        raise PolicyError(f"{field}.switches", "only an agent reports for switches", "drop it, or role: agent")
+    if not isinstance(switches, list) or not switches or not all(isinstance(s, str) and s for s in switches):
+        raise PolicyError(f"{field}.switches", "must be a non-empty list of switch names", "[ryl0r0, ...]")
+    return Grant(Role(role), frozenset(switches))
 
 
 def load_policy(path: str | Path) -> Policy:

@@ -4,6 +4,7 @@ A client from another CA, with an expired certificate, or with none, does not
 get through the handshake; a known client gets only what its role allows."""
 
 import datetime as dt
+import json
 import socket
 import ssl
 import subprocess
@@ -16,10 +17,15 @@ import pytest
 from controller.api.client import Client, ClientTls
 from controller.api.gen.railyard.v1 import placement_pb2 as ppb
 from controller.api.gen.railyard.v1 import placement_pb2_grpc as ppb_grpc
+from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
 from controller.security import certs
 from emulation.processes.controller_process import ControllerProcess, Ports, free_port, total
 
-POLICY = "identities:\n  scheduler: scheduler\n  agent: agent\n  operator: operator\n"
+POLICY = """identities:
+  scheduler: scheduler
+  agent: {role: agent, switches: [ryl0r0, ryl0r1]}
+  operator: operator
+"""
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +55,7 @@ def daemon(pki, tmp_path_factory):
         tmp / "intent.db",
         Ports.pick(),
         tmp / "controller.log",
-        extra_args=(*map(str, flags), "--policy", str(pki / "policy.yaml")),
+        extra_args=(*map(str, flags), "--policy", str(pki / "policy.yaml"), "--audit-log", str(tmp / "audit.jsonl")),
         tls=tls(pki, "operator"),
     ).start()
     try:
@@ -134,6 +140,44 @@ def test_roles_refuse_what_they_do_not_allow_and_change_nothing(daemon, pki):
         for method in ("DrainSwitch", "PlaceJob", "ListJobs")
     }
     assert denied == {"DrainSwitch": 1, "PlaceJob": 2, "ListJobs": 1}
+
+
+def hop(switch: str) -> tpb.TelemetryBatch:
+    return tpb.TelemetryBatch(hops=[tpb.HopRecord(switch=switch, egress_port=3, tx_bps=1e9)])
+
+
+def test_an_agent_reports_only_for_the_switches_it_is_named_for(daemon, pki):
+    with daemon.client(tls(pki, "agent")) as agent:
+        assert agent.report_telemetry([hop("ryl0r0"), hop("ryl0r1")]).accepted_records == 2
+        with pytest.raises(grpc.RpcError) as err:
+            agent.report_telemetry([hop("ryl1r0")])
+    assert err.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    assert "may not report for switch 'ryl1r0'" in (err.value.details() or "")
+
+
+def test_the_audit_log_has_a_line_for_each_mutation_and_refusal(daemon, pki):
+    with daemon.client(tls(pki, "scheduler")) as scheduler:
+        scheduler.place_job("audited", 2, "ring", request_id="req-9")
+        with pytest.raises(grpc.RpcError):
+            scheduler.drain("switch", "rys1")
+    with daemon.client(tls(pki, "agent")) as agent, pytest.raises(grpc.RpcError):
+        agent.report_telemetry([hop("rys1")])
+    with daemon.client(tls(pki, "mallory")) as mallory, pytest.raises(grpc.RpcError):
+        mallory.list_jobs()
+    with daemon.client() as operator:
+        operator.drain("switch", "rys0")
+        operator.drain("switch", "rys0", drained=False)
+    lines = [json.loads(line) for line in (daemon.store.parent / "audit.jsonl").read_text().splitlines()]
+    seen = {(e["identity"], e["role"], e["method"], e["object"], e["request_id"], e["code"]) for e in lines}
+    assert ("scheduler", "scheduler", "PlaceJob", "job audited", "req-9", "OK") in seen
+    assert ("scheduler", "scheduler", "DrainSwitch", "", "", "PERMISSION_DENIED") in seen
+    assert ("agent", "agent", "ReportTelemetry", "", "", "PERMISSION_DENIED") in seen
+    assert ("mallory", "", "ListJobs", "", "", "PERMISSION_DENIED") in seen
+    assert ("operator", "operator", "DrainSwitch", "switch rys0", "", "OK") in seen
+    assert ("operator", "operator", "UndrainSwitch", "switch rys0", "", "OK") in seen
+    assert all(e["time"].endswith("Z") for e in lines)
+    with daemon.client(tls(pki, "scheduler")) as scheduler:
+        scheduler.release_job("audited")
 
 
 def test_a_listener_off_loopback_without_tls_is_refused_with_one_line(tmp_path):

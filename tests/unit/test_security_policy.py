@@ -37,6 +37,10 @@ def test_each_role_may_call_what_the_issue_gives_it_and_nothing_else():
         ({"identities": {"alice": "admin"}}, "identities.alice", "'admin' is not a role"),
         ({"identities": {"": "viewer"}}, "identities", "is not an identity"),
         ({"identities": {"x" * 65: "viewer"}}, "identities", "is not an identity"),
+        ({"identities": {"a": {"role": "agent", "switches": []}}}, "identities.a.switches", "non-empty list"),
+        ({"identities": {"a": {"role": "viewer", "switches": ["s"]}}}, "identities.a.switches", "only an agent"),
+        ({"identities": {"a": {"role": "agent", "rack": 7}}}, "identities.a", "unknown keys ['rack']"),
+        ({"identities": {"a": {"role": "god"}}}, "identities.a", "'god' is not a role"),
     ],
 )
 def test_a_bad_policy_names_its_field(doc, field, words):
@@ -47,7 +51,10 @@ def test_a_bad_policy_names_its_field(doc, field, words):
 
 def test_a_good_policy_maps_identities_to_roles():
     policy = policy_from_doc({"identities": {"slurm": "scheduler", "grafana": "viewer"}})
-    assert policy.role_of("slurm") is Role.SCHEDULER and policy.role_of("mallory") is None
+    grant = policy.grant_of("slurm")
+    assert grant is not None and grant.role is Role.SCHEDULER and policy.grant_of("mallory") is None
+    agent = policy_from_doc({"identities": {"a7": {"role": "agent", "switches": ["ryl0r0"]}}}).grant_of("a7")
+    assert agent is not None and agent.switches == {"ryl0r0"}
     assert policy.allows(Role.SCHEDULER, PLACEMENT + "PlaceJob")
 
 
