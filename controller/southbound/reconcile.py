@@ -80,3 +80,14 @@ def order_for_adds(fabric: Fabric, switches: Iterable[str]) -> list[str]:
 
 def order_for_deletes(fabric: Fabric, switches: Iterable[str]) -> list[str]:
     return sorted(switches, key=lambda s: (-_DOWNSTREAM_FIRST[fabric.switch(s).tier], s))
+
+
+def tiers(fabric: Fabric, ordered: list[str]) -> list[list[str]]:
+    """Switches in make-before-break order, grouped by tier: one group's
+    bundles may be in flight together, the next group waits for them."""
+    groups: list[list[str]] = []
+    for name in ordered:
+        if not groups or fabric.switch(groups[-1][0]).tier is not fabric.switch(name).tier:
+            groups.append([])
+        groups[-1].append(name)
+    return groups

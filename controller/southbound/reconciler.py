@@ -16,17 +16,17 @@ import logging
 import queue
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from controller.fabric import Fabric
 from controller.intent.model import Intent
 from controller.intent.service import IntentService, JobEvent, JobEventKind
 from controller.metrics import RESULTS, Metrics
 from controller.southbound import ofcodec, wire
+from controller.southbound.fanout import fan_out
 from controller.southbound.overlay import (
     EntryKey,
     OverlayEntry,
@@ -35,6 +35,7 @@ from controller.southbound.overlay import (
     desired_meters,
     desired_overlay,
 )
+from controller.southbound.programmed import JobProgress, programmed_now
 from controller.southbound.reconcile import (
     MeterDelta,
     SwitchDelta,
@@ -43,6 +44,7 @@ from controller.southbound.reconcile import (
     diff_table,
     order_for_adds,
     order_for_deletes,
+    tiers,
 )
 from controller.southbound.switches import (
     SWITCH_ERROR_REASONS,
@@ -53,10 +55,8 @@ from controller.southbound.switches import (
     overlay_table,
 )
 from controller.te.engine import Meter, Move
-from controller.te.jobs import Job
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 class ReconcileTrigger(StrEnum):
@@ -86,15 +86,6 @@ class TePlanner(Protocol):
     def adopt(self, entries: list[OverlayEntry], meters: Mapping[int, OverlayMeter]) -> None: ...
 
     def applied(self, generation: int) -> None: ...
-
-
-T_co = TypeVar("T_co", covariant=True)
-
-
-class Pending(Protocol[T_co]):
-    """An exchange in flight on one switch (switches.Exchange, switches.Dump)."""
-
-    def result(self) -> T_co: ...
 
 
 class Reconciler:
@@ -349,24 +340,7 @@ class Reconciler:
             self._triggers.put(Trigger(ReconcileTrigger.INTENT))
 
     def _report_programmed(self, intent: Intent, synced: Mapping[str, int]) -> None:
-        """Tells the intent service which jobs are now on every switch they
-        use: each switch carrying one of the job's entries was in sync with
-        a pass at least as new as the first that saw the job as it stands.
-        A job with no entries (its flows need no steering) is programmed by
-        the first pass that sees it."""
-        done = []
-        for job_id, job in intent.jobs.items():
-            progress = self._jobs.get(job_id)
-            if progress is None or progress.job is not job:  # placed, or moved: its entries changed
-                progress = self._jobs[job_id] = JobProgress(job, intent.revision)
-            if progress.programmed:
-                continue
-            switches = {entry.switch for entry in self._memo.jobs[job_id][1]}
-            if all(synced.get(name, -1) >= progress.since for name in switches):
-                progress.programmed = True
-                done.append((job, intent.revision))
-        for job_id in self._jobs.keys() - intent.jobs.keys():
-            del self._jobs[job_id]
+        done = programmed_now(self._jobs, intent, self._memo.jobs, synced)
         self.metrics.jobs_unprogrammed.set(sum(not p.programmed for p in self._jobs.values()))
         if done:
             self.intent.mark_programmed(done)
@@ -489,16 +463,6 @@ class Reconciler:
 
 
 @dataclass
-class JobProgress:
-    """A job as it stands, the revision of the first pass that saw it so,
-    and whether every switch it uses has held it since."""
-
-    job: Job
-    since: int
-    programmed: bool = False
-
-
-@dataclass
 class SwitchTable:
     """What one switch holds, as far as Railyard knows: read by a dump on
     `session`, then kept by applying Railyard's own committed deltas."""
@@ -513,39 +477,3 @@ class SwitchTable:
     def apply(self, delta: SwitchDelta, meters: Mapping[int, OverlayMeter]) -> None:
         apply_delta(self.entries, delta)
         self.meters = dict(meters)
-
-
-def tiers(fabric: Fabric, ordered: list[str]) -> list[list[str]]:
-    """Switches in make-before-break order, grouped by tier: one group's
-    bundles may be in flight together, the next group waits for them."""
-    groups: list[list[str]] = []
-    for name in ordered:
-        if not groups or fabric.switch(groups[-1][0]).tier is not fabric.switch(name).tier:
-            groups.append([])
-        groups[-1].append(name)
-    return groups
-
-
-def fan_out(starts: Mapping[str, Callable[[], Pending[T]]], max_in_flight: int) -> dict[str, T | SwitchError]:
-    """Starts one exchange per switch, at most `max_in_flight` unanswered at
-    once, and collects each one's result (or the SwitchError it raised)."""
-    results: dict[str, T | SwitchError] = {}
-    window: deque[tuple[str, Pending[T]]] = deque()
-
-    def finish_oldest() -> None:
-        name, pending = window.popleft()
-        try:
-            results[name] = pending.result()
-        except SwitchError as exc:
-            results[name] = exc
-
-    for name, start in starts.items():
-        if len(window) >= max_in_flight:
-            finish_oldest()
-        try:
-            window.append((name, start()))
-        except SwitchError as exc:
-            results[name] = exc
-    while window:
-        finish_oldest()
-    return results
