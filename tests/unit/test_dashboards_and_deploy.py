@@ -105,3 +105,29 @@ def test_the_systemd_unit_runs_unprivileged_and_sandboxed_with_exposure_at_most_
     settings = dict(ln.split("=", 1) for ln in unit.read_text().splitlines() if "=" in ln and not ln.startswith("#"))
     assert settings["DynamicUser"] == "yes" and settings["CapabilityBoundingSet"] == ""
     assert settings["NoNewPrivileges"] == "yes" and settings["ProtectSystem"] == "strict"
+
+
+def test_kubernetes_runs_the_controller_non_root_read_only_without_capabilities_behind_a_network_policy():
+    docs = {doc["kind"]: doc for doc in yaml.safe_load_all((ROOT / "deploy/k8s/controller.yaml").read_text())}
+    pod = docs["Deployment"]["spec"]["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
+    assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert pod["automountServiceAccountToken"] is False
+    for container in pod["containers"]:
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False and context["readOnlyRootFilesystem"] is True
+        assert context["capabilities"] == {"drop": ["ALL"]}
+    policy = docs["NetworkPolicy"]["spec"]
+    assert policy["podSelector"] == docs["Deployment"]["spec"]["selector"] and policy["policyTypes"] == ["Ingress"]
+    ports = sorted(port["port"] for rule in policy["ingress"] for port in rule["ports"])
+    assert ports == [6653, 9302, 50051]  # each party to its own port, nothing else
+
+
+def test_the_image_runs_as_a_user_and_compose_publishes_on_loopback_with_grafana_logins():
+    dockerfile = (ROOT / "deploy/Dockerfile").read_text()
+    users = [line.split()[1] for line in dockerfile.splitlines() if line.startswith("USER ")]
+    assert users and not users[-1].startswith(("0", "root"))
+    compose = yaml.safe_load((ROOT / "deploy/docker-compose.yml").read_text())["services"]
+    published = [p for service in compose.values() for p in service.get("ports", [])]
+    assert published and all(p.startswith("127.0.0.1:") for p in published), published
+    assert compose["grafana"]["environment"]["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
