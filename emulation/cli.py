@@ -41,7 +41,8 @@ def fabric_up(args) -> int:
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
     started = time.monotonic()
-    with EmulatedFabric(fabric, controller=args.controller) as emu:
+    tls_dir = Path(args.tls) if args.tls else None
+    with EmulatedFabric(fabric, controller=args.controller, tls_dir=tls_dir) as emu:
         print(
             f"fabric {fabric.spec.name} up in {time.monotonic() - started:.1f} s: "
             f"{len(fabric.switches)} switches, {len(fabric.servers)} servers, {fabric.gpu_count} NICs; "
@@ -223,6 +224,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     up = fsub.add_parser("up", help="build the emulated fabric with its ECMP underlay; runs until Ctrl-C")
     up.add_argument("--spec", help="fabric spec YAML (default: the shipped demo spec)")
     up.add_argument("--controller", help="OpenFlow controller target, e.g. tcp:127.0.0.1:6653 (default: from spec)")
+    up.add_argument(
+        "--tls",
+        metavar="DIR",
+        help="connect over TLS with DIR/switch.crt, switch.key and ca.crt (from `railyard certs init`)",
+    )
     up.add_argument("--cli", action="store_true", help="open the Mininet CLI instead of waiting for a signal")
     down = fsub.add_parser("down", help="remove Railyard's bridges, namespaces and processes (only those)")
     down.add_argument("--name", help="only the fabric with this name")

@@ -33,7 +33,7 @@ from controller.intent.store import SqliteIntentStore
 from controller.metrics import Metrics
 from controller.runtime.te_runner import TeRunner
 from controller.security.policy import load_policy
-from controller.southbound.app import start_openflow
+from controller.southbound.app import OpenFlowTls, start_openflow
 from controller.southbound.reconciler import Reconciler, ReconcileTrigger
 from controller.telemetry.ingest import TelemetryIngest
 
@@ -71,7 +71,8 @@ class Listen:
 
 @dataclass(frozen=True)
 class TlsFiles:
-    """--tls-cert, --tls-key, --tls-ca and --policy: the API over mutual TLS."""
+    """--tls-cert, --tls-key, --tls-ca and --policy: the API over mutual TLS
+    with roles, and OpenFlow over TLS (switch certificates chain to the CA)."""
 
     cert: Path
     key: Path
@@ -111,7 +112,7 @@ class DaemonConfig:
             (flag, listen)
             for flag, listen, secured in (
                 ("grpc-listen", self.grpc, self.tls is not None),
-                ("openflow-listen", self.openflow, False),
+                ("openflow-listen", self.openflow, self.tls is not None),
                 ("metrics-listen", self.metrics, False),
             )
             if not secured and not listen.loopback
@@ -182,7 +183,7 @@ class Daemon:
         )
         if config.insecure:
             for name, listen in (("gRPC", config.grpc), ("OpenFlow", config.openflow), ("metrics", config.metrics)):
-                if not listen.loopback and (name != "gRPC" or config.tls is None):
+                if not listen.loopback and (name == "metrics" or config.tls is None):
                     log.warning("INSECURE (--insecure): %s listens on %s in the clear", name, listen)
         self._stop = threading.Event()
         self._apps: app_manager.AppManager | None = None
@@ -196,7 +197,9 @@ class Daemon:
         self.ingest.start()
         self.reconciler.start()
         self.te.start()
-        self._apps = start_openflow(self.reconciler, self.config.openflow.host, self.config.openflow.port)
+        tls = self.config.tls
+        openflow_tls = OpenFlowTls(tls.key, tls.cert, tls.ca) if tls is not None else None
+        self._apps = start_openflow(self.reconciler, self.config.openflow.host, self.config.openflow.port, openflow_tls)
         self.api.start()
         # The API is ready now: intent was loaded when the daemon was built.
         # The fabric's own health name waits until every switch holds its entries.

@@ -18,6 +18,8 @@ os.environ.setdefault("OSKEN_HUB_TYPE", "native")  # before os-ken's hub loads: 
 
 import functools
 import logging
+from dataclasses import dataclass
+from pathlib import Path
 from typing import ClassVar
 
 # os-ken import order: app_manager before controller (circular import), and
@@ -98,11 +100,29 @@ class RailyardApp(app_manager.OSKenApp):
 APP_MODULES = ["controller.southbound.app", "os_ken.controller.ofp_handler"]
 
 
-def start_openflow(reconciler: Reconciler, host: str, port: int) -> app_manager.AppManager:
-    """Opens the OpenFlow listener: switches that connect are handed to `reconciler`."""
+@dataclass(frozen=True)
+class OpenFlowTls:
+    """The controller's key and certificate, and the CA every switch's
+    certificate must chain to (a switch without one is refused at the handshake)."""
+
+    key: Path
+    cert: Path
+    ca: Path
+
+
+def start_openflow(
+    reconciler: Reconciler, host: str, port: int, tls: OpenFlowTls | None = None
+) -> app_manager.AppManager:
+    """Opens the OpenFlow listener (TLS only, with `tls`): switches that
+    connect are handed to `reconciler`."""
     cfg.CONF(args=[], project="os_ken")
     cfg.CONF.set_override("ofp_listen_host", host)
     cfg.CONF.set_override("ofp_tcp_listen_port", port)
+    if tls is not None:
+        cfg.CONF.set_override("ofp_ssl_listen_port", port)
+        cfg.CONF.set_override("ctl_privkey", str(tls.key))
+        cfg.CONF.set_override("ctl_cert", str(tls.cert))
+        cfg.CONF.set_override("ca_certs", str(tls.ca))
     # os-ken's default (0 unreplied echoes) disables keepalives. Beyond
     # dead-peer detection they matter under the native hub: a closed
     # connection is only torn down (and reported DEAD) once its send loop

@@ -102,6 +102,8 @@ def teardown_from_state(path: Path, wait_owner: float = 20.0) -> TeardownReport:
         if _alive(owner):
             LOG.warning("fabric owner pid %s did not exit; sweeping anyway", owner)
     report = teardown(netns_inodes=set(state.get("netns_inodes", [])), fabric_name=state.get("fabric"))
+    if state.get("ssl_certificate"):
+        ovs.del_ssl_if(state["ssl_certificate"])  # the fabric's own SSL setting, if still there
     path.unlink(missing_ok=True)
     return report
 

@@ -67,9 +67,20 @@ HOST_SYSCTLS = (
 
 
 class EmulatedFabric:
-    def __init__(self, fabric: Fabric, controller: str | None = None, state_dir: Path = STATE_DIR) -> None:
+    def __init__(
+        self,
+        fabric: Fabric,
+        controller: str | None = None,
+        state_dir: Path = STATE_DIR,
+        tls_dir: Path | None = None,
+    ) -> None:
         self.fabric = fabric
         self.controller = controller or fabric.spec.emulation.controller
+        # With `tls_dir` (from `railyard certs init`), the switches connect over
+        # TLS with its switch certificate: an ssl: target, and OVS's SSL set.
+        self.tls_dir = tls_dir.resolve() if tls_dir is not None else None
+        if self.tls_dir is not None and self.controller.startswith("tcp:"):
+            self.controller = "ssl:" + self.controller[len("tcp:") :]
         self.state_file = state_path(fabric.spec.name, state_dir)
         self.net = None
         self.host_pids: dict[str, int] = {}
@@ -94,7 +105,16 @@ class EmulatedFabric:
         if clash:
             raise RuntimeError(f"bridges {sorted(clash)} already exist; run `railyard fabric down` first")
         started = time.monotonic()
+        if self.tls_dir is not None:
+            current = ovs.ssl_certificate()
+            if current and current != str(self.tls_dir / "switch.crt"):
+                raise RuntimeError(
+                    f"Open vSwitch's SSL is already configured (certificate {current}), and it is one per "
+                    "instance: remove it (ovs-vsctl del-ssl) or run the fabric without TLS"
+                )
         try:
+            if self.tls_dir is not None:
+                ovs.set_ssl(self.tls_dir / "switch.key", self.tls_dir / "switch.crt", self.tls_dir / "ca.crt")
             self._build()
             self._write_state()
             self._configure_switch_ports()
@@ -118,6 +138,8 @@ class EmulatedFabric:
                 LOG.warning("mininet stop failed: %s", exc)
             self.net = None
         teardown(self.fabric, netns_inodes=self.netns_inodes)
+        if self.tls_dir is not None:
+            ovs.del_ssl_if(self.tls_dir / "switch.crt")
         self.state_file.unlink(missing_ok=True)
         self.host_pids = {}
         self.netns_inodes = set()
@@ -186,6 +208,7 @@ class EmulatedFabric:
             "netns_inodes": sorted(self.netns_inodes),
             "bridges": sorted(self.fabric.switches),
             "controller": self.controller,
+            "ssl_certificate": str(self.tls_dir / "switch.crt") if self.tls_dir is not None else "",
             "started_unix": time.time(),
         }
         self.state_file.write_text(json.dumps(state, indent=2))

@@ -191,3 +191,24 @@ def trace_output_port(bridge: str, flow: str) -> int | None:
     out = run(["ovs-appctl", "ofproto/trace", bridge, flow])
     ports = [int(m.group(1)) for line in out.splitlines() if (m := _OUTPUT.match(line))]
     return ports[-1] if ports else None
+
+
+def ssl_certificate() -> str:
+    """The certificate Open vSwitch's SSL configuration names ("" if none).
+    It is one per OVS instance, shared by every bridge's ssl: targets."""
+    for line in run(["ovs-vsctl", "get-ssl"]).splitlines():
+        label, _, value = line.partition(":")
+        if label.strip() == "Certificate":
+            return value.strip()
+    return ""
+
+
+def set_ssl(key: Path, cert: Path, ca: Path) -> None:
+    run(["ovs-vsctl", "set-ssl", str(key), str(cert), str(ca)])
+
+
+def del_ssl_if(cert: Path | str) -> None:
+    """Removes OVS's SSL configuration if it is still the one naming `cert`
+    (ours): another owner's is left alone."""
+    if ssl_certificate() == str(cert):
+        run(["ovs-vsctl", "del-ssl"])
