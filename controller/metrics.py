@@ -192,9 +192,26 @@ class Metrics:
         tier, plane), bounded by its size."""
         self.registry.register(LinkViewCollector(fabric, ports))
 
-    def serve(self, host: str, port: int):
-        """Starts the exposition HTTP server on its own thread; returns (server, thread)."""
-        return start_http_server(port, addr=host, registry=self.registry)
+    def serve(
+        self,
+        host: str,
+        port: int,
+        certfile: str | None = None,
+        keyfile: str | None = None,
+        client_cafile: str | None = None,
+    ):
+        """Starts the exposition server on its own thread; returns (server,
+        thread). With `certfile` and `keyfile` it is HTTPS; with
+        `client_cafile` too, scrapers must present a certificate chaining to it."""
+        return start_http_server(
+            port,
+            addr=host,
+            registry=self.registry,
+            certfile=certfile,
+            keyfile=keyfile,
+            client_cafile=client_cafile,
+            client_auth_required=client_cafile is not None,
+        )
 
 
 class LinkViewCollector:

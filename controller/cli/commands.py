@@ -50,6 +50,11 @@ def add_parsers(sub) -> None:
     run.add_argument("--tls-ca", help="the CA client certificates must chain to (mutual TLS)")
     run.add_argument("--policy", help="YAML: identities (client certificate CNs) -> roles")
     run.add_argument(
+        "--metrics-client-certs",
+        action="store_true",
+        help="with --tls-*: scrapers of /metrics must present a certificate from the CA",
+    )
+    run.add_argument(
         "--audit-log",
         metavar="PATH",
         help="append one JSON line per mutation and per refused call to PATH ('-': stderr)",
@@ -76,7 +81,8 @@ def add_parsers(sub) -> None:
     certs = sub.add_parser("certs", help="certificates for mutual TLS")
     certs_sub = certs.add_subparsers(dest="certs_cmd", required=True)
     init = certs_sub.add_parser(
-        "init", help="a development CA, the controller's certificate and scheduler, agent, operator, switch ones"
+        "init",
+        help="a development CA, the controller's certificate, and client certificates",
     )
     init.add_argument("dir", help="an empty or new directory")
     init.add_argument(
@@ -166,6 +172,7 @@ def controller_run(args) -> int:
         tls=_tls_files(args),
         insecure=args.insecure,
         audit_log=args.audit_log,
+        metrics_client_certs=args.metrics_client_certs,
     )
     return run(load_fabric(args.spec), config)
 

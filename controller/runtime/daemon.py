@@ -72,7 +72,8 @@ class Listen:
 @dataclass(frozen=True)
 class TlsFiles:
     """--tls-cert, --tls-key, --tls-ca and --policy: the API over mutual TLS
-    with roles, and OpenFlow over TLS (switch certificates chain to the CA)."""
+    with roles, OpenFlow over TLS (switch certificates chain to the CA), and
+    metrics over HTTPS (with client certificates if --metrics-client-certs)."""
 
     cert: Path
     key: Path
@@ -106,14 +107,17 @@ class DaemonConfig:
     tls: TlsFiles | None = None  # the API over mutual TLS, with roles
     insecure: bool = False  # allow plaintext listeners on non-loopback addresses
     audit_log: str | None = None  # a file, or "-" for stderr: one JSON line per mutation and refusal
+    metrics_client_certs: bool = False  # with tls: scrapers present a certificate from the CA
 
     def __post_init__(self) -> None:
+        if self.metrics_client_certs and self.tls is None:
+            raise ConfigError("metrics-client-certs", "needs TLS", "with --tls-cert, --tls-key, --tls-ca, --policy")
         cleartext = [
             (flag, listen)
             for flag, listen, secured in (
                 ("grpc-listen", self.grpc, self.tls is not None),
                 ("openflow-listen", self.openflow, self.tls is not None),
-                ("metrics-listen", self.metrics, False),
+                ("metrics-listen", self.metrics, self.tls is not None),
             )
             if not secured and not listen.loopback
         ]
@@ -183,7 +187,7 @@ class Daemon:
         )
         if config.insecure:
             for name, listen in (("gRPC", config.grpc), ("OpenFlow", config.openflow), ("metrics", config.metrics)):
-                if not listen.loopback and (name == "metrics" or config.tls is None):
+                if not listen.loopback and config.tls is None:
                     log.warning("INSECURE (--insecure): %s listens on %s in the clear", name, listen)
         self._stop = threading.Event()
         self._apps: app_manager.AppManager | None = None
@@ -193,7 +197,14 @@ class Daemon:
         gc.freeze()
 
     def start(self) -> None:
-        self.metrics_server = self.metrics.serve(self.config.metrics.host, self.config.metrics.port)
+        tls = self.config.tls
+        self.metrics_server = self.metrics.serve(
+            self.config.metrics.host,
+            self.config.metrics.port,
+            certfile=str(tls.cert) if tls is not None else None,
+            keyfile=str(tls.key) if tls is not None else None,
+            client_cafile=str(tls.ca) if tls is not None and self.config.metrics_client_certs else None,
+        )
         self.ingest.start()
         self.reconciler.start()
         self.te.start()

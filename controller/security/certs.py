@@ -20,7 +20,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 DEFAULT_DAYS = 365
 # The parties `railyard certs init` makes a client certificate for, by file name.
-CLIENTS = ("switch", "scheduler", "agent", "operator")
+CLIENTS = ("switch", "scheduler", "agent", "operator", "prometheus")
 
 
 @dataclass(frozen=True)

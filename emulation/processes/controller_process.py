@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -114,7 +115,13 @@ class ControllerProcess:
         return Client(f"127.0.0.1:{self.ports.grpc}", tls=tls or self.tls)
 
     def scrape(self) -> str:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.ports.metrics}/metrics", timeout=5) as reply:
+        """/metrics: over HTTPS, checked against the CA, when the daemon runs with TLS."""
+        if self.tls is None:
+            url, context = f"http://127.0.0.1:{self.ports.metrics}/metrics", None
+        else:
+            url, context = f"https://127.0.0.1:{self.ports.metrics}/metrics", ssl.create_default_context()
+            context.load_verify_locations(cadata=self.tls.ca.decode())
+        with urllib.request.urlopen(url, timeout=5, context=context) as reply:
             return reply.read().decode()
 
     def metrics(self) -> Samples:

@@ -18,11 +18,29 @@ import yaml
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 
 
+def tls_config(pki: Path, server_name: str) -> dict:
+    """The scrape's tls_config with the files of a `railyard certs init` directory."""
+    return {
+        "ca_file": str(pki / "ca.crt"),
+        "cert_file": str(pki / "prometheus.crt"),
+        "key_file": str(pki / "prometheus.key"),
+        "server_name": server_name,
+    }
+
+
 class LocalPrometheus:
     def __init__(
-        self, targets: list[str], port: int, scrape_interval_s: float = 1.0, workdir: Path | None = None
+        self,
+        targets: list[str],
+        port: int,
+        scrape_interval_s: float = 1.0,
+        workdir: Path | None = None,
+        pki: Path | None = None,
     ) -> None:
         self.targets = targets
+        # With `pki` (from `railyard certs init`): scrape over HTTPS with its
+        # CA and prometheus certificate (deploy/prometheus/prometheus-tls.yml).
+        self.pki = pki
         self.port = port
         self.scrape_interval_s = scrape_interval_s
         self._own_workdir = workdir is None  # made here, so removed by stop()
@@ -34,7 +52,9 @@ class LocalPrometheus:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> LocalPrometheus:
-        config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
+        config = yaml.safe_load((DEPLOY / ("prometheus.yml" if self.pki is None else "prometheus-tls.yml")).read_text())
+        if self.pki is not None:
+            config["scrape_configs"][0]["tls_config"] = tls_config(self.pki, server_name="localhost")
         interval = f"{self.scrape_interval_s:g}s"
         config["global"].update(scrape_interval=interval, evaluation_interval=interval)
         config["scrape_configs"][0]["static_configs"] = [{"targets": self.targets}]

@@ -9,6 +9,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import grpc
@@ -20,6 +21,7 @@ from controller.api.gen.railyard.v1 import placement_pb2_grpc as ppb_grpc
 from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
 from controller.security import certs
 from emulation.processes.controller_process import ControllerProcess, Ports, free_port, total
+from emulation.processes.prometheus_local import LocalPrometheus
 
 POLICY = """identities:
   scheduler: scheduler
@@ -178,6 +180,21 @@ def test_the_audit_log_has_a_line_for_each_mutation_and_refusal(daemon, pki):
     assert all(e["time"].endswith("Z") for e in lines)
     with daemon.client(tls(pki, "scheduler")) as scheduler:
         scheduler.release_job("audited")
+
+
+def test_a_real_prometheus_scrapes_the_metrics_over_https(daemon, pki, tmp_path):
+    assert daemon.scrape().startswith("# HELP")  # HTTPS, the controller's certificate checked against the CA
+    prometheus = LocalPrometheus([f"127.0.0.1:{daemon.ports.metrics}"], free_port(), workdir=tmp_path, pki=pki).start()
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            result = prometheus.query('up{job="railyard"}')["data"]["result"]
+            if result and result[0]["value"][1] == "1":
+                break
+            assert time.monotonic() < deadline, f"not scraped over HTTPS: {result}"
+            time.sleep(0.5)
+    finally:
+        prometheus.stop()
 
 
 def test_a_listener_off_loopback_without_tls_is_refused_with_one_line(tmp_path):

@@ -131,3 +131,22 @@ def test_the_image_runs_as_a_user_and_compose_publishes_on_loopback_with_grafana
     published = [p for service in compose.values() for p in service.get("ports", [])]
     assert published and all(p.startswith("127.0.0.1:") for p in published), published
     assert compose["grafana"]["environment"]["GF_AUTH_ANONYMOUS_ENABLED"] == "false"
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian's prometheus package) not installed")
+def test_promtool_accepts_the_tls_scrape_config(tmp_path):
+    from controller.security import certs
+    from emulation.processes.prometheus_local import tls_config
+
+    certs.init_dir(tmp_path / "pki")
+    config = yaml.safe_load((ROOT / "deploy/prometheus/prometheus-tls.yml").read_text())
+    scrape = config["scrape_configs"][0]
+    assert scrape["scheme"] == "https"
+    assert set(scrape["tls_config"]) == {"ca_file", "cert_file", "key_file", "server_name"}
+    scrape["tls_config"] = tls_config(tmp_path / "pki", server_name="controller")  # the files, where they are here
+    shutil.copy(ROOT / "deploy/prometheus/alerts.yml", tmp_path / "alerts.yml")
+    (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
+    assert PROMTOOL is not None  # the skipif above
+    check = [PROMTOOL, "check", "config", "prometheus.yml"]
+    result = subprocess.run(check, cwd=tmp_path, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
