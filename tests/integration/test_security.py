@@ -83,8 +83,12 @@ def test_a_real_tls_handshake_shows_the_controllers_certificate(daemon, pki):
 
 def test_a_scheduler_places_and_an_operator_drains(daemon, pki):
     with daemon.client(tls(pki, "scheduler")) as scheduler:
+        _, listed_at = scheduler.list_jobs_at()
         placed = scheduler.place_job("secure-1", 2, "ring")
         assert placed.created
+        stream = scheduler.watch_jobs(timeout_s=10, since_revision=listed_at)  # a server stream, through the roles
+        assert next(iter(stream)).job.job_id == "secure-1"
+        stream.cancel()
         scheduler.release_job("secure-1")
     with daemon.client() as operator:  # the operator's certificate
         operator.drain("switch", "rys0")
