@@ -1,6 +1,7 @@
 """Fuzzing the gRPC API of the running daemon: raw garbage, adversarial values,
-oversize messages. Only the documented codes may come back, and afterwards the
-daemon is healthy with its state exactly as before."""
+oversize messages, in the clear and over mutual TLS. Only the documented codes
+may come back, and afterwards the daemon is healthy with its state exactly as
+before."""
 
 import math
 import threading
@@ -13,10 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from controller.api.client import ClientTls
 from controller.api.gen.railyard.v1 import fabric_pb2 as fpb
 from controller.api.gen.railyard.v1 import placement_pb2 as ppb
 from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
-from emulation.processes.controller_process import total
+from controller.security import certs
+from emulation.processes.controller_process import ControllerProcess, Ports, total
 from tests.integration.helpers import clear_intent
 
 ALLOWED = {
@@ -224,3 +227,67 @@ def test_a_client_that_cancels_its_telemetry_stream_is_counted_cancelled_never_i
     assert total(after, "railyard_api_requests_total", code="INTERNAL") == total(
         before, "railyard_api_requests_total", code="INTERNAL"
     )
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory):
+    """A daemon (no fabric attached) on mutual TLS, and its scheduler and operator clients."""
+    tmp = tmp_path_factory.mktemp("fuzz-tls")
+    certs.init_dir(tmp / "pki")
+    (tmp / "policy.yaml").write_text("identities:\n  scheduler: scheduler\n  operator: operator\n")
+    pki = tmp / "pki"
+    flags = ["--tls-cert", pki / "server.crt", "--tls-key", pki / "server.key", "--tls-ca", pki / "ca.crt"]
+
+    def tls(who: str) -> ClientTls:
+        return ClientTls.from_files(pki / "ca.crt", pki / f"{who}.crt", pki / f"{who}.key")
+
+    ctl = ControllerProcess(
+        None,
+        tmp / "intent.db",
+        Ports.pick(),
+        tmp / "controller.log",
+        extra_args=(*map(str, flags), "--policy", str(tmp / "policy.yaml")),
+        tls=tls("operator"),
+    ).start()
+    try:
+        ctl.wait_serving_api()
+        with ctl.client(tls("scheduler")) as scheduler, ctl.client() as operator:
+            yield scheduler, operator
+    finally:
+        ctl.stop()
+
+
+class Both:
+    """clear_intent's calls, each through the role that may make it."""
+
+    def __init__(self, scheduler, operator) -> None:
+        self.scheduler, self.operator = scheduler, operator
+
+    def __getattr__(self, name: str):
+        return getattr(self.scheduler if name == "release_job" else self.operator, name)
+
+
+def test_raw_bytes_over_mutual_tls_get_documented_codes_and_authorization_comes_first(secure):
+    scheduler, operator = secure
+    baseline = state_of(operator)
+    seen: Counter[grpc.StatusCode] = Counter()
+
+    def channel_for(method: str):
+        return scheduler.channel if method.startswith("/railyard.v1.PlacementService/") else operator.channel
+
+    @settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(method=st.sampled_from(UNARY), payload=st.binary(max_size=512))
+    def fuzz(method, payload):
+        code = call_raw(channel_for(method), method, payload)
+        seen[code] += 1
+        assert code in ALLOWED, (method, payload, code)
+        if code == grpc.StatusCode.OK:
+            clear_intent(Both(scheduler, operator))
+
+    fuzz()
+    assert sum(seen.values()) >= 200 and seen[grpc.StatusCode.INVALID_ARGUMENT] > 0
+    # The role is checked before the bytes are even decoded.
+    assert call_raw(scheduler.channel, "/railyard.v1.FabricService/DrainSwitch", b"\xff") == (
+        grpc.StatusCode.PERMISSION_DENIED
+    )
+    assert state_of(operator) == baseline
