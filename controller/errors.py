@@ -52,6 +52,14 @@ class PermissionDenied(Exception):
     """The caller is known, but its grant does not cover this (PERMISSION_DENIED)."""
 
 
+class RateLimited(Exception):
+    """The caller is over its rate (RESOURCE_EXHAUSTED); `retry_after_s` says when to try again."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
 class Conflict(Exception):
     """The request is well-formed but clashes with existing intent (FAILED_PRECONDITION)."""
 

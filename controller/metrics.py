@@ -124,6 +124,12 @@ class Metrics:
             ["method", "code"],
             registry=r,
         )
+        self.api_rate_limited = Counter(
+            "railyard_api_rate_limited",
+            "Calls refused for going over a rate: a caller's mutations, or a telemetry stream's records",
+            ["method"],
+            registry=r,
+        )
         self.api_latency = Histogram(
             "railyard_api_request_duration_seconds",
             "gRPC request handling time",

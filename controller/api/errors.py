@@ -10,7 +10,15 @@ import time
 import grpc
 
 from controller.api.audit import is_mutation
-from controller.errors import AlreadyExists, Conflict, FieldError, NotFound, PermissionDenied, RevisionGone
+from controller.errors import (
+    AlreadyExists,
+    Conflict,
+    FieldError,
+    NotFound,
+    PermissionDenied,
+    RateLimited,
+    RevisionGone,
+)
 from controller.te.placement import NoCapacity
 from controller.telemetry.ingest import Overloaded
 
@@ -27,6 +35,7 @@ _CODES = (
     (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (RevisionGone, grpc.StatusCode.OUT_OF_RANGE),
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
+    (RateLimited, grpc.StatusCode.RESOURCE_EXHAUSTED),
 )
 DOMAIN_ERRORS = tuple(cls for cls, _ in _CODES)
 
@@ -55,6 +64,8 @@ def _abort(context, method: str, exc: BaseException) -> None:
     if isinstance(exc, DOMAIN_ERRORS):
         if isinstance(exc, FieldError):
             context.set_trailing_metadata(((FIELD_METADATA_KEY, exc.field[:200]),))
+        if isinstance(exc, RateLimited):  # gRPC's own retry hint, which its retry policies honour
+            context.set_trailing_metadata((("grpc-retry-pushback-ms", str(int(exc.retry_after_s * 1000) + 1)),))
         context.abort(status_of(exc), _details(exc))
     if context.code() is not None:
         raise exc  # the servicer aborted with its own status
@@ -84,6 +95,15 @@ def _record(servicer, method: str, context, started: float, request=None) -> Non
         )
 
 
+def _limit(servicer, method: str, context) -> None:
+    """A caller's mutations are rate-limited (limits.MutationLimiter), keyed
+    by its certificate identity, or by its address in the clear."""
+    limiter = getattr(servicer, "limiter", None)
+    if limiter is not None and is_mutation(method):
+        caller = getattr(context, "caller", None)
+        limiter.admit(caller.identity if caller else context.peer().rsplit(":", 1)[0], method)
+
+
 def _check_deadline(context) -> None:
     remaining = context.time_remaining()
     if remaining is not None and remaining <= 0:
@@ -98,8 +118,11 @@ def rpc(method):
         started = time.perf_counter()
         try:
             _check_deadline(context)
+            _limit(self, method.__name__, context)
             return method(self, request, context)
         except Exception as exc:
+            if isinstance(exc, RateLimited):
+                self.metrics.api_rate_limited.labels(method.__name__).inc()
             _abort(context, method.__name__, exc)
         finally:
             _record(self, method.__name__, context, started, request)

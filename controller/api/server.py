@@ -21,6 +21,7 @@ from controller.api.gen.railyard.v1 import (
     telemetry_pb2,
     telemetry_pb2_grpc,
 )
+from controller.api.limits import MUTATIONS_PER_S, TELEMETRY_RECORDS_PER_S, MutationLimiter
 from controller.api.placement import MAX_WATCHERS, PlacementServicer
 from controller.api.telemetry import TelemetryServicer
 from controller.errors import FieldError
@@ -128,6 +129,8 @@ class ApiServer:
         message_bytes: int = MAX_MESSAGE_BYTES,
         tls: MutualTls | None = None,
         audit: AuditLog | None = None,
+        mutations_per_s: float = MUTATIONS_PER_S,
+        telemetry_records_per_s: float = TELEMETRY_RECORDS_PER_S,
     ) -> None:
         # Authorization runs first: a caller who may not call a method gets no
         # further, not even to have its request decoded.
@@ -145,10 +148,12 @@ class ApiServer:
         servicers = (
             FabricServicer(service, metrics, connected, ingest.fresh_ports),
             PlacementServicer(service, metrics, message_bytes),
-            TelemetryServicer(service.fabric, ingest, metrics),
+            TelemetryServicer(service.fabric, ingest, metrics, telemetry_records_per_s),
         )
+        limiter = MutationLimiter(mutations_per_s)
         for servicer in servicers:
             servicer.audit = audit  # each mutation's outcome, and who asked (errors.rpc)
+            servicer.limiter = limiter  # one budget per caller across the services
         fabric_pb2_grpc.add_FabricServiceServicer_to_server(servicers[0], self.server)
         placement_pb2_grpc.add_PlacementServiceServicer_to_server(servicers[1], self.server)
         telemetry_pb2_grpc.add_TelemetryServiceServicer_to_server(servicers[2], self.server)

@@ -9,6 +9,7 @@ from controller.api.errors import rpc
 from controller.api.fabric import PROTOCOL_NAMES
 from controller.api.gen.railyard.v1 import telemetry_pb2 as pb
 from controller.api.gen.railyard.v1 import telemetry_pb2_grpc as pb_grpc
+from controller.api.limits import TELEMETRY_RECORDS_PER_S, telemetry_bucket
 from controller.errors import PermissionDenied
 from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
@@ -124,15 +125,19 @@ def reported_switches(batch: pb.TelemetryBatch) -> set[str]:
 
 
 class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
-    def __init__(self, fabric: Fabric, ingest: TelemetryIngest, metrics) -> None:
+    def __init__(
+        self, fabric: Fabric, ingest: TelemetryIngest, metrics, records_per_s: float = TELEMETRY_RECORDS_PER_S
+    ) -> None:
         self.fabric = fabric
         self.ingest = ingest
         self.metrics = metrics
+        self.records_per_s = records_per_s
 
     @rpc
     def ReportTelemetry(self, request_iterator, context):
         accepted = rejected = 0
         caller = caller_of(context)
+        budget = telemetry_bucket(self.records_per_s)
         for msg in request_iterator:
             if caller is not None and caller.grant.switches is not None:
                 allowed = caller.grant.switches
@@ -143,6 +148,7 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
                         f"(it is named for {', '.join(sorted(allowed))})"
                     )
             size = len(msg.hops) + len(msg.paths) + len(msg.flows)
+            budget(size)  # RateLimited ends the stream: RESOURCE_EXHAUSTED, with when to retry
             if size > MAX_RECORDS_PER_BATCH:
                 rejected += size
                 self.metrics.telemetry_records.labels("rejected").inc(size)

@@ -55,6 +55,16 @@ def add_parsers(sub) -> None:
         help="with --tls-*: scrapers of /metrics must present a certificate from the CA",
     )
     run.add_argument(
+        "--mutations-per-second",
+        type=float,
+        help="a caller's mutations per second, bursts of twice that (default 50); over it: RESOURCE_EXHAUSTED",
+    )
+    run.add_argument(
+        "--telemetry-records-per-second",
+        type=float,
+        help="records per second on one telemetry stream, bursts of twice that (default 50000)",
+    )
+    run.add_argument(
         "--audit-log",
         metavar="PATH",
         help="append one JSON line per mutation and per refused call to PATH ('-': stderr)",
@@ -173,6 +183,12 @@ def controller_run(args) -> int:
         insecure=args.insecure,
         audit_log=args.audit_log,
         metrics_client_certs=args.metrics_client_certs,
+        **({} if args.mutations_per_second is None else {"mutations_per_s": args.mutations_per_second}),
+        **(
+            {}
+            if args.telemetry_records_per_second is None
+            else {"telemetry_records_per_s": args.telemetry_records_per_second}
+        ),
     )
     return run(load_fabric(args.spec), config)
 

@@ -25,6 +25,7 @@ from pathlib import Path
 from os_ken.base import app_manager
 
 from controller.api.audit import AuditLog
+from controller.api.limits import MUTATIONS_PER_S, TELEMETRY_RECORDS_PER_S
 from controller.api.server import MAX_MESSAGE_BYTES, ApiServer, MutualTls
 from controller.errors import FieldError
 from controller.fabric import Fabric
@@ -108,8 +109,14 @@ class DaemonConfig:
     insecure: bool = False  # allow plaintext listeners on non-loopback addresses
     audit_log: str | None = None  # a file, or "-" for stderr: one JSON line per mutation and refusal
     metrics_client_certs: bool = False  # with tls: scrapers present a certificate from the CA
+    mutations_per_s: float = MUTATIONS_PER_S  # per caller
+    telemetry_records_per_s: float = TELEMETRY_RECORDS_PER_S  # per stream
 
     def __post_init__(self) -> None:
+        if not 0.1 <= self.mutations_per_s <= 100_000:
+            raise ConfigError("mutations-per-second", f"{self.mutations_per_s:g}", "0.1 to 100000")
+        if not 1 <= self.telemetry_records_per_s <= 10_000_000:
+            raise ConfigError("telemetry-records-per-second", f"{self.telemetry_records_per_s:g}", "1 to 10000000")
         if self.metrics_client_certs and self.tls is None:
             raise ConfigError("metrics-client-certs", "needs TLS", "with --tls-cert, --tls-key, --tls-ca, --policy")
         cleartext = [
@@ -184,6 +191,8 @@ class Daemon:
             message_bytes=config.max_message_bytes,
             tls=tls,
             audit=audit,
+            mutations_per_s=config.mutations_per_s,
+            telemetry_records_per_s=config.telemetry_records_per_s,
         )
         if config.insecure:
             for name, listen in (("gRPC", config.grpc), ("OpenFlow", config.openflow), ("metrics", config.metrics)):
