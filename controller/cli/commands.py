@@ -157,13 +157,20 @@ def _api_parsers(sub):
 def _tls_files(args):
     from controller.runtime.daemon import ConfigError, TlsFiles
 
-    given = {flag: getattr(args, flag.replace("-", "_")) for flag in ("tls-cert", "tls-key", "tls-ca", "policy")}
-    if not any(given.values()):
+    given = _all_or_none(args, ("tls-cert", "tls-key", "tls-ca", "policy"), ConfigError)
+    return None if given is None else TlsFiles(*map(Path, given))
+
+
+def _all_or_none(args, flags: tuple[str, ...], error: type[FieldError]) -> list[str] | None:
+    """The values of options that go together; None when none is given."""
+    values = [getattr(args, flag.replace("-", "_")) for flag in flags]
+    if not any(values):
         return None
-    missing = [flag for flag, value in given.items() if not value]
+    missing = [flag for flag, value in zip(flags, values) if not value]
     if missing:
-        raise ConfigError(missing[0], "missing", "--tls-cert, --tls-key, --tls-ca and --policy go together")
-    return TlsFiles(*(Path(given[flag]) for flag in ("tls-cert", "tls-key", "tls-ca", "policy")))
+        together = ", ".join(f"--{flag}" for flag in flags[:-1]) + f" and --{flags[-1]} go together"
+        raise error(missing[0], "missing", together)
+    return values
 
 
 def controller_run(args) -> int:
@@ -270,7 +277,7 @@ def _as_json(message, defaults: bool = False) -> dict:
 
 
 class CliError(FieldError):
-    context = "railyard"
+    context = "client"
 
 
 def certs_init(args) -> int:
@@ -286,14 +293,11 @@ def certs_init(args) -> int:
 
 
 def _client_tls(args) -> ClientTls | None:
-    given = {"ca": args.ca, "cert": args.cert, "key": args.key}
-    if not any(given.values()):
+    given = _all_or_none(args, ("ca", "cert", "key"), CliError)
+    if given is None:
         return None
-    missing = [flag for flag, value in given.items() if not value]
-    if missing:
-        raise CliError(missing[0], "missing", "--ca, --cert and --key go together")
     try:
-        return ClientTls.from_files(args.ca, args.cert, args.key)
+        return ClientTls.from_files(*given)
     except OSError as exc:
         raise CliError("ca/cert/key", f"cannot read {exc.filename}: {exc.strerror}", "readable PEM files") from None
 

@@ -24,32 +24,21 @@ from controller.southbound.overlay import (
 from controller.southbound.wire import OVERLAY_TABLE
 
 
-def overlay_dump_request(datapath) -> parser.OFPFlowStatsRequest:
-    return parser.OFPFlowStatsRequest(
-        datapath,
-        0,
-        OVERLAY_TABLE,
-        ofp.OFPP_ANY,
-        ofp.OFPG_ANY,
-        COOKIE_PREFIX,
-        COOKIE_PREFIX_MASK,
-        parser.OFPMatch(),
+def _railyard_entries(request_class, datapath):
+    """A flow-stats-shaped request for the overlay table's Railyard-cookie entries only."""
+    return request_class(
+        datapath, 0, OVERLAY_TABLE, ofp.OFPP_ANY, ofp.OFPG_ANY, COOKIE_PREFIX, COOKIE_PREFIX_MASK, parser.OFPMatch()
     )
+
+
+def overlay_dump_request(datapath) -> parser.OFPFlowStatsRequest:
+    return _railyard_entries(parser.OFPFlowStatsRequest, datapath)
 
 
 def overlay_count_request(datapath) -> parser.OFPAggregateStatsRequest:
     """How many Railyard entries the overlay table holds: one small reply
     whatever the table's size (the periodic audit's cheap check)."""
-    return parser.OFPAggregateStatsRequest(
-        datapath,
-        0,
-        OVERLAY_TABLE,
-        ofp.OFPP_ANY,
-        ofp.OFPG_ANY,
-        COOKIE_PREFIX,
-        COOKIE_PREFIX_MASK,
-        parser.OFPMatch(),
-    )
+    return _railyard_entries(parser.OFPAggregateStatsRequest, datapath)
 
 
 def _canonical_value(value):

@@ -127,15 +127,19 @@ class Exchange:
     exchanges can be in flight at once. Any error the switch sends before
     that last reply makes the exchange fail with it."""
 
-    def __init__(self, session: SwitchSession, call: Call, last_xid: int, what: str) -> None:
+    def __init__(
+        self, session: SwitchSession, call: Call, last_xid: int, what: str, answers: Callable[[Any], bool]
+    ) -> None:
         self._session = session
         self._call = call
         self._last_xid = last_xid
         self.what = what
+        self._answers = answers  # is this reply the answer the last message asks for?
         self._deadline = time.monotonic() + session.timeout_s
 
     def result(self) -> Any:
-        """The reply to the last message (an os-ken message); raises SwitchError."""
+        """The reply to the last message (an os-ken message); raises SwitchError,
+        UnexpectedReply if that reply is not the answer the message asks for."""
         session, refusal = self._session, None
         try:
             while True:
@@ -148,6 +152,8 @@ class Exchange:
             session.calls.close(session.dpid, self._call)
         if refusal is not None:
             raise SwitchRefused(session.name, self.what, refusal.type, ofcodec.error_code(refusal))
+        if not self._answers(msg):
+            raise UnexpectedReply(session.name, f"unexpected reply to {self.what}: {type(msg).__name__}")
         return msg
 
 
@@ -180,7 +186,9 @@ class SwitchSession:
             raise SwitchDisconnected(self.name, f"disconnected during {what}")
         return msg
 
-    def _exchange(self, messages: Sequence[Callable[[int], bytes]], what: str) -> Exchange:
+    def _exchange(
+        self, messages: Sequence[Callable[[int], bytes]], what: str, answers: Callable[[Any], bool]
+    ) -> Exchange:
         """Sends messages in one write, each built with an xid of its own."""
         xids = [self.calls.next_xid() for _ in messages]
         call = self.calls.open(self.dpid, xids)
@@ -189,7 +197,7 @@ class SwitchSession:
         except SwitchError:
             self.calls.close(self.dpid, call)
             raise
-        return Exchange(self, call, xids[-1], what)
+        return Exchange(self, call, xids[-1], what, answers)
 
     def _stamped(self, msg) -> Callable[[int], bytes]:
         return functools.partial(wire.with_xid, self._encode(msg, 0))
@@ -207,9 +215,8 @@ class SwitchSession:
     def echo(self) -> None:
         """Returns once the switch answers an echo on this connection; raises
         (SwitchTimeout, SwitchDisconnected) if it does not."""
-        reply = self._exchange([self._stamped(parser.OFPEchoRequest(self.datapath, data=b"railyard"))], "echo")
-        if not isinstance(reply.result(), parser.OFPEchoReply):
-            raise UnexpectedReply(self.name, "unexpected reply to an echo")
+        echo = self._stamped(parser.OFPEchoRequest(self.datapath, data=b"railyard"))
+        self._exchange([echo], "echo", lambda reply: isinstance(reply, parser.OFPEchoReply)).result()
 
     def start_overlay_dump(self) -> Dump:
         return self.start_dump(ofcodec.overlay_dump_request(self.datapath), "overlay dump")
@@ -230,11 +237,12 @@ class SwitchSession:
         """Messages that cannot go in a bundle (meter mods), then a barrier:
         done once the switch has processed them all, failed if it refused any
         (its error arrives before the barrier reply)."""
-        return self._exchange([self._stamped(m) for m in (*mods, parser.OFPBarrierRequest(self.datapath))], what)
+        messages = [self._stamped(m) for m in (*mods, parser.OFPBarrierRequest(self.datapath))]
+        return self._exchange(messages, what, lambda reply: isinstance(reply, parser.OFPBarrierReply))
 
     def send_confirmed(self, mods: list, what: str) -> None:
-        if mods and not isinstance(self.start_confirmed(mods, what).result(), parser.OFPBarrierReply):
-            raise UnexpectedReply(self.name, f"unexpected reply to {what}")
+        if mods:
+            self.start_confirmed(mods, what).result()
 
     def start_bundle(self, flow_mods: list[bytes]) -> Exchange:
         """Open, add, commit (atomic, ordered) in one write; the exchange is
@@ -246,14 +254,15 @@ class SwitchSession:
             *(functools.partial(wire.bundle_add, bundle_id, mod) for mod in flow_mods),
             functools.partial(wire.bundle_ctrl, bundle_id, ofp.ONF_BCT_COMMIT_REQUEST),
         ]
-        return self._exchange(messages, "bundle")
+        return self._exchange(messages, "bundle", _is_commit_reply)
 
     def commit_bundle(self, flow_mods: list[bytes]) -> None:
-        if not flow_mods:
-            return
-        reply = self.start_bundle(flow_mods).result()
-        if not isinstance(reply, parser.ONFBundleCtrlMsg) or reply.type != ofp.ONF_BCT_COMMIT_REPLY:
-            raise UnexpectedReply(self.name, f"unexpected reply to a bundle commit: {type(reply).__name__}")
+        if flow_mods:
+            self.start_bundle(flow_mods).result()
+
+
+def _is_commit_reply(reply) -> bool:
+    return isinstance(reply, parser.ONFBundleCtrlMsg) and reply.type == ofp.ONF_BCT_COMMIT_REPLY
 
 
 class Dump:

@@ -28,7 +28,6 @@ from controller.southbound.overlay import COOKIE_ALL, OverlayEntry
 OVERLAY_TABLE = 0
 BUNDLE_FLAGS = ofp.ONF_BF_ATOMIC | ofp.ONF_BF_ORDERED
 
-_HEADER = struct.Struct(ofp.OFP_HEADER_PACK_STR)
 _FLOW_MOD = struct.Struct("!BBHIQQBBHHHIIIH2x")  # header, ofp_flow_mod up to its match
 _EXPERIMENTER = struct.Struct("!BBHIII")  # header, experimenter id, experimenter type
 _BUNDLE_CTRL = struct.Struct("!IHH")  # bundle id, type, flags (no properties)
@@ -156,13 +155,3 @@ def bundle_ctrl(bundle_id: int, ctrl_type: int, xid: int) -> bytes:
 def bundle_add(bundle_id: int, message: bytes, xid: int) -> bytes:
     """`message` (xid 0) wrapped into the bundle; both carry `xid`, as OVS requires."""
     return _onf(ofp.ONF_ET_BUNDLE_ADD_MESSAGE, xid, _BUNDLE_ADD.pack(bundle_id, BUNDLE_FLAGS) + with_xid(message, xid))
-
-
-def message_xids(buf: bytes) -> list[int]:
-    """The xid of every message in a buffer of back-to-back messages."""
-    xids, offset = [], 0
-    while offset < len(buf):
-        _, _, length, xid = _HEADER.unpack_from(buf, offset)
-        xids.append(xid)
-        offset += length
-    return xids

@@ -1,11 +1,17 @@
-"""Helpers shared by the integration tests: reading switches and counters."""
+"""Helpers shared by the integration tests: reading switches and counters,
+and running the daemon on its own (with mutual TLS, if asked)."""
 
+import contextlib
 import re
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
+from controller.api.client import ClientTls
 from controller.fabric import Endpoint
 from emulation.net import ovs
 from emulation.net.ovs import PortStats
+from emulation.processes.controller_process import ControllerProcess, Ports
 from emulation.traffic.counters import counter_delta, port_counters
 
 SPINE_OF_UPLINK = {3: "rys0", 4: "rys1"}  # demo fabric: leaf port S+1+j faces spine j (S = 2 servers)
@@ -56,3 +62,30 @@ def clear_intent(client) -> None:
     for link in client.list_links(include_access=True):
         if link.drained:
             client.drain("link", link.name, drained=False)
+
+
+@contextlib.contextmanager
+def api_daemon(workdir: Path, *args: str, tls: ClientTls | None = None) -> Iterator[ControllerProcess]:
+    """The real daemon with no fabric attached (placement answers once intent
+    is loaded), `args` added to its command line, until the block ends."""
+    ctl = ControllerProcess(
+        None, workdir / "intent.db", Ports.pick(), workdir / "controller.log", extra_args=args, tls=tls
+    ).start()
+    try:
+        ctl.wait_serving_api()
+        yield ctl
+    finally:
+        ctl.stop()
+
+
+def mutual_tls_args(pki: Path, policy: Path) -> tuple[str, ...]:
+    """`railyard controller run` options for mutual TLS with a `railyard certs init` directory."""
+    return (
+        *("--tls-cert", str(pki / "server.crt"), "--tls-key", str(pki / "server.key")),
+        *("--tls-ca", str(pki / "ca.crt"), "--policy", str(policy)),
+    )
+
+
+def client_tls(pki: Path, who: str) -> ClientTls:
+    """`who`'s certificate (e.g. scheduler, operator) from a `railyard certs init` directory."""
+    return ClientTls.from_files(pki / "ca.crt", pki / f"{who}.crt", pki / f"{who}.key")

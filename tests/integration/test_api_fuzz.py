@@ -14,13 +14,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from controller.api.client import ClientTls
 from controller.api.gen.railyard.v1 import fabric_pb2 as fpb
 from controller.api.gen.railyard.v1 import placement_pb2 as ppb
 from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
 from controller.security import certs
-from emulation.processes.controller_process import ControllerProcess, Ports, total
-from tests.integration.helpers import clear_intent
+from emulation.processes.controller_process import total
+from tests.integration.helpers import api_daemon, clear_intent, client_tls, mutual_tls_args
 
 ALLOWED = {
     grpc.StatusCode.OK,
@@ -236,25 +235,12 @@ def secure(tmp_path_factory):
     certs.init_dir(tmp / "pki")
     (tmp / "policy.yaml").write_text("identities:\n  scheduler: scheduler\n  operator: operator\n")
     pki = tmp / "pki"
-    flags = ["--tls-cert", pki / "server.crt", "--tls-key", pki / "server.key", "--tls-ca", pki / "ca.crt"]
-
-    def tls(who: str) -> ClientTls:
-        return ClientTls.from_files(pki / "ca.crt", pki / f"{who}.crt", pki / f"{who}.key")
-
-    ctl = ControllerProcess(
-        None,
-        tmp / "intent.db",
-        Ports.pick(),
-        tmp / "controller.log",
-        extra_args=(*map(str, flags), "--policy", str(tmp / "policy.yaml")),
-        tls=tls("operator"),
-    ).start()
-    try:
-        ctl.wait_serving_api()
-        with ctl.client(tls("scheduler")) as scheduler, ctl.client() as operator:
-            yield scheduler, operator
-    finally:
-        ctl.stop()
+    with (
+        api_daemon(tmp, *mutual_tls_args(pki, tmp / "policy.yaml"), tls=client_tls(pki, "operator")) as ctl,
+        ctl.client(client_tls(pki, "scheduler")) as scheduler,
+        ctl.client() as operator,
+    ):
+        yield scheduler, operator
 
 
 class Both:

@@ -9,19 +9,13 @@ import grpc
 import pytest
 
 from controller.api.gen.railyard.v1 import placement_pb2 as ppb
-from emulation.processes.controller_process import ControllerProcess, Ports
+from tests.integration.helpers import api_daemon
 
 
 @pytest.fixture
 def daemon(tmp_path):
-    ctl = ControllerProcess(
-        None, tmp_path / "intent.db", Ports.pick(), tmp_path / "controller.log", extra_args=("--watch-history", "8")
-    ).start()
-    try:
-        ctl.wait_serving_api()
+    with api_daemon(tmp_path, "--watch-history", "8") as ctl:
         yield ctl
-    finally:
-        ctl.stop()
 
 
 def collect(stream, events: list, wanted: int, done: threading.Event) -> None:

@@ -8,12 +8,11 @@ import ssl
 import struct
 import time
 
-from controller.api.client import ClientTls
 from controller.security import certs
 from emulation.net import ovs
 from emulation.net.fabric import EmulatedFabric
 from emulation.processes.controller_process import ControllerProcess, Ports, total
-from tests.integration.helpers import railyard_entries
+from tests.integration.helpers import client_tls, mutual_tls_args, railyard_entries
 
 LEAF = "ryl0r0"
 OFPT_HELLO = struct.pack("!BBHI", 4, 0, 8, 1)
@@ -45,14 +44,13 @@ def test_the_fabric_over_openflow_tls_reconciles_restarts_with_zero_flow_mods_an
     certs.init_dir(pki)
     (tmp_path / "policy.yaml").write_text("identities:\n  operator: operator\n")
     ports = Ports.pick()
-    flags = ["--tls-cert", pki / "server.crt", "--tls-key", pki / "server.key", "--tls-ca", pki / "ca.crt"]
     ctl = ControllerProcess(
         None,
         tmp_path / "intent.db",
         ports,
         tmp_path / "controller.log",
-        extra_args=(*map(str, flags), "--policy", str(tmp_path / "policy.yaml")),
-        tls=ClientTls.from_files(pki / "ca.crt", pki / "operator.crt", pki / "operator.key"),
+        extra_args=mutual_tls_args(pki, tmp_path / "policy.yaml"),
+        tls=client_tls(pki, "operator"),
     )
     switches = len(demo_fabric.switches)
     with EmulatedFabric(demo_fabric, controller=f"tcp:127.0.0.1:{ports.openflow}", tls_dir=pki) as emu:

@@ -5,20 +5,15 @@ import grpc
 import pytest
 
 from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
-from emulation.processes.controller_process import ControllerProcess, Ports, total
+from emulation.processes.controller_process import total
+from tests.integration.helpers import api_daemon
 
 
 @pytest.fixture
 def daemon(tmp_path):
     limits = ("--mutations-per-second", "1", "--telemetry-records-per-second", "10")  # bursts of 2 and 20
-    ctl = ControllerProcess(
-        None, tmp_path / "intent.db", Ports.pick(), tmp_path / "controller.log", extra_args=limits
-    ).start()
-    try:
-        ctl.wait_serving_api()
+    with api_daemon(tmp_path, *limits) as ctl:
         yield ctl
-    finally:
-        ctl.stop()
 
 
 def test_a_caller_over_its_mutation_rate_is_told_when_to_retry_and_reads_are_not_limited(daemon):

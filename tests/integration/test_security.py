@@ -15,13 +15,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from controller.api.client import Client, ClientTls
+from controller.api.client import Client
 from controller.api.gen.railyard.v1 import placement_pb2 as ppb
 from controller.api.gen.railyard.v1 import placement_pb2_grpc as ppb_grpc
 from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
 from controller.security import certs
-from emulation.processes.controller_process import ControllerProcess, Ports, free_port, total
+from emulation.processes.controller_process import free_port, total
 from emulation.processes.prometheus_local import LocalPrometheus
+from tests.integration.helpers import api_daemon, client_tls, mutual_tls_args
 
 POLICY = """identities:
   scheduler: scheduler
@@ -44,27 +45,12 @@ def pki(tmp_path_factory) -> Path:
     return directory
 
 
-def tls(pki: Path, who: str) -> ClientTls:
-    return ClientTls.from_files(pki / "ca.crt", pki / f"{who}.crt", pki / f"{who}.key")
-
-
 @pytest.fixture(scope="module")
 def daemon(pki, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("secure")
-    flags = ("--tls-cert", pki / "server.crt", "--tls-key", pki / "server.key", "--tls-ca", pki / "ca.crt")
-    ctl = ControllerProcess(
-        None,
-        tmp / "intent.db",
-        Ports.pick(),
-        tmp / "controller.log",
-        extra_args=(*map(str, flags), "--policy", str(pki / "policy.yaml"), "--audit-log", str(tmp / "audit.jsonl")),
-        tls=tls(pki, "operator"),
-    ).start()
-    try:
-        ctl.wait_serving_api()
+    args = (*mutual_tls_args(pki, pki / "policy.yaml"), "--audit-log", str(tmp / "audit.jsonl"))
+    with api_daemon(tmp, *args, tls=client_tls(pki, "operator")) as ctl:
         yield ctl
-    finally:
-        ctl.stop()
 
 
 def test_a_real_tls_handshake_shows_the_controllers_certificate(daemon, pki):
@@ -82,7 +68,7 @@ def test_a_real_tls_handshake_shows_the_controllers_certificate(daemon, pki):
 
 
 def test_a_scheduler_places_and_an_operator_drains(daemon, pki):
-    with daemon.client(tls(pki, "scheduler")) as scheduler:
+    with daemon.client(client_tls(pki, "scheduler")) as scheduler:
         _, listed_at = scheduler.list_jobs_at()
         placed = scheduler.place_job("secure-1", 2, "ring")
         assert placed.created
@@ -97,7 +83,7 @@ def test_a_scheduler_places_and_an_operator_drains(daemon, pki):
 
 @pytest.mark.parametrize("who", ["other-ca-scheduler", "expired-scheduler"])
 def test_a_certificate_from_another_ca_or_expired_fails_the_handshake(daemon, pki, who):
-    with daemon.client(tls(pki, who)) as client:
+    with daemon.client(client_tls(pki, who)) as client:
         client.timeout = 5
         with pytest.raises(grpc.RpcError) as err:
             client.list_jobs()
@@ -132,7 +118,7 @@ def test_roles_refuse_what_they_do_not_allow_and_change_nothing(daemon, pki):
         ("mallory", lambda c: c.list_jobs(), "identity 'mallory' has no role"),
     ]
     for who, call, words in refusals:
-        with daemon.client(tls(pki, who)) as client, pytest.raises(grpc.RpcError) as err:
+        with daemon.client(client_tls(pki, who)) as client, pytest.raises(grpc.RpcError) as err:
             call(client)
         assert err.value.code() is grpc.StatusCode.PERMISSION_DENIED, (who, err.value.details())
         assert words in (err.value.details() or ""), err.value.details()
@@ -153,7 +139,7 @@ def hop(switch: str) -> tpb.TelemetryBatch:
 
 
 def test_an_agent_reports_only_for_the_switches_it_is_named_for(daemon, pki):
-    with daemon.client(tls(pki, "agent")) as agent:
+    with daemon.client(client_tls(pki, "agent")) as agent:
         assert agent.report_telemetry([hop("ryl0r0"), hop("ryl0r1")]).accepted_records == 2
         with pytest.raises(grpc.RpcError) as err:
             agent.report_telemetry([hop("ryl1r0")])
@@ -162,13 +148,13 @@ def test_an_agent_reports_only_for_the_switches_it_is_named_for(daemon, pki):
 
 
 def test_the_audit_log_has_a_line_for_each_mutation_and_refusal(daemon, pki):
-    with daemon.client(tls(pki, "scheduler")) as scheduler:
+    with daemon.client(client_tls(pki, "scheduler")) as scheduler:
         scheduler.place_job("audited", 2, "ring", request_id="req-9")
         with pytest.raises(grpc.RpcError):
             scheduler.drain("switch", "rys1")
-    with daemon.client(tls(pki, "agent")) as agent, pytest.raises(grpc.RpcError):
+    with daemon.client(client_tls(pki, "agent")) as agent, pytest.raises(grpc.RpcError):
         agent.report_telemetry([hop("rys1")])
-    with daemon.client(tls(pki, "mallory")) as mallory, pytest.raises(grpc.RpcError):
+    with daemon.client(client_tls(pki, "mallory")) as mallory, pytest.raises(grpc.RpcError):
         mallory.list_jobs()
     with daemon.client() as operator:
         operator.drain("switch", "rys0")
@@ -182,7 +168,7 @@ def test_the_audit_log_has_a_line_for_each_mutation_and_refusal(daemon, pki):
     assert ("operator", "operator", "DrainSwitch", "switch rys0", "", "OK") in seen
     assert ("operator", "operator", "UndrainSwitch", "switch rys0", "", "OK") in seen
     assert all(e["time"].endswith("Z") for e in lines)
-    with daemon.client(tls(pki, "scheduler")) as scheduler:
+    with daemon.client(client_tls(pki, "scheduler")) as scheduler:
         scheduler.release_job("audited")
 
 
