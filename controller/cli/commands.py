@@ -1,85 +1,19 @@
-"""`railyard controller run` and the intent commands (`pin`, `unpin`, `pins`)."""
+"""The API commands: pins, jobs, free capacity, links, drains, as gRPC calls."""
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 
 import grpc
 
 from controller.api.client import DEFAULT_TARGET, PATTERNS, Client, ClientTls
 from controller.errors import FieldError
-from controller.fabric import load_fabric
 
-DEFAULT_STORE = "/var/lib/railyard/intent.db"
 PATTERN_NAMES = {value: name for name, value in PATTERNS.items()}
 
 
 def add_parsers(sub) -> None:
-    ctl = sub.add_parser("controller", help="the Railyard controller daemon")
-    csub = ctl.add_subparsers(dest="controller_cmd", required=True)
-    run = csub.add_parser("run", help="run the daemon (OpenFlow southbound, gRPC API, metrics) until SIGTERM")
-    run.add_argument("--spec", help="fabric spec YAML (default: the shipped demo spec)")
-    run.add_argument("--store", default=DEFAULT_STORE, help=f"SQLite intent store (default {DEFAULT_STORE})")
-    run.add_argument("--openflow-listen", default="127.0.0.1:6653", help="OpenFlow listener HOST:PORT")
-    run.add_argument("--grpc-listen", default=DEFAULT_TARGET, help="gRPC API HOST:PORT")
-    run.add_argument("--metrics-listen", default="127.0.0.1:9302", help="Prometheus /metrics HOST:PORT")
-    run.add_argument(
-        "--reconcile-interval",
-        type=float,
-        default=10.0,
-        help="seconds between periodic passes, which check every switch's entry count (default 10)",
-    )
-    run.add_argument(
-        "--full-audit-every",
-        type=int,
-        default=6,
-        help="read every switch's table in full once in this many periodic passes, a share per pass (default 6)",
-    )
-    run.add_argument(
-        "--no-te", action="store_true", help="no adaptive TE: placement and pins only, elephants stay on ECMP"
-    )
-    run.add_argument(
-        "--watch-history",
-        type=int,
-        help="job events a WatchJobs from a revision can replay (default: the daemon's, 4096)",
-    )
-    run.add_argument("--tls-cert", help="the API's server certificate (PEM); with --tls-key, --tls-ca, --policy")
-    run.add_argument("--tls-key", help="its private key (PEM)")
-    run.add_argument("--tls-ca", help="the CA client certificates must chain to (mutual TLS)")
-    run.add_argument("--policy", help="YAML: identities (client certificate CNs) -> roles")
-    run.add_argument(
-        "--metrics-client-certs",
-        action="store_true",
-        help="with --tls-*: scrapers of /metrics must present a certificate from the CA",
-    )
-    run.add_argument(
-        "--mutations-per-second",
-        type=float,
-        help="a caller's mutations per second, bursts of twice that (default 50); over it: RESOURCE_EXHAUSTED",
-    )
-    run.add_argument(
-        "--telemetry-records-per-second",
-        type=float,
-        help="records per second on one telemetry stream, bursts of twice that (default 50000)",
-    )
-    run.add_argument(
-        "--audit-log",
-        metavar="PATH",
-        help="append one JSON line per mutation and per refused call to PATH ('-': stderr)",
-    )
-    run.add_argument(
-        "--insecure",
-        action="store_true",
-        help="allow listeners on non-loopback addresses without TLS (logged as a warning)",
-    )
-    run.add_argument(
-        "--max-message-bytes",
-        type=int,
-        help="gRPC message limit, either way; every reply is made to fit it (default: 4 MiB)",
-    )
-
     for parser in _api_parsers(sub):
         parser.add_argument(
             "--target", default=DEFAULT_TARGET, help=f"controller gRPC address (default {DEFAULT_TARGET})"
@@ -88,20 +22,6 @@ def add_parsers(sub) -> None:
         parser.add_argument("--ca", help="CA the controller's certificate chains to (mutual TLS; with --cert, --key)")
         parser.add_argument("--cert", help="this client's certificate (PEM): its identity")
         parser.add_argument("--key", help="this client's private key (PEM)")
-    certs = sub.add_parser("certs", help="certificates for mutual TLS")
-    certs_sub = certs.add_subparsers(dest="certs_cmd", required=True)
-    init = certs_sub.add_parser(
-        "init",
-        help="a development CA, the controller's certificate, and client certificates",
-    )
-    init.add_argument("dir", help="an empty or new directory")
-    init.add_argument(
-        "--server-name",
-        action="append",
-        default=[],
-        help="a DNS name or address the controller is reached at (repeatable; default localhost, 127.0.0.1, ::1)",
-    )
-    init.set_defaults(run=certs_init)
 
 
 def _api_parsers(sub):
@@ -154,14 +74,7 @@ def _api_parsers(sub):
     return pin, unpin, pins, place, release, jobs, free, links, *drains
 
 
-def _tls_files(args):
-    from controller.runtime.daemon import ConfigError, TlsFiles
-
-    given = _all_or_none(args, ("tls-cert", "tls-key", "tls-ca", "policy"), ConfigError)
-    return None if given is None else TlsFiles(*map(Path, given))
-
-
-def _all_or_none(args, flags: tuple[str, ...], error: type[FieldError]) -> list[str] | None:
+def all_or_none(args, flags: tuple[str, ...], error: type[FieldError]) -> list[str] | None:
     """The values of options that go together; None when none is given."""
     values = [getattr(args, flag.replace("-", "_")) for flag in flags]
     if not any(values):
@@ -171,33 +84,6 @@ def _all_or_none(args, flags: tuple[str, ...], error: type[FieldError]) -> list[
         together = ", ".join(f"--{flag}" for flag in flags[:-1]) + f" and --{flags[-1]} go together"
         raise error(missing[0], "missing", together)
     return values
-
-
-def controller_run(args) -> int:
-    from controller.runtime.daemon import DaemonConfig, Listen, run
-
-    config = DaemonConfig(
-        store=Path(args.store),
-        openflow=Listen.parse(args.openflow_listen, "openflow-listen"),
-        grpc=Listen.parse(args.grpc_listen, "grpc-listen"),
-        metrics=Listen.parse(args.metrics_listen, "metrics-listen"),
-        reconcile_interval_s=args.reconcile_interval,
-        full_audit_every=args.full_audit_every,
-        te_enabled=not args.no_te,
-        **({} if args.watch_history is None else {"watch_history": args.watch_history}),
-        **({} if args.max_message_bytes is None else {"max_message_bytes": args.max_message_bytes}),
-        tls=_tls_files(args),
-        insecure=args.insecure,
-        audit_log=args.audit_log,
-        metrics_client_certs=args.metrics_client_certs,
-        **({} if args.mutations_per_second is None else {"mutations_per_s": args.mutations_per_second}),
-        **(
-            {}
-            if args.telemetry_records_per_second is None
-            else {"telemetry_records_per_s": args.telemetry_records_per_second}
-        ),
-    )
-    return run(load_fabric(args.spec), config)
 
 
 def _pin_row(pin) -> dict:
@@ -280,20 +166,8 @@ class CliError(FieldError):
     context = "client"
 
 
-def certs_init(args) -> int:
-    from controller.security.certs import init_dir
-
-    try:
-        names = init_dir(Path(args.dir), tuple(args.server_name) or ("localhost", "127.0.0.1", "::1"))
-    except (FileExistsError, OSError) as exc:
-        print(f"railyard: certs init: {exc}", file=sys.stderr)
-        return 2
-    print(f"wrote {', '.join(n + '.crt/.key' for n in names)} to {args.dir}")
-    return 0
-
-
 def _client_tls(args) -> ClientTls | None:
-    given = _all_or_none(args, ("ca", "cert", "key"), CliError)
+    given = all_or_none(args, ("ca", "cert", "key"), CliError)
     if given is None:
         return None
     try:

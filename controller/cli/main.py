@@ -7,7 +7,9 @@ import logging
 import sys
 from importlib.metadata import entry_points
 
-from controller.cli.commands import add_parsers, api_command, controller_run
+from controller.cli.certs import add_certs_parser
+from controller.cli.commands import add_parsers, api_command
+from controller.cli.daemon import add_controller_parser, controller_run
 from controller.errors import FieldError, HostError
 
 COMMAND_GROUPS = "railyard.commands"
@@ -18,7 +20,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
     sub = parser.add_subparsers(dest="cmd", required=True)
 
+    add_controller_parser(sub)
     add_parsers(sub)
+    add_certs_parser(sub)
     # Other packages (the emulation) add their command groups here, so this
     # package never imports them: dependencies point one way.
     for group in entry_points(group=COMMAND_GROUPS):

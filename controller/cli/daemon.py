@@ -1,0 +1,110 @@
+"""`railyard controller run`: its options, and the daemon's configuration from them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from controller.api.client import DEFAULT_TARGET
+from controller.cli.commands import all_or_none
+from controller.fabric import load_fabric
+
+DEFAULT_STORE = "/var/lib/railyard/intent.db"
+
+
+def add_controller_parser(sub) -> None:
+    ctl = sub.add_parser("controller", help="the Railyard controller daemon")
+    csub = ctl.add_subparsers(dest="controller_cmd", required=True)
+    run = csub.add_parser("run", help="run the daemon (OpenFlow southbound, gRPC API, metrics) until SIGTERM")
+    run.add_argument("--spec", help="fabric spec YAML (default: the shipped demo spec)")
+    run.add_argument("--store", default=DEFAULT_STORE, help=f"SQLite intent store (default {DEFAULT_STORE})")
+    run.add_argument("--openflow-listen", default="127.0.0.1:6653", help="OpenFlow listener HOST:PORT")
+    run.add_argument("--grpc-listen", default=DEFAULT_TARGET, help="gRPC API HOST:PORT")
+    run.add_argument("--metrics-listen", default="127.0.0.1:9302", help="Prometheus /metrics HOST:PORT")
+    run.add_argument(
+        "--reconcile-interval",
+        type=float,
+        default=10.0,
+        help="seconds between periodic passes, which check every switch's entry count (default 10)",
+    )
+    run.add_argument(
+        "--full-audit-every",
+        type=int,
+        default=6,
+        help="read every switch's table in full once in this many periodic passes, a share per pass (default 6)",
+    )
+    run.add_argument(
+        "--no-te", action="store_true", help="no adaptive TE: placement and pins only, elephants stay on ECMP"
+    )
+    run.add_argument(
+        "--watch-history",
+        type=int,
+        help="job events a WatchJobs from a revision can replay (default: the daemon's, 4096)",
+    )
+    run.add_argument("--tls-cert", help="the API's server certificate (PEM); with --tls-key, --tls-ca, --policy")
+    run.add_argument("--tls-key", help="its private key (PEM)")
+    run.add_argument("--tls-ca", help="the CA client certificates must chain to (mutual TLS)")
+    run.add_argument("--policy", help="YAML: identities (client certificate CNs) -> roles")
+    run.add_argument(
+        "--metrics-client-certs",
+        action="store_true",
+        help="with --tls-*: scrapers of /metrics must present a certificate from the CA",
+    )
+    run.add_argument(
+        "--mutations-per-second",
+        type=float,
+        help="a caller's mutations per second, bursts of twice that (default 50); over it: RESOURCE_EXHAUSTED",
+    )
+    run.add_argument(
+        "--telemetry-records-per-second",
+        type=float,
+        help="records per second on one telemetry stream, bursts of twice that (default 50000)",
+    )
+    run.add_argument(
+        "--audit-log",
+        metavar="PATH",
+        help="append one JSON line per mutation and per refused call to PATH ('-': stderr)",
+    )
+    run.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow listeners on non-loopback addresses without TLS (logged as a warning)",
+    )
+    run.add_argument(
+        "--max-message-bytes",
+        type=int,
+        help="gRPC message limit, either way; every reply is made to fit it (default: 4 MiB)",
+    )
+
+
+def _tls_files(args):
+    from controller.runtime.daemon import ConfigError, TlsFiles
+
+    given = all_or_none(args, ("tls-cert", "tls-key", "tls-ca", "policy"), ConfigError)
+    return None if given is None else TlsFiles(*map(Path, given))
+
+
+def controller_run(args) -> int:
+    from controller.runtime.daemon import DaemonConfig, Listen, run
+
+    config = DaemonConfig(
+        store=Path(args.store),
+        openflow=Listen.parse(args.openflow_listen, "openflow-listen"),
+        grpc=Listen.parse(args.grpc_listen, "grpc-listen"),
+        metrics=Listen.parse(args.metrics_listen, "metrics-listen"),
+        reconcile_interval_s=args.reconcile_interval,
+        full_audit_every=args.full_audit_every,
+        te_enabled=not args.no_te,
+        **({} if args.watch_history is None else {"watch_history": args.watch_history}),
+        **({} if args.max_message_bytes is None else {"max_message_bytes": args.max_message_bytes}),
+        tls=_tls_files(args),
+        insecure=args.insecure,
+        audit_log=args.audit_log,
+        metrics_client_certs=args.metrics_client_certs,
+        **({} if args.mutations_per_second is None else {"mutations_per_s": args.mutations_per_second}),
+        **(
+            {}
+            if args.telemetry_records_per_second is None
+            else {"telemetry_records_per_s": args.telemetry_records_per_second}
+        ),
+    )
+    return run(load_fabric(args.spec), config)
