@@ -1,6 +1,7 @@
 """Authentication and authorization of every call: who is calling (the
-verified client certificate's common name) and whether their role may call
-this method (controller/security/policy.py).
+verified client certificate's common name, or on the token listener the
+holder of a bearer token) and whether their role may call this method
+(controller/security/policy.py).
 
 A call with no identity is UNAUTHENTICATED; an identity the policy does not
 name, or a role that may not call the method, is PERMISSION_DENIED. Both are
@@ -18,6 +19,7 @@ import grpc
 from controller.api.audit import AuditLog
 from controller.metrics import Metrics
 from controller.security.policy import Grant, Policy
+from controller.security.tokens import Tokens
 
 log = logging.getLogger(__name__)
 
@@ -52,19 +54,42 @@ def peer_identity(context) -> str | None:
     return names[0].decode() if names else None
 
 
+def bearer_token(context) -> str | None:
+    """The token of an `authorization: Bearer TOKEN` header; None without one."""
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
+            return value.removeprefix("Bearer ").strip()
+    return None
+
+
 class Authorize(grpc.ServerInterceptor):
-    def __init__(self, policy: Policy, metrics: Metrics, audit: AuditLog | None = None) -> None:
+    def __init__(
+        self, policy: Policy, metrics: Metrics, audit: AuditLog | None = None, tokens: Tokens | None = None
+    ) -> None:
         self.policy = policy
         self.metrics = metrics
         self.audit = audit
+        self.tokens = tokens
+
+    def _identify(self, context) -> tuple[str | None, str]:
+        """Who is calling, or None and why not. A certificate wins: only the
+        token listener lets a client in without one."""
+        identity = peer_identity(context)
+        if identity is not None:
+            return identity, ""
+        token = bearer_token(context)
+        if token is None or self.tokens is None:
+            return None, "no client identity: present a client certificate, or a bearer token on the token listener"
+        identity = self.tokens.identity_of(token)
+        return identity, "" if identity is not None else "the bearer token is not one the controller knows"
 
     def _authorize(self, method: str, context) -> Caller:
         """The caller, or an abort (UNAUTHENTICATED, PERMISSION_DENIED), counted and audited."""
-        identity = peer_identity(context)
+        identity, why_not = self._identify(context)
         grant = self.policy.grant_of(identity) if identity is not None else None
         name = method.rsplit("/", 1)[-1]
         if identity is None:
-            code, details = grpc.StatusCode.UNAUTHENTICATED, "no client identity: present a client certificate"
+            code, details = grpc.StatusCode.UNAUTHENTICATED, why_not
         elif grant is None:
             code, details = grpc.StatusCode.PERMISSION_DENIED, f"identity {identity[:64]!r} has no role in the policy"
         elif not self.policy.allows(grant.role, method):

@@ -17,6 +17,7 @@ from controller.api.gen.railyard.v1 import placement_pb2 as ppb
 from controller.api.gen.railyard.v1 import placement_pb2_grpc as ppb_grpc
 from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
 from controller.api.gen.railyard.v1 import telemetry_pb2_grpc as tpb_grpc
+from controller.security.tokens import read_token
 
 DEFAULT_TARGET = "127.0.0.1:50051"
 DEFAULT_TIMEOUT_S = 10.0
@@ -45,15 +46,31 @@ def _pages(call, request, field: str) -> list:
 @dataclass(frozen=True)
 class ClientTls:
     """The CA the controller's certificate must chain to, and this client's
-    certificate and key (its identity, mapped to a role by the controller)."""
+    identity, which the controller maps to a role: a certificate and key, or
+    a bearer token (for the controller's token listener)."""
 
     ca: bytes
-    cert: bytes
-    key: bytes
+    cert: bytes | None = None
+    key: bytes | None = None
+    token: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.cert is None) != (self.key is None) or (self.cert is None) == (self.token is None):
+            raise ValueError("a client identity is a certificate and its key, or a bearer token")
 
     @classmethod
     def from_files(cls, ca: str | Path, cert: str | Path, key: str | Path) -> ClientTls:
         return cls(Path(ca).read_bytes(), Path(cert).read_bytes(), Path(key).read_bytes())
+
+    @classmethod
+    def with_token(cls, ca: str | Path, token_file: str | Path) -> ClientTls:
+        return cls(Path(ca).read_bytes(), token=read_token(token_file))
+
+    def credentials(self) -> grpc.ChannelCredentials:
+        channel = grpc.ssl_channel_credentials(self.ca, self.key, self.cert)
+        if self.token is None:
+            return channel
+        return grpc.composite_channel_credentials(channel, grpc.access_token_call_credentials(self.token))
 
 
 class Client:
@@ -63,8 +80,7 @@ class Client:
         if tls is None:
             self.channel = grpc.insecure_channel(target)
         else:
-            credentials = grpc.ssl_channel_credentials(tls.ca, tls.key, tls.cert)
-            self.channel = grpc.secure_channel(target, credentials)
+            self.channel = grpc.secure_channel(target, tls.credentials())
         self.timeout = timeout_s
         self.fabric = fpb_grpc.FabricServiceStub(self.channel)
         self.placement = ppb_grpc.PlacementServiceStub(self.channel)

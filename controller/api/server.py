@@ -28,6 +28,7 @@ from controller.errors import FieldError
 from controller.intent.service import IntentService
 from controller.metrics import Metrics
 from controller.security.policy import Policy
+from controller.security.tokens import Tokens
 from controller.telemetry.ingest import TelemetryIngest
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
@@ -110,12 +111,16 @@ class DecodeErrorsAreInvalidArgument(grpc.ServerInterceptor):
 @dataclass(frozen=True)
 class MutualTls:
     """The API over TLS with client certificates: the server's certificate and
-    key, the CA client certificates must chain to, and who holds which role."""
+    key, the CA client certificates must chain to, and who holds which role.
+    With `tokens` and a token listener, clients without a certificate
+    authenticate there with a bearer token instead."""
 
     cert: bytes
     key: bytes
     ca: bytes
     policy: Policy
+    tokens: Tokens | None = None
+    token_listen: str | None = None  # HOST:PORT: TLS without client certificates, bearer tokens
 
 
 class ApiServer:
@@ -134,7 +139,9 @@ class ApiServer:
     ) -> None:
         # Authorization runs first: a caller who may not call a method gets no
         # further, not even to have its request decoded.
-        interceptors: list[grpc.ServerInterceptor] = [] if tls is None else [Authorize(tls.policy, metrics, audit)]
+        interceptors: list[grpc.ServerInterceptor] = (
+            [] if tls is None else [Authorize(tls.policy, metrics, audit, tls.tokens)]
+        )
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="grpc"),
             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
@@ -167,6 +174,14 @@ class ApiServer:
             self.port = self.server.add_secure_port(listen, credentials)
         if not self.port:
             raise OSError(f"cannot listen for gRPC on {listen}")
+        self.token_port = 0
+        if tls is not None and tls.token_listen is not None:
+            # gRPC's Python server cannot make a client certificate optional
+            # on one port, so certificate-less clients get a port of their own.
+            server_only = grpc.ssl_server_credentials([(tls.key, tls.cert)])
+            self.token_port = self.server.add_secure_port(tls.token_listen, server_only)
+            if not self.token_port:
+                raise OSError(f"cannot listen for gRPC (bearer tokens) on {tls.token_listen}")
         self.set_serving(False)
         self.set_fabric_ready(False)
 

@@ -19,9 +19,14 @@ def add_parsers(sub) -> None:
             "--target", default=DEFAULT_TARGET, help=f"controller gRPC address (default {DEFAULT_TARGET})"
         )
         parser.add_argument("--json", action="store_true", help="machine-readable output")
-        parser.add_argument("--ca", help="CA the controller's certificate chains to (mutual TLS; with --cert, --key)")
+        parser.add_argument(
+            "--ca", help="CA the controller's certificate chains to (TLS; with --cert and --key, or --token)"
+        )
         parser.add_argument("--cert", help="this client's certificate (PEM): its identity")
         parser.add_argument("--key", help="this client's private key (PEM)")
+        parser.add_argument(
+            "--token", metavar="FILE", help="a file holding this client's bearer token (the token listener)"
+        )
 
 
 def _api_parsers(sub):
@@ -167,6 +172,15 @@ class CliError(FieldError):
 
 
 def _client_tls(args) -> ClientTls | None:
+    if args.token:
+        if args.cert or args.key:
+            raise CliError("token", "given with --cert/--key", "a certificate and key, or a token, not both")
+        if not args.ca:
+            raise CliError("ca", "missing", "--token goes with --ca (the token listener is TLS)")
+        try:
+            return ClientTls.with_token(args.ca, args.token)
+        except OSError as exc:
+            raise CliError("ca", f"cannot read {exc.filename}: {exc.strerror}", "a readable PEM file") from None
     given = all_or_none(args, ("ca", "cert", "key"), CliError)
     if given is None:
         return None

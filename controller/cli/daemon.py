@@ -45,6 +45,13 @@ def add_controller_parser(sub) -> None:
     run.add_argument("--tls-ca", help="the CA client certificates must chain to (mutual TLS)")
     run.add_argument("--policy", help="YAML: identities (client certificate CNs) -> roles")
     run.add_argument(
+        "--grpc-token-listen",
+        metavar="HOST:PORT",
+        help="with --tls-* and --tokens: a second API listener, TLS without client certificates, "
+        "where clients authenticate with a bearer token",
+    )
+    run.add_argument("--tokens", help="YAML: identities -> SHA-256 of their bearer tokens (railyard certs token)")
+    run.add_argument(
         "--metrics-client-certs",
         action="store_true",
         help="with --tls-*: scrapers of /metrics must present a certificate from the CA",
@@ -77,10 +84,16 @@ def add_controller_parser(sub) -> None:
 
 
 def _tls_files(args):
-    from controller.runtime.daemon import ConfigError, TlsFiles
+    from controller.runtime.daemon import ConfigError, Listen, TlsFiles
 
     given = all_or_none(args, ("tls-cert", "tls-key", "tls-ca", "policy"), ConfigError)
-    return None if given is None else TlsFiles(*map(Path, given))
+    if given is None:
+        if args.tokens or args.grpc_token_listen:
+            raise ConfigError("tokens", "bearer tokens need TLS", "with --tls-cert, --tls-key, --tls-ca, --policy")
+        return None
+    token_listen = Listen.parse(args.grpc_token_listen, "grpc-token-listen") if args.grpc_token_listen else None
+    cert, key, ca, policy = map(Path, given)
+    return TlsFiles(cert, key, ca, policy, Path(args.tokens) if args.tokens else None, token_listen)
 
 
 def controller_run(args) -> int:

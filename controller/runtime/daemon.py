@@ -34,6 +34,7 @@ from controller.intent.store import SqliteIntentStore
 from controller.metrics import Metrics
 from controller.runtime.te_runner import TeRunner
 from controller.security.policy import load_policy
+from controller.security.tokens import load_tokens
 from controller.southbound.app import OpenFlowTls, start_openflow
 from controller.southbound.reconciler import Reconciler, ReconcileTrigger
 from controller.telemetry.ingest import TelemetryIngest
@@ -74,12 +75,23 @@ class Listen:
 class TlsFiles:
     """--tls-cert, --tls-key, --tls-ca and --policy: the API over mutual TLS
     with roles, OpenFlow over TLS (switch certificates chain to the CA), and
-    metrics over HTTPS (with client certificates if --metrics-client-certs)."""
+    metrics over HTTPS (with client certificates if --metrics-client-certs).
+    With --tokens and --grpc-token-listen, a second API listener for clients
+    that authenticate by bearer token instead of a certificate."""
 
     cert: Path
     key: Path
     ca: Path
     policy: Path
+    tokens: Path | None = None
+    token_listen: Listen | None = None
+
+    def __post_init__(self) -> None:
+        if (self.tokens is None) != (self.token_listen is None):
+            given, missing = ("tokens", "grpc-token-listen") if self.tokens else ("grpc-token-listen", "tokens")
+            raise ConfigError(
+                missing, f"missing: --{given} needs it", "both --tokens and --grpc-token-listen, or neither"
+            )
 
     def load(self) -> MutualTls:
         contents = {}
@@ -90,7 +102,14 @@ class TlsFiles:
                 raise ConfigError(flag, f"cannot read {path}: {exc.strerror}", "a readable PEM file") from None
             if b"-----BEGIN " not in contents[flag]:
                 raise ConfigError(flag, f"{path} is not PEM", "a PEM file (e.g. from `railyard certs init`)")
-        return MutualTls(contents["tls-cert"], contents["tls-key"], contents["tls-ca"], load_policy(self.policy))
+        return MutualTls(
+            contents["tls-cert"],
+            contents["tls-key"],
+            contents["tls-ca"],
+            load_policy(self.policy),
+            load_tokens(self.tokens) if self.tokens is not None else None,
+            str(self.token_listen) if self.token_listen is not None else None,
+        )
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,7 @@ class ControllerProcess:
         te: bool = True,
         extra_args: tuple[str, ...] = (),
         tls: ClientTls | None = None,
+        launcher: tuple[str, ...] = (),
     ) -> None:
         self.spec_path = spec_path
         self.store = store
@@ -81,10 +82,12 @@ class ControllerProcess:
         self.te = te
         self.extra_args = extra_args  # further `railyard controller run` options
         self.tls = tls  # what `client()` connects with, when the API is on mutual TLS
+        self.launcher = launcher  # a command that execs the daemon's (e.g. as another user)
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> ControllerProcess:
         args = [
+            *self.launcher,
             sys.executable,
             "-m",
             "controller.cli",

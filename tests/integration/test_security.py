@@ -15,17 +15,18 @@ from pathlib import Path
 import grpc
 import pytest
 
-from controller.api.client import Client
+from controller.api.client import Client, ClientTls
 from controller.api.gen.railyard.v1 import placement_pb2 as ppb
 from controller.api.gen.railyard.v1 import placement_pb2_grpc as ppb_grpc
 from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
-from controller.security import certs
+from controller.security import certs, tokens
 from emulation.processes.controller_process import free_port, total
 from emulation.processes.prometheus_local import LocalPrometheus
 from tests.integration.helpers import api_daemon, client_tls, mutual_tls_args
 
 POLICY = """identities:
   scheduler: scheduler
+  extender: scheduler
   agent: {role: agent, switches: [ryl0r0, ryl0r1]}
   operator: operator
 """
@@ -42,13 +43,25 @@ def pki(tmp_path_factory) -> Path:
     certs.write(certs.issue(ours, "scheduler", now=expired_at, days=1), directory, "expired-scheduler")
     certs.write(certs.issue(ours, "mallory"), directory, "mallory")  # our CA, but no role
     (directory / "policy.yaml").write_text(POLICY)
+    tokens.add_token(directory, "extender")  # a scheduler without a certificate
+    tokens.add_token(directory, "stranger")  # a known token, but no role
     return directory
 
 
 @pytest.fixture(scope="module")
-def daemon(pki, tmp_path_factory):
+def token_port() -> int:
+    """The daemon's second API listener: TLS without client certificates, bearer tokens."""
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def daemon(pki, token_port, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("secure")
-    args = (*mutual_tls_args(pki, pki / "policy.yaml"), "--audit-log", str(tmp / "audit.jsonl"))
+    args = (
+        *mutual_tls_args(pki, pki / "policy.yaml"),
+        *("--audit-log", str(tmp / "audit.jsonl")),
+        *("--tokens", str(pki / "tokens.yaml"), "--grpc-token-listen", f"127.0.0.1:{token_port}"),
+    )
     with api_daemon(tmp, *args, tls=client_tls(pki, "operator")) as ctl:
         yield ctl
 
@@ -132,6 +145,62 @@ def test_roles_refuse_what_they_do_not_allow_and_change_nothing(daemon, pki):
         for method in ("DrainSwitch", "PlaceJob", "ListJobs")
     }
     assert denied == {"DrainSwitch": 1, "PlaceJob": 2, "ListJobs": 1}
+
+
+def token_client(port: int, pki: Path, token: str | None = None, who: str = "extender") -> Client:
+    """A client of the token listener: TLS, no certificate, `who`'s bearer token (or `token`)."""
+    tls = ClientTls.with_token(pki / "ca.crt", pki / f"{who}.token")
+    if token is not None:
+        tls = ClientTls(tls.ca, token=token)
+    return Client(f"127.0.0.1:{port}", timeout_s=5, tls=tls)
+
+
+def test_a_bearer_token_on_the_token_listener_gets_its_identitys_role(daemon, pki, token_port):
+    with token_client(token_port, pki) as extender:
+        assert extender.place_job("by-token", 2, "ring").created
+        with pytest.raises(grpc.RpcError) as err:
+            extender.drain("switch", "rys0")
+        assert err.value.code() is grpc.StatusCode.PERMISSION_DENIED
+        assert "role scheduler may not call DrainSwitch (identity 'extender')" in (err.value.details() or "")
+        extender.release_job("by-token")
+    with token_client(token_port, pki, who="stranger") as stranger, pytest.raises(grpc.RpcError) as err:
+        stranger.list_jobs()
+    assert err.value.code() is grpc.StatusCode.PERMISSION_DENIED
+    assert "identity 'stranger' has no role" in (err.value.details() or "")
+
+
+def test_an_unknown_or_missing_token_is_unauthenticated_and_changes_nothing(daemon, pki, token_port):
+    with daemon.client() as operator:
+        _, revision = operator.list_jobs_at()
+    with token_client(token_port, pki, token="A" * 43) as forger, pytest.raises(grpc.RpcError) as err:
+        forger.place_job("forged", 2, "ring")
+    assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    assert "bearer token is not one the controller knows" in (err.value.details() or "")
+    bare = grpc.secure_channel(f"127.0.0.1:{token_port}", grpc.ssl_channel_credentials((pki / "ca.crt").read_bytes()))
+    with pytest.raises(grpc.RpcError) as err:
+        ppb_grpc.PlacementServiceStub(bare).ListJobs(ppb.ListJobsRequest(), timeout=5)
+    bare.close()
+    assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+    # A token is no way past the certificate on the mutual-TLS listener.
+    tls = ClientTls.with_token(pki / "ca.crt", pki / "extender.token")
+    with (
+        Client(f"127.0.0.1:{daemon.ports.grpc}", timeout_s=5, tls=tls) as cert_port,
+        pytest.raises(grpc.RpcError) as err,
+    ):
+        cert_port.list_jobs()
+    assert err.value.code() is grpc.StatusCode.UNAVAILABLE
+    with daemon.client() as operator:
+        assert operator.list_jobs_at() == ([], revision)
+
+
+def test_the_cli_authenticates_with_a_token_file(daemon, pki, token_port):
+    run = subprocess.run(
+        [sys.executable, "-m", "controller.cli", "jobs", "--json", "--target", f"127.0.0.1:{token_port}",
+         "--ca", str(pki / "ca.crt"), "--token", str(pki / "extender.token")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == []
 
 
 def hop(switch: str) -> tpb.TelemetryBatch:

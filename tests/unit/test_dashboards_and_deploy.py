@@ -4,10 +4,13 @@ and with the real promtool."""
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from controller.security.policy import load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARDS = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))
@@ -150,3 +153,45 @@ def test_promtool_accepts_the_tls_scrape_config(tmp_path):
     check = [PROMTOOL, "check", "config", "prometheus.yml"]
     result = subprocess.run(check, cwd=tmp_path, capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+CHECK_JSONSCHEMA = Path(sys.executable).parent / "check-jsonschema"
+
+
+def _compose_schema_check(path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(CHECK_JSONSCHEMA), "--builtin-schema", "vendor.compose-spec", str(path)], capture_output=True, text=True
+    )
+
+
+def test_the_compose_file_validates_against_the_compose_specification(tmp_path):
+    check = _compose_schema_check(ROOT / "deploy/docker-compose.yml")
+    assert check.returncode == 0, check.stdout + check.stderr
+    broken = yaml.safe_load((ROOT / "deploy/docker-compose.yml").read_text())
+    broken["services"]["controller"]["depends_on"]["pki"] = {"condition": "when-it-feels-like-it"}
+    (tmp_path / "compose.yml").write_text(yaml.safe_dump(broken))
+    assert _compose_schema_check(tmp_path / "compose.yml").returncode == 1  # the check can fail
+
+
+def test_every_deployment_puts_the_listeners_on_tls():
+    entrypoint = (ROOT / "deploy/Dockerfile").read_text().split("\nENTRYPOINT", 1)[1]
+    for flag in ("--tls-cert", "--tls-key", "--tls-ca", "--policy"):
+        assert flag in entrypoint
+    assert "--insecure" not in entrypoint
+    compose = yaml.safe_load((ROOT / "deploy/docker-compose.yml").read_text())["services"]
+    assert "controller-pki:/etc/railyard/pki:ro" in compose["controller"]["volumes"]
+    assert "ssl:127.0.0.1:6653" in compose["fabric"]["command"] and "--tls" in compose["fabric"]["command"]
+    assert "./prometheus/prometheus-tls.yml:/etc/prometheus/prometheus.yml:ro" in compose["prometheus"]["volumes"]
+    # Each party's volume holds its own key only; the CA's key stays in the pki step's.
+    assert not any("railyard-ca" in v for s in ("controller", "fabric", "prometheus") for v in compose[s]["volumes"])
+    docs = list(yaml.safe_load_all((ROOT / "deploy/k8s/controller.yaml").read_text()))
+    pod = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    assert {"name": "pki", "secret": {"secretName": "railyard-pki", "defaultMode": 0o440}} in pod["volumes"]
+    assert pod["containers"][0]["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    policy = next(d for d in docs if d["kind"] == "ConfigMap")["data"]["policy.yaml"]
+    assert yaml.safe_load(policy)["identities"]["scheduler"] == "scheduler"
+    scrape = yaml.safe_load(yaml.safe_load((ROOT / "deploy/k8s/prometheus.yaml").read_text())["data"]["prometheus.yml"])
+    assert scrape["scrape_configs"][0]["scheme"] == "https"
+    unit = (ROOT / "deploy/railyard.service").read_text()
+    assert "--tls-cert %d/server.crt" in unit and "LoadCredential=server.key:/etc/railyard/pki/server.key" in unit
+    load_policy(ROOT / "deploy/policy.yaml")  # the shipped policy is a valid one

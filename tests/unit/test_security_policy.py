@@ -7,9 +7,11 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from controller.runtime.daemon import ConfigError, DaemonConfig, Listen
+from controller.api.client import ClientTls
+from controller.runtime.daemon import ConfigError, DaemonConfig, Listen, TlsFiles
 from controller.security import certs
 from controller.security.policy import PLACEMENT, Policy, PolicyError, Role, policy_from_doc
+from controller.security.tokens import TokensError, add_token, load_tokens, read_token, tokens_from_doc
 
 
 def test_each_role_may_call_what_the_issue_gives_it_and_nothing_else():
@@ -92,3 +94,57 @@ def test_certs_init_makes_a_ca_and_certificates_that_chain_to_it(tmp_path):
     assert "localhost" in sans.get_values_for_type(x509.DNSName)
     with pytest.raises(FileExistsError):
         certs.init_dir(tmp_path)  # never silently replaced
+
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+@pytest.mark.parametrize(
+    ("doc", "field", "words"),
+    [
+        ({"identities": {}}, "tokens", "one key, tokens"),
+        ({"tokens": []}, "tokens", "non-empty mapping"),
+        ({"tokens": {"ext": "s3cret-token-in-the-clear"}}, "tokens.ext", "not the token itself"),
+        ({"tokens": {"ext": "sha256:" + "AB" * 32}}, "tokens.ext", "lowercase hex"),
+        ({"tokens": {"": DIGEST}}, "tokens", "is not an identity"),
+        ({"tokens": {"a": DIGEST, "b": DIGEST}}, "tokens", "share one token"),
+    ],
+)
+def test_a_bad_tokens_file_names_its_field(doc, field, words):
+    with pytest.raises(TokensError) as err:
+        tokens_from_doc(doc)
+    assert err.value.field == field and words in str(err.value)
+
+
+def test_a_token_names_its_identity_and_only_its_digest_is_kept(tmp_path):
+    path = add_token(tmp_path, "extender")
+    add_token(tmp_path, "script")
+    token = read_token(path)
+    assert path.stat().st_mode & 0o777 == 0o600
+    assert token not in (tmp_path / "tokens.yaml").read_text()  # the digest, not the secret
+    book = load_tokens(tmp_path / "tokens.yaml")
+    assert book.identity_of(token) == "extender"
+    assert book.identity_of(read_token(tmp_path / "script.token")) == "script"
+    assert book.identity_of(token[:-1] + ("A" if token[-1] != "A" else "B")) is None
+    with pytest.raises(TokensError, match="already has a token"):
+        add_token(tmp_path, "extender")
+    with pytest.raises(TokensError) as err:
+        add_token(tmp_path, "../escape")
+    assert err.value.field == "identity"
+
+
+@pytest.mark.parametrize("content", ["", "short", "has space inside the token", "x" * 513])
+def test_a_token_file_without_a_token_is_refused(tmp_path, content):
+    (tmp_path / "t").write_text(content)
+    with pytest.raises(TokensError, match="does not hold a token"):
+        read_token(tmp_path / "t")
+
+
+def test_tokens_need_their_listener_and_a_client_holds_one_identity(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        TlsFiles(tmp_path, tmp_path, tmp_path, tmp_path, tokens=tmp_path / "tokens.yaml")
+    assert err.value.field == "grpc-token-listen"
+    with pytest.raises(ValueError, match="certificate and its key, or a bearer token"):
+        ClientTls(b"ca", cert=b"c", key=b"k", token="t" * 20)
+    with pytest.raises(ValueError, match="certificate and its key, or a bearer token"):
+        ClientTls(b"ca")
