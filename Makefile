@@ -8,7 +8,7 @@ PYTHON_SYSTEM := /usr/bin/python3.11
 SEED ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-scenarios bench-scale bench-training bench-fabric bench-crossval observe fabric-down clean
+.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-scenarios bench-scale bench-training bench-fabric bench-crossval observe fabric-down clean
 
 setup: host venv
 
@@ -57,7 +57,7 @@ proto: venv
 controller: setup
 	$(VENV)/bin/railyard controller run --store $(CURDIR)/.state/intent.db
 
-bench: bench-calibrate bench-southbound bench-placement bench-scenarios bench-scale bench-training bench-crossval
+bench: bench-calibrate bench-southbound bench-placement bench-store bench-scenarios bench-scale bench-training bench-crossval
 
 bench-calibrate: setup
 	$(PY) -m bench.calibrate --out bench/results/calibration.json
@@ -67,6 +67,9 @@ bench-southbound: setup
 
 bench-placement: setup
 	$(PY) -m bench.placement --out bench/results/placement.json
+
+bench-store: setup
+	$(PY) -m bench.store --out bench/results/store.json
 
 bench-scenarios: setup
 	$(PY) -m bench.scenarios --scenario elephant --scenario incast --scenario training-mix --out bench/results/scenarios.json

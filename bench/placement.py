@@ -47,7 +47,7 @@ from controller.te.jobs import Drains, Job, JobRequest, Pattern
 from controller.te.load import LoadLedger, max_utilization
 from controller.te.paths import assign_hashed
 from controller.te.placement import FabricState, NoCapacity, available_servers, place
-from emulation.processes.controller_process import ControllerProcess, Ports
+from emulation.processes.controller_process import ControllerProcess, Ports, total
 
 SPEC = SPECS_DIR / "large.yaml"
 SIZES = (8, 16, 64, 128, 256, 512, 1024)
@@ -163,7 +163,9 @@ def run_core(fabric, stream: list[JobRequest], seed: int) -> dict:
     }
 
 
-def run_api(spec: Path, stream: list[JobRequest], seed: int, workdir: Path) -> dict:
+def run_api(spec: Path, stream: list[JobRequest], seed: int, workdir: Path, store: str | None = None) -> dict:
+    """The stream as PlaceJob/ReleaseJob calls to the real daemon, on its
+    SQLite store or on `store` (an etcd:// URL: a replica that must lead first)."""
     rng = random.Random(seed + 1)
     ctl = ControllerProcess(
         spec,
@@ -171,13 +173,18 @@ def run_api(spec: Path, stream: list[JobRequest], seed: int, workdir: Path) -> d
         Ports.pick(),
         workdir / "controller.log",
         3600,
-        extra_args=("--mutations-per-second", "100000"),  # measures placement, not the per-caller rate limit
+        # The rate limit is lifted: this measures placement, not the per-caller budget.
+        extra_args=("--mutations-per-second", "100000", *(("--store", store) if store else ())),
     ).start()
     latencies, placed = [], []
     by_size: dict[int, list[float]] = {}
     placed_s, refused_s = [], []
     try:
         ctl.wait_serving_api(60.0)
+        deadline = time.monotonic() + 30
+        while store and total(ctl.metrics(), "railyard_leader") != 1:  # elected: it takes mutations
+            assert time.monotonic() < deadline, "the replica was not elected"
+            time.sleep(0.1)
         with ctl.client() as client:
             for request in stream:
                 started = time.perf_counter()

@@ -68,6 +68,16 @@ class AlreadyExists(Conflict):
     """An object with that name exists and the request is not a retry of the one that made it."""
 
 
+class NotLeader(Exception):
+    """This replica does not lead: mutations go to the leader (FAILED_PRECONDITION,
+    the leader's address in the message and in the railyard-leader trailer)."""
+
+    def __init__(self, leader: str) -> None:
+        where = f"the leader is at {leader}" if leader else "no replica leads right now; retry shortly"
+        super().__init__(f"this controller replica does not lead, so it does not change intent: {where}")
+        self.leader = leader
+
+
 class HostError(RuntimeError):
     """The host cannot do this now (Open vSwitch not running, a namespace
     gone): said in one line by the CLI, never as a traceback."""

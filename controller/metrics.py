@@ -114,6 +114,30 @@ class Metrics:
             registry=r,
         )
         self.intent_objects = Gauge("railyard_intent_objects", "Objects in the intent store", ["kind"], registry=r)
+        self.leader = Gauge(
+            "railyard_leader",
+            "1 while this replica leads (reconciles, runs TE, takes mutations); 0 following",
+            registry=r,
+        )
+        self.leader_changes = Counter(
+            "railyard_leader_changes", "Times this replica became or stopped being the leader", registry=r
+        )
+        self.store_latency = Histogram(
+            "railyard_store_request_seconds",
+            "Intent store (etcd) requests: range, txn, lease",
+            ["op"],
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            registry=r,
+        )
+        self.store_errors = Counter(
+            "railyard_store_errors",
+            "Intent store (etcd) requests that no endpoint answered or etcd refused",
+            ["op"],
+            registry=r,
+        )
+        for op in ("range", "txn", "lease"):  # exported from the start, also by a lone controller
+            self.store_latency.labels(op)
+            self.store_errors.labels(op)
         self.api_requests = Counter(
             "railyard_api_requests", "gRPC requests by method and status code", ["method", "code"], registry=r
         )

@@ -73,19 +73,73 @@ class ClientTls:
         return grpc.composite_channel_credentials(channel, grpc.access_token_call_credentials(self.token))
 
 
+LEADER_METADATA_KEY = "railyard-leader"  # a follower's refusal names the leader in this trailer
+
+
+class _Following:
+    """A service's stub that follows the leader: a call a follower refuses
+    (FAILED_PRECONDITION with the leader's address) is sent again to the
+    leader, and one no replica answered (UNAVAILABLE) to the next target."""
+
+    def __init__(self, client: Client, stub: str) -> None:
+        self._client = client
+        self._stub = stub
+
+    def __getattr__(self, method: str):
+        def call(*args, **kwargs):
+            for _ in range(len(self._client.targets) + 1):
+                try:
+                    return getattr(getattr(self._client, self._stub), method)(*args, **kwargs)
+                except grpc.RpcError as exc:
+                    if not self._client._follow(exc):
+                        raise
+            return getattr(getattr(self._client, self._stub), method)(*args, **kwargs)
+
+        return call
+
+
 class Client:
+    """The API's client. `target` may list every replica (HOST:PORT,HOST:PORT):
+    mutations find the leader, reads are answered by whichever replica."""
+
     def __init__(
         self, target: str = DEFAULT_TARGET, timeout_s: float | None = DEFAULT_TIMEOUT_S, tls: ClientTls | None = None
     ) -> None:
-        if tls is None:
+        self.targets = [t.strip() for t in target.split(",") if t.strip()] or [target]
+        self.tls = tls
+        self.timeout = timeout_s
+        self.fabric = cast(fpb_grpc.FabricServiceStub, _Following(self, "_fabric"))
+        self.placement = cast(ppb_grpc.PlacementServiceStub, _Following(self, "_placement"))
+        self._connect(self.targets[0])
+
+    def _connect(self, target: str) -> None:
+        self.target = target
+        if self.tls is None:
             self.channel = grpc.insecure_channel(target)
         else:
-            self.channel = grpc.secure_channel(target, tls.credentials())
-        self.timeout = timeout_s
-        self.fabric = fpb_grpc.FabricServiceStub(self.channel)
-        self.placement = ppb_grpc.PlacementServiceStub(self.channel)
+            self.channel = grpc.secure_channel(target, self.tls.credentials())
+        self._fabric = fpb_grpc.FabricServiceStub(self.channel)
+        self._placement = ppb_grpc.PlacementServiceStub(self.channel)
         self.telemetry = tpb_grpc.TelemetryServiceStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
+
+    def _follow(self, exc: grpc.RpcError) -> bool:
+        """Moves to where `exc` says to try again; False if it says nothing of the sort."""
+        code = exc.code() if isinstance(exc, grpc.Call) else None
+        if code is grpc.StatusCode.FAILED_PRECONDITION:
+            trailers = dict(exc.trailing_metadata() or ()) if isinstance(exc, grpc.Call) else {}
+            leader = trailers.get(LEADER_METADATA_KEY)
+            if not isinstance(leader, str) or not leader or leader == self.target:
+                return False
+            target = leader
+        elif code is grpc.StatusCode.UNAVAILABLE and len(self.targets) > 1:
+            following = self.targets.index(self.target) + 1 if self.target in self.targets else 0
+            target = self.targets[following % len(self.targets)]
+        else:
+            return False
+        self.channel.close()
+        self._connect(target)
+        return True
 
     def close(self) -> None:
         self.channel.close()

@@ -10,15 +10,18 @@ import time
 import grpc
 
 from controller.api.audit import is_mutation
+from controller.api.client import LEADER_METADATA_KEY
 from controller.errors import (
     AlreadyExists,
     Conflict,
     FieldError,
     NotFound,
+    NotLeader,
     PermissionDenied,
     RateLimited,
     RevisionGone,
 )
+from controller.intent.etcd_store import StoreConflict, StoreUnavailable
 from controller.te.placement import NoCapacity
 from controller.telemetry.ingest import Overloaded
 
@@ -28,6 +31,9 @@ FIELD_METADATA_KEY = "railyard-field"
 
 _CODES = (
     (FieldError, grpc.StatusCode.INVALID_ARGUMENT),
+    (NotLeader, grpc.StatusCode.FAILED_PRECONDITION),
+    (StoreConflict, grpc.StatusCode.ABORTED),
+    (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (Conflict, grpc.StatusCode.FAILED_PRECONDITION),
@@ -64,6 +70,8 @@ def _abort(context, method: str, exc: BaseException) -> None:
     if isinstance(exc, DOMAIN_ERRORS):
         if isinstance(exc, FieldError):
             context.set_trailing_metadata(((FIELD_METADATA_KEY, exc.field[:200]),))
+        if isinstance(exc, NotLeader):
+            context.set_trailing_metadata(((LEADER_METADATA_KEY, exc.leader),))
         if isinstance(exc, RateLimited):  # gRPC's own retry hint, which its retry policies honour
             context.set_trailing_metadata((("grpc-retry-pushback-ms", str(int(exc.retry_after_s * 1000) + 1)),))
         context.abort(status_of(exc), _details(exc))

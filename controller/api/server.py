@@ -44,6 +44,8 @@ class RequestError(FieldError):
 # reconciled. Schedulers' and Kubernetes' readiness use the API's names; a
 # switch that is down does not stop placement from answering.
 FABRIC_HEALTH = "railyard.fabric"
+# SERVING on the replica that leads (takes mutations); NOT_SERVING on followers.
+LEADER_HEALTH = "railyard.leader"
 
 
 def _status(up: bool) -> int:
@@ -194,6 +196,9 @@ class ApiServer:
     def set_fabric_ready(self, ready: bool) -> None:
         """FABRIC_HEALTH: every switch of the fabric connected and reconciled."""
         self.health.set(FABRIC_HEALTH, _status(ready))
+
+    def set_leader(self, leading: bool) -> None:
+        self.health.set(LEADER_HEALTH, _status(leading))
 
     def start(self) -> None:
         self.server.start()

@@ -16,7 +16,21 @@ def add_controller_parser(sub) -> None:
     csub = ctl.add_subparsers(dest="controller_cmd", required=True)
     run = csub.add_parser("run", help="run the daemon (OpenFlow southbound, gRPC API, metrics) until SIGTERM")
     run.add_argument("--spec", help="fabric spec YAML (default: the shipped demo spec)")
-    run.add_argument("--store", default=DEFAULT_STORE, help=f"SQLite intent store (default {DEFAULT_STORE})")
+    run.add_argument(
+        "--store",
+        default=DEFAULT_STORE,
+        help=f"intent store: a SQLite file (default {DEFAULT_STORE}), or etcd://HOST:PORT[,HOST:PORT...]/PREFIX "
+        "for replicas that elect a leader",
+    )
+    run.add_argument(
+        "--advertise",
+        metavar="HOST:PORT",
+        help="with etcd: the address clients reach this replica's API at (followers name the leader by it; "
+        "default --grpc-listen)",
+    )
+    run.add_argument("--etcd-ca", help="CA etcd's certificate chains to (https to etcd; with --etcd-cert/--etcd-key)")
+    run.add_argument("--etcd-cert", help="this controller's client certificate for etcd (PEM)")
+    run.add_argument("--etcd-key", help="its private key (PEM)")
     run.add_argument("--openflow-listen", default="127.0.0.1:6653", help="OpenFlow listener HOST:PORT")
     run.add_argument("--grpc-listen", default=DEFAULT_TARGET, help="gRPC API HOST:PORT")
     run.add_argument("--metrics-listen", default="127.0.0.1:9302", help="Prometheus /metrics HOST:PORT")
@@ -96,11 +110,29 @@ def _tls_files(args):
     return TlsFiles(cert, key, ca, policy, Path(args.tokens) if args.tokens else None, token_listen)
 
 
+def _etcd_tls(args):
+    from controller.intent.etcd_store import EtcdTls
+    from controller.runtime.daemon import ConfigError
+
+    if not args.etcd_ca:
+        if args.etcd_cert or args.etcd_key:
+            raise ConfigError("etcd-ca", "missing", "--etcd-cert and --etcd-key go with --etcd-ca")
+        return None
+    if not args.store.startswith("etcd://"):
+        raise ConfigError("etcd-ca", "given without an etcd store", "--store etcd://HOST:PORT/PREFIX")
+    if bool(args.etcd_cert) != bool(args.etcd_key):
+        raise ConfigError("etcd-cert" if not args.etcd_cert else "etcd-key", "missing", "both, or neither")
+    return EtcdTls(args.etcd_ca, args.etcd_cert, args.etcd_key)
+
+
 def controller_run(args) -> int:
+    from controller.intent.etcd_store import EtcdUrl
     from controller.runtime.daemon import DaemonConfig, Listen, run
 
     config = DaemonConfig(
-        store=Path(args.store),
+        store=EtcdUrl.parse(args.store) if args.store.startswith("etcd://") else Path(args.store),
+        advertise=str(Listen.parse(args.advertise, "advertise")) if args.advertise else None,
+        etcd_tls=_etcd_tls(args),
         openflow=Listen.parse(args.openflow_listen, "openflow-listen"),
         grpc=Listen.parse(args.grpc_listen, "grpc-listen"),
         metrics=Listen.parse(args.metrics_listen, "metrics-listen"),

@@ -27,7 +27,7 @@ from controller.intent.retries import (
     retired_from_doc,
     retired_to_doc,
 )
-from controller.intent.store import Change, IntentStore
+from controller.intent.store import Change, IntentStore, StoreError
 from controller.metrics import Metrics
 from controller.te.capacity import FreeCapacity, Usage, free_capacity
 from controller.te.jobs import Drains, Job, JobRequest, job_from_doc, job_to_doc, validate_request
@@ -114,8 +114,15 @@ class IntentService:
         live_load: Callable[[], Mapping[Endpoint, float]] = dict,
         clock: Callable[[], float] = time.time,
         watch_history: int = WATCH_HISTORY,
+        gate: Callable[[], None] = lambda: None,
     ) -> None:
         self.fabric = fabric
+        # Raises NotLeader where this replica may not change intent (ha.py);
+        # a lone controller always may.
+        self.gate = gate
+        # The store may hold a change this replica has not loaded (a write
+        # whose outcome is unknown, another writer): reload before the next.
+        self._stale = False
         self._store = store
         self._metrics = metrics
         self._live_load = live_load
@@ -210,7 +217,7 @@ class IntentService:
     def pin_flow(self, pin: FlowPin) -> FlowPin:
         """Creates or moves a pin. Re-sending an identical pin changes nothing."""
         with self._lock:
-            current = self._intent
+            current = self._writable()
             validate_pin(self.fabric, current, pin)
             if current.pins.get(pin.name) == pin:
                 return pin
@@ -222,7 +229,7 @@ class IntentService:
 
     def unpin(self, name: str) -> FlowPin:
         with self._lock:
-            current = self._intent
+            current = self._writable()
             new = current.without_pin(name)  # raises NotFound
             self._commit(new, Change(puts={}, deletes=frozenset({("pin", name)})))
         log.info("unpin %s (revision %d)", name, new.revision)
@@ -240,7 +247,7 @@ class IntentService:
         a reply that would not fit the message limit)."""
         validate_request(self.fabric, request)
         with self._lock:
-            current = self._intent
+            current = self._writable()
             existing = current.jobs.get(request.job_id)
             if existing is not None:
                 if request.request_id and existing.request.request_id == request.request_id:
@@ -295,7 +302,7 @@ class IntentService:
         """Releases the job; its retry key, if it had one, is kept (retries.py).
         `admit` sees the job before the release is committed, and may refuse it."""
         with self._lock:
-            current = self._intent
+            current = self._writable()
             new = current.without_job(job_id)  # raises NotFound
             job = current.jobs[job_id]
             if admit is not None:
@@ -321,7 +328,7 @@ class IntentService:
         """Drains or undrains a switch or link; returns its canonical name and
         the jobs whose flows moved off it."""
         with self._lock:
-            current = self._intent
+            current = self._writable()
             if kind == "switch":
                 canonical = resolve_switch(self.fabric, name)
                 members = current.drains.switches
@@ -353,10 +360,49 @@ class IntentService:
         return canonical, list(moved.values())
 
     # --- plumbing -----------------------------------------------------------
+    def _writable(self) -> Intent:
+        """The intent to change (under the lock): raises NotLeader where this
+        replica may not change it, and reloads first if the store may hold more."""
+        self.gate()
+        if self._stale:
+            self._reload()
+        return self._intent
+
     def _commit(self, new: Intent, change: Change) -> None:
-        """Persist, then publish: a failed write leaves the snapshot as it was."""
-        self._store.apply(change, new.revision)
+        """Persist, then publish: a failed write leaves the snapshot as it was,
+        and the next change reloads first, in case the store has it anyway."""
+        try:
+            self._store.apply(change, new.revision)
+        except StoreError:
+            self._stale = True
+            raise
         self._intent = new
+
+    def resync(self) -> None:
+        """Reload intent from the store, which another replica (the leader)
+        changed, and tell listeners the job events between the two, so a
+        follower's WatchJobs streams what the leader's does."""
+        with self._lock:
+            old = self._intent
+            self._reload()
+            new = self._intent
+        events = [
+            JobEvent(JobEventKind.RELEASED, job, new.revision) for jid, job in old.jobs.items() if jid not in new.jobs
+        ]
+        for jid, job in new.jobs.items():
+            before = old.jobs.get(jid)
+            if before is None:
+                events.append(JobEvent(JobEventKind.PLACED, job, new.revision))
+            elif before != job:
+                events.append(JobEvent(JobEventKind.MOVED, job, new.revision))
+        if new.revision != old.revision:
+            self._changed(new, events)
+
+    def _reload(self) -> None:
+        self._intent, self._retired = intent_from_store(self.fabric, self._store, self._metrics)
+        self._ledger = LoadLedger(self.fabric, self._intent.jobs.values())
+        self._usage = Usage.of(self._intent.jobs.values())
+        self._stale = False
 
     def _changed(self, intent: Intent, events: list[JobEvent]) -> None:
         allocated = [e.job for e in events if e.kind in (JobEventKind.PLACED, JobEventKind.RELEASED)]

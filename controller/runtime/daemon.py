@@ -29,9 +29,11 @@ from controller.api.limits import MUTATIONS_PER_S, TELEMETRY_RECORDS_PER_S
 from controller.api.server import MAX_MESSAGE_BYTES, ApiServer, MutualTls
 from controller.errors import FieldError
 from controller.fabric import Fabric
+from controller.intent.etcd_store import EtcdIntentStore, EtcdKv, EtcdTls, EtcdUrl
 from controller.intent.service import WATCH_HISTORY, IntentService
-from controller.intent.store import SqliteIntentStore
+from controller.intent.store import IntentStore, SqliteIntentStore
 from controller.metrics import Metrics
+from controller.runtime.ha import Replication
 from controller.runtime.te_runner import TeRunner
 from controller.security.policy import load_policy
 from controller.security.tokens import load_tokens
@@ -114,7 +116,7 @@ class TlsFiles:
 
 @dataclass(frozen=True)
 class DaemonConfig:
-    store: Path
+    store: Path | EtcdUrl  # SQLite (one controller) or etcd (replicas, leader election)
     openflow: Listen
     grpc: Listen
     metrics: Listen
@@ -130,6 +132,8 @@ class DaemonConfig:
     metrics_client_certs: bool = False  # with tls: scrapers present a certificate from the CA
     mutations_per_s: float = MUTATIONS_PER_S  # per caller
     telemetry_records_per_s: float = TELEMETRY_RECORDS_PER_S  # per stream
+    advertise: str | None = None  # with etcd: where clients reach this replica's API (default --grpc-listen)
+    etcd_tls: EtcdTls | None = None
 
     def __post_init__(self) -> None:
         if not 0.1 <= self.mutations_per_s <= 100_000:
@@ -175,7 +179,13 @@ class Daemon:
         # hundreds of thousands of objects) off the API's latency tail.
         gc.freeze()
         self.metrics = Metrics(sorted(fabric.switches))
-        self.store = SqliteIntentStore(config.store)
+        self.store: IntentStore
+        if isinstance(config.store, EtcdUrl):
+            kv = EtcdKv(config.store, config.etcd_tls, observe=self._observe_store)
+            self.store = etcd = EtcdIntentStore(kv)
+        else:
+            etcd = None
+            self.store = SqliteIntentStore(config.store)
         self.ingest = TelemetryIngest(self.metrics)
         self.metrics.watch_links(fabric, self.ingest.fresh_ports)
         self.intent = IntentService(
@@ -213,6 +223,13 @@ class Daemon:
             mutations_per_s=config.mutations_per_s,
             telemetry_records_per_s=config.telemetry_records_per_s,
         )
+        self.replication: Replication | None = None
+        if etcd is None:
+            self.metrics.leader.set(1)  # a lone controller leads
+            self.api.set_leader(True)
+        else:
+            address = config.advertise or str(config.grpc)
+            self.replication = Replication(etcd, address, self.intent, self.reconciler, self.te, self.metrics, self.api)
         if config.insecure:
             for name, listen in (("gRPC", config.grpc), ("OpenFlow", config.openflow), ("metrics", config.metrics)):
                 if not listen.loopback and config.tls is None:
@@ -240,6 +257,8 @@ class Daemon:
         openflow_tls = OpenFlowTls(tls.key, tls.cert, tls.ca) if tls is not None else None
         self._apps = start_openflow(self.reconciler, self.config.openflow.host, self.config.openflow.port, openflow_tls)
         self.api.start()
+        if self.replication is not None:
+            self.replication.start()
         # The API is ready now: intent was loaded when the daemon was built.
         # The fabric's own health name waits until every switch holds its entries.
         self.api.set_serving(True)
@@ -254,6 +273,11 @@ class Daemon:
             self.config.grpc,
             self.config.metrics,
         )
+
+    def _observe_store(self, op: str, seconds: float, ok: bool) -> None:
+        self.metrics.store_latency.labels(op).observe(seconds)
+        if not ok:
+            self.metrics.store_errors.labels(op).inc()
 
     def _fabric_ready(self) -> None:
         while not self._stop.is_set():
@@ -272,6 +296,8 @@ class Daemon:
         """Graceful stop. Switch tables are left as they are: fail_mode=secure
         keeps them forwarding, and the next controller finds them correct."""
         log.info("railyard controller: shutting down")
+        if self.replication is not None:
+            self.replication.stop()  # resigns: another replica leads without waiting out the lease
         self.api.stop(grace_s=2)
         self.te.stop()
         self.reconciler.stop()

@@ -56,6 +56,7 @@ class TeRunner:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._on_change: Callable[[], None] = lambda: None
+        self._leading = True  # a lone controller leads; with replicas, ha.py says
 
     def on_change(self, callback: Callable[[], None]) -> None:
         self._on_change = callback
@@ -95,6 +96,17 @@ class TeRunner:
         for _, decided in done:
             self.metrics.te_reaction.observe(max(now - decided, 0.0))
 
+    def lead(self, leading: bool) -> None:
+        """With replicas: only the leader runs TE. A new leader starts from no
+        moves and adopts what the switches hold (the old leader's moves), so a
+        takeover changes no path by itself."""
+        with self._lock:
+            self._leading = leading
+            if leading:
+                self._state = TeState()
+                self._pending = []
+                self._generation += 1
+
     def start(self) -> None:
         if self.enabled:
             threading.Thread(target=self._run, name="te", daemon=True).start()
@@ -118,6 +130,8 @@ class TeRunner:
                 self.metrics.errors.labels("te", "cycle_failed").inc()
 
     def cycle(self) -> None:
+        if not self._leading:
+            return  # a follower: the leader moves the elephants
         now = self.clock()
         view_flows, view_ports = self.ingest.snapshot()
         with self._lock:

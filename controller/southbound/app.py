@@ -75,6 +75,7 @@ class RailyardApp(app_manager.OSKenApp):
             ofp_event.EventONFBundleCtrlMsg,
             ofp_event.EventOFPBarrierReply,
             ofp_event.EventOFPEchoReply,  # ours only (by xid); os-ken answers and tracks its own
+            ofp_event.EventOFPRoleReply,
         ],
         MAIN_DISPATCHER,
     )

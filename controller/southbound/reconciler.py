@@ -63,6 +63,7 @@ class ReconcileTrigger(StrEnum):
     """Why a pass runs; in order of precedence when one pass serves several
     (see `_coalesce`). The value is the metric label."""
 
+    ROLE = "role"  # this replica became the leader (HA): every table is read and adopted
     CONNECT = "connect"  # a switch (re)connected
     INTENT = "intent"  # intent changed (pins, jobs, drains)
     TE = "te"  # adaptive TE moved elephants or meters
@@ -131,6 +132,11 @@ class Reconciler:
         for phase in ("dump", "plan", "commit"):
             metrics.reconcile_phase.labels(phase)
         self.te: TePlanner | None = None  # the TE runner, when adaptive TE is on (set by the daemon)
+        # With replicas (ha.py): (leading, generation). A leader claims every
+        # switch as MASTER with the election's generation before it reads or
+        # writes; a follower is SLAVE and sends nothing else. None: the only
+        # controller, which needs no role (EQUAL).
+        self._role: tuple[bool, int] | None = None
         for name in fabric.switches:
             for kind in SWITCH_ERROR_REASONS:
                 metrics.switch_errors.labels(name, kind)
@@ -220,6 +226,23 @@ class Reconciler:
         """Asks for a whole-fabric pass (e.g. TE moved elephants)."""
         self._triggers.put(Trigger(reason))
 
+    def set_role(self, leading: bool, generation: int) -> None:
+        """This replica leads (MASTER) or follows (SLAVE) under the election's
+        generation. A new leader reads every table again (the old leader
+        changed them) and adopts the TE moves on them: a takeover with
+        nothing to change sends no flow-mod."""
+        with self._lock:
+            was_leading = self._role is not None and self._role[0]
+            self._role = (leading, generation)
+        if leading and not was_leading:
+            self._triggers.put(Trigger(ReconcileTrigger.ROLE))
+        else:
+            self.request(ReconcileTrigger.ROLE)
+
+    @property
+    def leading(self) -> bool:
+        return self._role is None or self._role[0]
+
     def stop(self) -> None:
         self._triggers.put(_STOP)
         if self._thread:
@@ -270,6 +293,17 @@ class Reconciler:
         started = time.perf_counter()
         with self._lock:
             sessions = {n: s for n, s in self._sessions.items() if scope is None or n in scope}
+            role = self._role
+        if role is not None:
+            leading, generation = role
+            if not leading:
+                # A follower claims SLAVE once it knows the leader's generation
+                # (a switch refuses an older one); the leader programs the switches.
+                if generation:
+                    self._claim(sessions, role)
+                return True
+            sessions = self._claim(sessions, role)
+        with self._lock:
             fresh = set(sessions) - self._synced.keys()
         ok = self._read_tables(reason, sessions)
         for name in fresh & self._tables.keys():
@@ -334,6 +368,34 @@ class Reconciler:
         self._report_programmed(intent, synced)
         self._log_changes(reason, deltas, meter_deltas, elapsed)
         return ok
+
+    def _claim(self, sessions: dict[str, SwitchSession], role: tuple[bool, int]) -> dict[str, SwitchSession]:
+        """Asks each switch not yet in `role` for it; the sessions that hold it.
+        A switch that refuses (a newer generation claimed it: this replica is
+        deposed and has not heard yet) is left alone."""
+        leading, generation = role
+        exchanges = {}
+        for name, session in sessions.items():
+            if session.role != role:
+                try:
+                    exchanges[name] = session.start_role(leading, generation)
+                except SwitchError as exc:
+                    self._failed(name, exc, "role")
+        held = {n: s for n, s in sessions.items() if s.role == role}
+        for name, exchange in exchanges.items():
+            try:
+                exchange.result()
+            except SwitchError as exc:
+                self._failed(name, exc, "role")
+                continue
+            sessions[name].role = role
+            held[name] = sessions[name]
+            if leading:
+                # Another replica led since this one last read the table: read it again.
+                self._tables.pop(name, None)
+                with self._lock:
+                    self._synced.pop(name, None)
+        return held
 
     def _intent_changed(self, _intent: Intent, events: list[JobEvent]) -> None:
         if not events or any(e.kind is not JobEventKind.PROGRAMMED for e in events):

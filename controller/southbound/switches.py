@@ -163,6 +163,7 @@ class SwitchSession:
         self.datapath = datapath
         self.calls = calls
         self.timeout_s = timeout_s
+        self.role: tuple[bool, int] | None = None  # (MASTER?, generation) the switch granted this connection
 
     @property
     def dpid(self) -> int:
@@ -217,6 +218,14 @@ class SwitchSession:
         (SwitchTimeout, SwitchDisconnected) if it does not."""
         echo = self._stamped(parser.OFPEchoRequest(self.datapath, data=b"railyard"))
         self._exchange([echo], "echo", lambda reply: isinstance(reply, parser.OFPEchoReply)).result()
+
+    def start_role(self, master: bool, generation: int) -> Exchange:
+        """Claims this connection's role: MASTER (the one controller whose
+        changes the switch takes) or SLAVE. The switch refuses a generation
+        older than one it has seen (OFPRRFC_STALE): a deposed leader's claim."""
+        role = ofp.OFPCR_ROLE_MASTER if master else ofp.OFPCR_ROLE_SLAVE
+        request = self._stamped(parser.OFPRoleRequest(self.datapath, role, generation))
+        return self._exchange([request], "role request", lambda reply: isinstance(reply, parser.OFPRoleReply))
 
     def start_overlay_dump(self) -> Dump:
         return self.start_dump(ofcodec.overlay_dump_request(self.datapath), "overlay dump")

@@ -20,8 +20,10 @@ Rates are reported in the model's real units (a 50 Mb/s emulated link of a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import queue
 import re
 import subprocess
 import threading
@@ -41,6 +43,7 @@ from controller.fabric import addressing as ad
 log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 0.1
+QUEUED_BATCHES = 50  # per target: 5 s of batches at the default interval
 SYS_NET = Path("/sys/class/net")
 PROTOCOLS = {"tcp": common_pb2.PROTOCOL_TCP, "udp": common_pb2.PROTOCOL_UDP}
 
@@ -273,44 +276,71 @@ class TelemetryCollector:
 
 
 class TelemetryAgent:
-    """Streams telemetry to the controller until stopped; reconnects with backoff."""
+    """Streams telemetry to the controller until stopped; reconnects with
+    backoff. `target` may list every replica (HOST:PORT,HOST:PORT): each gets
+    every batch, so whichever leads sees the fabric (controller/runtime/ha.py)."""
 
     def __init__(self, fabric: Fabric, target: str, interval_s: float = DEFAULT_INTERVAL_S) -> None:
         self.collector = TelemetryCollector(fabric, FabricSampler(fabric))
-        self.target = target
+        self.targets = [t.strip() for t in target.split(",") if t.strip()]
         self.interval_s = interval_s
         self.stop_event = threading.Event()
         self.sent_batches = 0
+        # One queue per target: a slow or absent replica does not hold back the others.
+        self._queues: dict[str, queue.Queue[tpb.TelemetryBatch]] = {
+            t: queue.Queue(maxsize=QUEUED_BATCHES) for t in self.targets
+        }
+        self._threads: list[threading.Thread] = []
 
-    def _batches(self) -> Iterator[tpb.TelemetryBatch]:
+    def _collect(self) -> None:
         next_tick = time.monotonic()
         while not self.stop_event.is_set():
             batch = self.collector.batch(time.time())
             if batch.hops or batch.flows:
                 self.sent_batches += 1
-                yield batch
+                for pending in self._queues.values():
+                    with contextlib.suppress(queue.Full):  # that replica is away: it gets the newer ones
+                        pending.put_nowait(batch)
             next_tick += self.interval_s
             self.stop_event.wait(max(0.0, next_tick - time.monotonic()))
 
-    def run(self) -> None:
+    def _batches(self, target: str) -> Iterator[tpb.TelemetryBatch]:
+        pending = self._queues[target]
+        while not self.stop_event.is_set():
+            try:
+                yield pending.get(timeout=self.interval_s)
+            except queue.Empty:
+                continue
+
+    def _stream(self, target: str) -> None:
         backoff = 0.5
         while not self.stop_event.is_set():
             try:
-                with Client(self.target, timeout_s=None) as client:
-                    client.telemetry.ReportTelemetry(self._batches())
+                with Client(target, timeout_s=None) as client:
+                    client.telemetry.ReportTelemetry(self._batches(target))
                 backoff = 0.5
             except grpc.RpcError as exc:
                 log.warning(
-                    "telemetry stream ended: %s %s; retrying in %.1f s", exc.code().name, exc.details(), backoff
+                    "telemetry stream to %s ended: %s %s; retrying in %.1f s",
+                    target,
+                    exc.code().name,
+                    exc.details(),
+                    backoff,
                 )
                 self.stop_event.wait(backoff)
                 backoff = min(backoff * 2, 5.0)
 
     def start(self) -> TelemetryAgent:
-        self._thread = threading.Thread(target=self.run, name="telemetry-agent", daemon=True)
-        self._thread.start()
+        self._threads = [threading.Thread(target=self._collect, name="telemetry-agent", daemon=True)]
+        self._threads += [
+            threading.Thread(target=self._stream, args=(t,), name=f"telemetry-to-{t}", daemon=True)
+            for t in self.targets
+        ]
+        for thread in self._threads:
+            thread.start()
         return self
 
     def stop(self) -> None:
         self.stop_event.set()
-        self._thread.join(timeout=5)
+        for thread in self._threads:
+            thread.join(timeout=5)

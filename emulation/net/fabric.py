@@ -79,8 +79,11 @@ class EmulatedFabric:
         # With `tls_dir` (from `railyard certs init`), the switches connect over
         # TLS with its switch certificate: an ssl: target, and OVS's SSL set.
         self.tls_dir = tls_dir.resolve() if tls_dir is not None else None
-        if self.tls_dir is not None and self.controller.startswith("tcp:"):
-            self.controller = "ssl:" + self.controller[len("tcp:") :]
+        # A comma-separated list: every switch connects to each (controller replicas).
+        if self.tls_dir is not None:
+            self.controller = ",".join(
+                "ssl:" + t[len("tcp:") :] if t.startswith("tcp:") else t for t in self.controller.split(",")
+            )
         self.state_file = state_path(fabric.spec.name, state_dir)
         self.net = None
         self.host_pids: dict[str, int] = {}
@@ -157,9 +160,10 @@ class EmulatedFabric:
     # --- steps -------------------------------------------------------------
     def _build(self) -> None:
         Mininet, RemoteController, RailyardSwitch = _mininet()
-        proto, ip, port = self.controller.split(":")
         net = Mininet(topo=None, build=False, controller=None, autoSetMacs=False, waitConnected=False)
-        net.addController(RemoteController("c0", ip=ip, port=int(port), protocol=proto))
+        for index, target in enumerate(self.controller.split(",")):
+            proto, ip, port = target.split(":")
+            net.addController(RemoteController(f"c{index}", ip=ip, port=int(port), protocol=proto))
         nodes = {}
         for switch in self.fabric.switches.values():
             nodes[switch.name] = net.addSwitch(

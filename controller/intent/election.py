@@ -1,0 +1,137 @@
+"""Leader election on an etcd lease: one replica leads, the others follow.
+
+A replica leads while P/leader holds its address on a lease it keeps alive.
+The key's creation revision is the leadership's generation: it grows with
+every election, so it fences both the store (a deposed leader's writes are
+refused, etcd_store.py) and the switches (OpenFlow role requests carry it,
+and a switch refuses a smaller one).
+
+A leader that cannot renew its lease steps down by itself once 3/4 of the
+TTL has passed since its last renewal: before etcd can expire the lease and
+let another replica in, so two replicas never both believe they lead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from controller.intent.etcd_store import EtcdKv, compare_create, put_op, unb64
+from controller.intent.store import StoreError
+
+log = logging.getLogger(__name__)
+
+LEASE_TTL_S = 2  # etcd's lease TTLs are whole seconds
+POLL_S = 0.1
+
+
+@dataclass(frozen=True)
+class Leadership:
+    leader: str  # the leading replica's address ("" when none)
+    generation: int  # creation revision of the leader key (0 when none)
+    ours: bool
+
+
+class Election:
+    def __init__(
+        self,
+        kv: EtcdKv,
+        address: str,
+        on_change: Callable[[Leadership], None],
+        ttl_s: int = LEASE_TTL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kv = kv
+        self.key = f"{kv.url.prefix}/leader"
+        self.address = address
+        self.on_change = on_change
+        self.ttl_s = ttl_s
+        self.clock = clock
+        self.state = Leadership("", 0, False)
+        self._lease = 0
+        self._renewed_at = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="election", daemon=True)
+        self._thread.start()
+
+    def stop(self, resign: bool = True) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if resign and self.state.ours and self._lease:
+            with contextlib.suppress(StoreError):
+                self.kv.revoke(self._lease)  # the others need not wait out the TTL
+
+    def resign(self, why: str) -> None:
+        """Gives up the leadership now (e.g. a new leader that cannot read the intent)."""
+        lease = self._lease
+        self._step_down(why)
+        if lease:
+            with contextlib.suppress(StoreError):
+                self.kv.revoke(lease)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.step()
+            except StoreError as exc:
+                log.warning("election: %s", exc)
+            self._stop.wait(POLL_S)
+
+    def step(self) -> None:
+        """One round: renew our lease, or see who leads and stand if nobody does."""
+        if self.state.ours:
+            self._renew()
+            return
+        current = self.kv.get(self.key)
+        if current is None:
+            self._stand()
+            return
+        seen = Leadership(unb64(current["value"]).decode(), int(current["create_revision"]), False)
+        if seen != self.state:
+            self._set(seen)
+
+    def _stand(self) -> None:
+        lease = self.kv.grant(self.ttl_s)
+        granted_at = self.clock()
+        won, reply = self.kv.txn([compare_create(self.key, 0)], [put_op(self.key, self.address, lease)])
+        if not won:
+            self.kv.revoke(lease)
+            return
+        self._lease, self._renewed_at = lease, granted_at
+        generation = int(reply["header"]["revision"])  # the txn created the key: its creation revision
+        log.info("election: %s leads (generation %d)", self.address, generation)
+        self._set(Leadership(self.address, generation, True))
+
+    def _renew(self) -> None:
+        if self.clock() - self._renewed_at >= self.ttl_s / 4:
+            attempt = self.clock()
+            try:
+                alive = self.kv.keepalive(self._lease) > 0
+            except StoreError as exc:
+                log.warning("election: cannot renew the lease: %s", exc)
+                alive = True  # not known to be gone: the deadline below decides
+            else:
+                if alive:
+                    self._renewed_at = attempt
+            if not alive:
+                self._step_down("its lease expired")
+                return
+        if self.clock() - self._renewed_at >= self.ttl_s * 0.75:
+            self._step_down(f"no lease renewal for {self.clock() - self._renewed_at:.1f} s")
+
+    def _step_down(self, why: str) -> None:
+        log.warning("election: %s steps down: %s", self.address, why)
+        self._lease = 0
+        self._set(Leadership("", 0, False))
+
+    def _set(self, state: Leadership) -> None:
+        self.state = state
+        self.on_change(state)

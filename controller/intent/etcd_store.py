@@ -1,0 +1,252 @@
+"""The intent store on etcd: what replicas of the controller share.
+
+Keys under one prefix P:
+    P/intent/<kind>/<name>   a record's JSON document
+    P/revision               the intent revision (a decimal)
+    P/leader                 the elected replica's address, on its lease (election.py)
+
+Every change is one etcd transaction guarded twice: by the modification
+revision of P/revision this store last read or wrote (compare-and-swap: of
+two writers that read the same intent, exactly one wins), and, with a
+fence, by the creation revision of P/leader (only the current leader's
+writes land: a deposed leader's are refused even if it has not noticed).
+
+The client is etcd3gw, over etcd's gRPC gateway (HTTP/JSON): maintained by
+OpenStack, pure Python, and no second protobuf runtime next to grpcio's. It
+talks to one member, so `EtcdKv` moves on to the next endpoint when one
+does not answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import re
+import threading
+import time
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from controller.errors import FieldError
+from controller.intent.store import Change, Snapshot, StoreError
+
+with warnings.catch_warnings():
+    # futurist (an etcd3gw dependency) imports eventlet when it is installed
+    # (os-ken's), which warns that it is deprecated: not ours to act on.
+    warnings.simplefilter("ignore")
+    import etcd3gw
+    from etcd3gw import exceptions as etcd_errors
+
+log = logging.getLogger(__name__)
+
+REQUEST_TIMEOUT_S = 2.0
+
+
+class StoreUrlError(FieldError):
+    context = "store"
+
+
+class StoreUnavailable(StoreError):
+    """No etcd member answered: the change may or may not have landed (UNAVAILABLE)."""
+
+
+class StoreConflict(StoreError):
+    """The store moved under this writer (another writer, or leadership lost): nothing was written."""
+
+
+@dataclass(frozen=True)
+class EtcdTls:
+    ca: str
+    cert: str | None = None
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class EtcdUrl:
+    endpoints: tuple[tuple[str, int], ...]
+    prefix: str
+
+    @classmethod
+    def parse(cls, text: str) -> EtcdUrl:
+        """etcd://HOST:PORT[,HOST:PORT...]/PREFIX"""
+        allowed = "etcd://HOST:PORT[,HOST:PORT...]/PREFIX, e.g. etcd://127.0.0.1:2379/railyard"
+        if not text.startswith("etcd://"):
+            raise StoreUrlError("store", f"{text[:80]!r} is not an etcd URL", allowed)
+        hosts, _, prefix = text.removeprefix("etcd://").partition("/")
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", prefix):
+            raise StoreUrlError("store", f"prefix {prefix[:80]!r}", "1-64 characters of A-Z a-z 0-9 - _ in " + allowed)
+        endpoints = []
+        for hostport in hosts.split(","):
+            host, _, port = hostport.rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise StoreUrlError("store", f"endpoint {hostport[:80]!r} is not HOST:PORT", allowed)
+            endpoints.append((host.strip("[]"), int(port)))
+        return cls(tuple(endpoints), prefix)
+
+
+def b64(data: str | bytes) -> str:
+    return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
+
+
+def unb64(text: str) -> bytes:
+    return base64.b64decode(text)
+
+
+def _prefix_end(prefix: str) -> str:
+    raw = prefix.encode()
+    return b64(raw[:-1] + bytes([raw[-1] + 1]))
+
+
+Observe = Callable[[str, float, bool], None]  # (operation, seconds, ok)
+
+
+class EtcdKv:
+    """etcd's KV and lease calls over its gateway, on whichever endpoint answers."""
+
+    def __init__(self, url: EtcdUrl, tls: EtcdTls | None = None, observe: Observe | None = None) -> None:
+        self.url = url
+        protocol = "https" if tls is not None else "http"
+        self._clients = [
+            etcd3gw.Etcd3Client(
+                host=host,
+                port=port,
+                protocol=protocol,
+                ca_cert=tls.ca if tls else None,
+                cert_cert=tls.cert if tls else None,
+                cert_key=tls.key if tls else None,
+                timeout=REQUEST_TIMEOUT_S,
+                api_path="/v3/",  # etcd >= 3.4; no discovery round trip
+            )
+            for host, port in url.endpoints
+        ]
+        self._current = 0
+        self._lock = threading.Lock()
+        self._observe = observe or (lambda op, seconds, ok: None)
+
+    def call(self, op: str, path: str, body: dict) -> dict:
+        """POST `body` to the gateway's `path`, trying each endpoint once."""
+        started = time.perf_counter()
+        with self._lock:
+            first = self._current
+        errors = []
+        for step in range(len(self._clients)):
+            index = (first + step) % len(self._clients)
+            client = self._clients[index]
+            try:
+                reply = client.post(client.get_url(path), data=json.dumps(body))
+            except (etcd_errors.ConnectionFailedError, etcd_errors.ConnectionTimeoutError) as exc:
+                errors.append(f"{client.host}:{client.port}: {type(exc).__name__}")
+                continue
+            except etcd_errors.Etcd3Exception as exc:
+                self._observe(op, time.perf_counter() - started, False)
+                raise StoreError(f"etcd refused {op}: {exc.detail_text or exc}") from None
+            with self._lock:
+                self._current = index
+            self._observe(op, time.perf_counter() - started, True)
+            return reply
+        self._observe(op, time.perf_counter() - started, False)
+        raise StoreUnavailable(f"etcd: no endpoint answered {op} ({'; '.join(errors)})")
+
+    def range_prefix(self, prefix: str) -> tuple[list[dict], int]:
+        """(key-values under `prefix`, the store's revision)."""
+        reply = self.call("range", "/kv/range", {"key": b64(prefix), "range_end": _prefix_end(prefix)})
+        return reply.get("kvs", []), int(reply["header"]["revision"])
+
+    def get(self, key: str) -> dict | None:
+        kvs = self.call("range", "/kv/range", {"key": b64(key)}).get("kvs", [])
+        return kvs[0] if kvs else None
+
+    def txn(self, compare: list[dict], success: list[dict], failure: list[dict] | None = None) -> tuple[bool, dict]:
+        reply = self.call("txn", "/kv/txn", {"compare": compare, "success": success, "failure": failure or []})
+        return bool(reply.get("succeeded")), reply
+
+    def grant(self, ttl_s: int) -> int:
+        return int(self.call("lease", "/lease/grant", {"TTL": ttl_s, "ID": 0})["ID"])
+
+    def keepalive(self, lease: int) -> int:
+        """The lease's remaining TTL (0: it expired)."""
+        reply = self.call("lease", "/lease/keepalive", {"ID": lease})
+        return int(reply.get("result", {}).get("TTL", 0))
+
+    def revoke(self, lease: int) -> None:
+        self.call("lease", "/kv/lease/revoke", {"ID": lease})
+
+
+def put_op(key: str, value: str, lease: int = 0) -> dict:
+    return {"request_put": {"key": b64(key), "value": b64(value), **({"lease": lease} if lease else {})}}
+
+
+def delete_op(key: str) -> dict:
+    return {"request_delete_range": {"key": b64(key)}}
+
+
+def compare_mod(key: str, revision: int) -> dict:
+    return {"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": revision}
+
+
+def compare_create(key: str, revision: int) -> dict:
+    return {"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": revision}
+
+
+class EtcdIntentStore:
+    def __init__(self, kv: EtcdKv) -> None:
+        self.kv = kv
+        prefix = kv.url.prefix
+        self.intent_prefix = f"{prefix}/intent/"
+        self.revision_key = f"{prefix}/revision"
+        self.leader_key = f"{prefix}/leader"
+        self._base = 0  # mod revision of revision_key as last read or written (0: absent)
+        self.fence = 0  # create revision of leader_key that writes require (0: no fence)
+        self._lock = threading.Lock()
+
+    def load(self) -> Snapshot:
+        with self._lock:
+            kvs, _ = self.kv.range_prefix(f"{self.kv.url.prefix}/")
+            records: dict[tuple[str, str], Any] = {}
+            unreadable = []
+            revision, base = 0, 0
+            for kv in kvs:
+                key = unb64(kv["key"]).decode()
+                value = unb64(kv.get("value", ""))
+                if key == self.revision_key:
+                    revision, base = int(value), int(kv["mod_revision"])
+                    continue
+                if not key.startswith(self.intent_prefix):
+                    continue
+                kind, _, name = key.removeprefix(self.intent_prefix).partition("/")
+                try:
+                    records[(kind, name)] = json.loads(value)
+                except ValueError:
+                    unreadable.append((kind, name))
+            self._base = base
+            return Snapshot(records, revision, tuple(unreadable))
+
+    def changed(self) -> bool:
+        """Whether the intent moved since this store last read or wrote it (a follower's poll)."""
+        kv = self.kv.get(self.revision_key)
+        return (int(kv["mod_revision"]) if kv else 0) != self._base
+
+    def apply(self, change: Change, revision: int) -> None:
+        with self._lock:
+            compare = [compare_mod(self.revision_key, self._base)]
+            if self.fence:
+                compare.append(compare_create(self.leader_key, self.fence))
+            ops = [put_op(self._key(k, n), json.dumps(doc, sort_keys=True)) for (k, n), doc in change.puts.items()]
+            ops += [delete_op(self._key(k, n)) for k, n in change.deletes]
+            ops.append(put_op(self.revision_key, str(revision)))
+            ok, reply = self.kv.txn(compare, ops)
+            if not ok:
+                raise StoreConflict(
+                    "the intent in etcd changed under this controller (another writer, or its leadership "
+                    "ended); nothing was written"
+                )
+            self._base = int(reply["header"]["revision"])
+
+    def _key(self, kind: str, name: str) -> str:
+        return f"{self.intent_prefix}{kind}/{name}"
+
+    def close(self) -> None:
+        pass  # HTTP sessions close with the process; no lock to let go (etcd arbitrates writers)
