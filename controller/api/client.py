@@ -150,9 +150,11 @@ class Client:
     def __exit__(self, *exc) -> None:
         self.close()
 
-    def serving(self) -> bool:
+    def serving(self, service: str = "") -> bool:
+        """Whether gRPC health reports `service` SERVING: "" the API,
+        railyard.fabric every switch reconciled, railyard.leader this replica leads."""
         try:
-            reply = self._health.Check(health_pb2.HealthCheckRequest(service=""), timeout=self.timeout)
+            reply = self._health.Check(health_pb2.HealthCheckRequest(service=service), timeout=self.timeout)
         except grpc.RpcError:
             return False
         return reply.status == health_pb2.HealthCheckResponse.SERVING

@@ -76,7 +76,15 @@ def _api_parsers(sub):
         parser.add_argument("kind", choices=["link", "switch"])
         parser.add_argument("name")
         drains.append(parser)
-    return pin, unpin, pins, place, release, jobs, free, links, *drains
+    health = sub.add_parser(
+        "health", help="exit 0 if the controller reports SERVING (a probe: --service railyard.leader on the leader)"
+    )
+    health.add_argument(
+        "--service",
+        default="",
+        help="'' the API (default), railyard.fabric every switch reconciled, railyard.leader this replica leads",
+    )
+    return pin, unpin, pins, place, release, jobs, free, links, health, *drains
 
 
 def all_or_none(args, flags: tuple[str, ...], error: type[FieldError]) -> list[str] | None:
@@ -202,6 +210,10 @@ def api_command(args) -> int:
 def _run_api(client: Client, args) -> int:
     """The command's exit status."""
     cmd = args.cmd
+    if cmd == "health":
+        serving = client.serving(args.service)
+        print("SERVING" if serving else "NOT_SERVING")
+        return 0 if serving else 1
     if cmd == "pin":
         reply = client.pin_flow(
             args.name,

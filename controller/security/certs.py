@@ -91,7 +91,13 @@ def issue(
     addresses) it is a server certificate, otherwise a client one."""
     now = now or dt.datetime.now(dt.UTC)
     key = ec.generate_private_key(ec.SECP256R1())
-    usage = ExtendedKeyUsageOID.SERVER_AUTH if server_names else ExtendedKeyUsageOID.CLIENT_AUTH
+    # A server certificate also serves as the controller's own client identity:
+    # a replica probing itself (`railyard health`, the Kubernetes readiness probe).
+    usage = (
+        [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+        if server_names
+        else [ExtendedKeyUsageOID.CLIENT_AUTH]
+    )
     builder = (
         x509.CertificateBuilder()
         .subject_name(_name(common_name))
@@ -101,7 +107,7 @@ def issue(
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + dt.timedelta(days=days))
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage(usage), critical=False)
     )
     if server_names:
         builder = builder.add_extension(

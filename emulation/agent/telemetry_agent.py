@@ -275,6 +275,18 @@ class TelemetryCollector:
         self._last_flow_dump = now
 
 
+def _put_newest(pending: queue.Queue, batch: tpb.TelemetryBatch) -> None:
+    """Queues `batch`; when the queue is full (its replica is away), the
+    oldest batch makes room: a replica that comes back gets fresh telemetry."""
+    while True:
+        try:
+            pending.put_nowait(batch)
+            return
+        except queue.Full:
+            with contextlib.suppress(queue.Empty):
+                pending.get_nowait()
+
+
 class TelemetryAgent:
     """Streams telemetry to the controller until stopped; reconnects with
     backoff. `target` may list every replica (HOST:PORT,HOST:PORT): each gets
@@ -299,8 +311,7 @@ class TelemetryAgent:
             if batch.hops or batch.flows:
                 self.sent_batches += 1
                 for pending in self._queues.values():
-                    with contextlib.suppress(queue.Full):  # that replica is away: it gets the newer ones
-                        pending.put_nowait(batch)
+                    _put_newest(pending, batch)
             next_tick += self.interval_s
             self.stop_event.wait(max(0.0, next_tick - time.monotonic()))
 

@@ -12,6 +12,7 @@ import csv
 import socket
 import struct
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -197,6 +198,13 @@ def test_a_follower_refuses_a_mutation_naming_the_leader_and_the_client_follows(
         assert trailers.get("railyard-leader") == f"127.0.0.1:{replicas.ports[leader].grpc}"
         assert err.value.code() is grpc.StatusCode.FAILED_PRECONDITION
         assert f"the leader is at 127.0.0.1:{replicas.ports[leader].grpc}" in (err.value.details() or "")
+        for index, expected in ((leader, 0), (follower, 1)):  # the leader-only readiness probe
+            probe = subprocess.run(
+                [sys.executable, "-m", "controller.cli", "health", "--service", "railyard.leader",
+                 "--target", f"127.0.0.1:{replicas.ports[index].grpc}"],
+                capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert probe.returncode == expected, probe.stdout + probe.stderr
         with Client(f"127.0.0.1:{replicas.ports[follower].grpc}") as following:
             assert following.place_job("via-follower", 2, "ring").created  # sent again to the leader
             deadline = time.monotonic() + 5

@@ -110,9 +110,19 @@ def test_the_systemd_unit_runs_unprivileged_and_sandboxed_with_exposure_at_most_
     assert settings["NoNewPrivileges"] == "yes" and settings["ProtectSystem"] == "strict"
 
 
-def test_kubernetes_runs_the_controller_non_root_read_only_without_capabilities_behind_a_network_policy():
-    docs = {doc["kind"]: doc for doc in yaml.safe_load_all((ROOT / "deploy/k8s/controller.yaml").read_text())}
-    pod = docs["Deployment"]["spec"]["template"]["spec"]
+@pytest.mark.parametrize(
+    ("manifest", "kind", "ports"),
+    [
+        ("controller.yaml", "Deployment", [6653, 9302, 50051]),
+        ("controller-ha.yaml", "StatefulSet", [6653, 9302, 50051]),
+        ("etcd.yaml", "StatefulSet", [2379, 2379, 2380]),
+    ],
+)
+def test_kubernetes_runs_every_pod_non_root_read_only_without_capabilities_behind_a_network_policy(
+    manifest, kind, ports
+):
+    docs = {doc["kind"]: doc for doc in yaml.safe_load_all((ROOT / "deploy/k8s" / manifest).read_text())}
+    pod = docs[kind]["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] != 0
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
     assert pod["automountServiceAccountToken"] is False
@@ -121,9 +131,27 @@ def test_kubernetes_runs_the_controller_non_root_read_only_without_capabilities_
         assert context["allowPrivilegeEscalation"] is False and context["readOnlyRootFilesystem"] is True
         assert context["capabilities"] == {"drop": ["ALL"]}
     policy = docs["NetworkPolicy"]["spec"]
-    assert policy["podSelector"] == docs["Deployment"]["spec"]["selector"] and policy["policyTypes"] == ["Ingress"]
-    ports = sorted(port["port"] for rule in policy["ingress"] for port in rule["ports"])
-    assert ports == [6653, 9302, 50051]  # each party to its own port, nothing else
+    assert policy["podSelector"] == docs[kind]["spec"]["selector"] and policy["policyTypes"] == ["Ingress"]
+    assert sorted(port["port"] for rule in policy["ingress"] for port in rule["ports"]) == ports  # nothing else
+
+
+def test_the_replicas_are_ready_only_on_the_leader_and_reach_etcd_over_tls():
+    docs = list(yaml.safe_load_all((ROOT / "deploy/k8s/controller-ha.yaml").read_text()))
+    replicas = next(d for d in docs if d["kind"] == "StatefulSet")
+    assert replicas["spec"]["replicas"] == 3
+    container = replicas["spec"]["template"]["spec"]["containers"][0]
+    probe = container["readinessProbe"]["exec"]["command"]
+    assert probe[:4] == ["railyard", "health", "--service", "railyard.leader"]
+    args = dict(arg.removeprefix("--").split("=", 1) for arg in container["args"])
+    assert args["store"].startswith("etcd://") and args["store"].count(":2379") == 3
+    assert {"etcd-ca", "etcd-cert", "etcd-key", "advertise"} <= args.keys()
+    policy = yaml.safe_load(next(d for d in docs if d["kind"] == "ConfigMap")["data"]["policy.yaml"])
+    assert policy["identities"]["railyard-controller"] == "viewer"  # the probe's own identity may ask for health
+    etcd = next(
+        d for d in yaml.safe_load_all((ROOT / "deploy/k8s/etcd.yaml").read_text()) if d["kind"] == "StatefulSet"
+    )
+    etcd_args = etcd["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--client-cert-auth" in etcd_args and "--peer-client-cert-auth" in etcd_args
 
 
 def test_the_image_runs_as_a_user_and_compose_publishes_on_loopback_with_grafana_logins():
@@ -137,12 +165,13 @@ def test_the_image_runs_as_a_user_and_compose_publishes_on_loopback_with_grafana
 
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool (Debian's prometheus package) not installed")
-def test_promtool_accepts_the_tls_scrape_config(tmp_path):
+@pytest.mark.parametrize("name", ["prometheus-tls.yml", "prometheus-ha.yml"])
+def test_promtool_accepts_the_tls_scrape_configs(tmp_path, name):
     from controller.security import certs
     from emulation.processes.prometheus_local import tls_config
 
     certs.init_dir(tmp_path / "pki")
-    config = yaml.safe_load((ROOT / "deploy/prometheus/prometheus-tls.yml").read_text())
+    config = yaml.safe_load((ROOT / "deploy/prometheus" / name).read_text())
     scrape = config["scrape_configs"][0]
     assert scrape["scheme"] == "https"
     assert set(scrape["tls_config"]) == {"ca_file", "cert_file", "key_file", "server_name"}
@@ -164,9 +193,12 @@ def _compose_schema_check(path: Path) -> subprocess.CompletedProcess:
     )
 
 
-def test_the_compose_file_validates_against_the_compose_specification(tmp_path):
-    check = _compose_schema_check(ROOT / "deploy/docker-compose.yml")
+@pytest.mark.parametrize("name", ["docker-compose.yml", "docker-compose-ha.yml"])
+def test_the_compose_files_validate_against_the_compose_specification(tmp_path, name):
+    check = _compose_schema_check(ROOT / "deploy" / name)
     assert check.returncode == 0, check.stdout + check.stderr
+    for ref in _referenced_files(yaml.safe_load((ROOT / "deploy" / name).read_text())):
+        assert (ROOT / "deploy" / ref).exists(), ref
     broken = yaml.safe_load((ROOT / "deploy/docker-compose.yml").read_text())
     broken["services"]["controller"]["depends_on"]["pki"] = {"condition": "when-it-feels-like-it"}
     (tmp_path / "compose.yml").write_text(yaml.safe_dump(broken))

@@ -10,6 +10,7 @@ import pytest
 from controller.api import codegen
 from controller.errors import Conflict, NotFound
 from controller.fabric import NicId, load_fabric
+from controller.intent.etcd_store import EtcdUrl, StoreUrlError
 from controller.intent.model import FlowMatch, FlowPin, IntentError
 from controller.intent.service import IntentService
 from controller.intent.store import Change, SqliteIntentStore, StoreError, StoreInUse
@@ -152,3 +153,25 @@ def test_an_empty_store_file_starts_empty_with_a_warning(tmp_path, caplog):
     (tmp_path / "i.db").write_bytes(b"")
     assert service(tmp_path / "i.db").snapshot().revision == 0
     assert "is empty (0 bytes)" in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("url", "words"),
+    [
+        ("http://127.0.0.1:2379/railyard", "is not an etcd URL"),
+        ("etcd://127.0.0.1:2379", "prefix ''"),
+        ("etcd://127.0.0.1:2379/a/b", "prefix 'a/b'"),
+        ("etcd://127.0.0.1/railyard", "is not HOST:PORT"),
+        ("etcd://127.0.0.1:99999/railyard", "is not HOST:PORT"),
+        ("etcd://a:1,,b:2/railyard", "endpoint ''"),
+    ],
+)
+def test_a_bad_etcd_url_names_what_is_wrong(url, words):
+    with pytest.raises(StoreUrlError) as err:
+        EtcdUrl.parse(url)
+    assert err.value.field == "store" and words in str(err.value)
+
+
+def test_an_etcd_url_lists_its_endpoints_and_prefix():
+    url = EtcdUrl.parse("etcd://10.0.0.1:2379,[::1]:2380,etcd-2:2379/railyard-prod")
+    assert url.endpoints == (("10.0.0.1", 2379), ("::1", 2380), ("etcd-2", 2379)) and url.prefix == "railyard-prod"
