@@ -147,7 +147,7 @@ def _cycle(reconciler: Reconciler, plan: Plan, moves: list[Move]) -> dict[str, f
 
 
 def _cpu(reconciler: Reconciler, audit_every: int) -> float:
-    reconciler.audit_every = audit_every
+    reconciler.tables.audit_every = audit_every
     started = time.process_time()
     assert reconciler.reconcile(ReconcileTrigger.PERIODIC)
     return time.process_time() - started

@@ -28,7 +28,6 @@ from controller.metrics import RESULTS, Metrics
 from controller.southbound import ofcodec, wire
 from controller.southbound.fanout import fan_out
 from controller.southbound.overlay import (
-    EntryKey,
     OverlayEntry,
     OverlayMemo,
     OverlayMeter,
@@ -39,7 +38,6 @@ from controller.southbound.programmed import JobProgress, programmed_now
 from controller.southbound.reconcile import (
     MeterDelta,
     SwitchDelta,
-    apply_delta,
     diff_meters,
     diff_table,
     order_for_adds,
@@ -51,9 +49,8 @@ from controller.southbound.switches import (
     CallTable,
     SwitchError,
     SwitchSession,
-    meter_table,
-    overlay_table,
 )
+from controller.southbound.tables import KnownTables
 from controller.te.engine import Meter, Move
 
 log = logging.getLogger(__name__)
@@ -105,16 +102,10 @@ class Reconciler:
         self.metrics = metrics
         self.interval_s = interval_s
         self.reply_timeout_s = reply_timeout_s
-        # Every switch's table is read in full at least once every
-        # `audit_every` periodic passes (see _read_tables).
-        self.audit_every = audit_every
         # Switches with an exchange unanswered at once: bounds what one pass
         # queues on the controller's connections and the switches' buffers.
         self.max_in_flight = max_in_flight
-        # Only the reconciler thread touches these three.
-        self._tables: dict[str, SwitchTable] = {}
-        self._last_audit: dict[str, int] = {}  # switch -> the periodic pass count when it was last read in full
-        self._passes = 0  # periodic passes so far
+        self.tables = KnownTables(metrics, audit_every, max_in_flight)  # only the reconciler thread touches it
         self.calls = CallTable()
         self._sessions: dict[str, SwitchSession] = {}
         self._lock = threading.Lock()
@@ -305,20 +296,20 @@ class Reconciler:
             sessions = self._claim(sessions, role)
         with self._lock:
             fresh = set(sessions) - self._synced.keys()
-        ok = self._read_tables(reason, sessions)
-        for name in fresh & self._tables.keys():
-            self.metrics.entries_installed.labels(name).set(len(self._tables[name].entries))
+        ok = self.tables.read(reason is ReconcileTrigger.PERIODIC, sessions, self._failed)
+        for name in fresh & self.tables.keys():
+            self.metrics.entries_installed.labels(name).set(len(self.tables[name].entries))
             if self.te is not None:
                 # First look at this switch since it (or we) (re)started: keep the
                 # elephant moves and meters it already carries instead of undoing them.
-                self.te.adopt(list(self._tables[name].entries.values()), self._tables[name].meters)
+                self.te.adopt(list(self.tables[name].entries.values()), self.tables[name].meters)
         dumped = time.perf_counter()
 
         te_generation, te_moves, te_meters = self.te.plan() if self.te is not None else (0, [], [])
         intent = self.intent.snapshot()
         desired = desired_overlay(self.fabric, intent, self._memo, te_moves, te_meters)
         desired_meter_sets = desired_meters(self.fabric, te_meters)
-        known = {n: self._tables[n] for n in sessions if n in self._tables}
+        known = {n: self.tables[n] for n in sessions if n in self.tables}
         deltas: dict[str, SwitchDelta] = {}
         meter_deltas: dict[str, MeterDelta] = {}
         for name, table in known.items():
@@ -346,7 +337,7 @@ class Reconciler:
                 known[name].apply(deltas[name], desired_meter_sets[name])
                 self.metrics.entries_installed.labels(name).set(len(desired[name]))
             else:
-                self._tables.pop(name, None)  # unknown now: read it again next pass
+                self.tables.forget(name)  # unknown now: read it again next pass
         ok = ok and in_sync == set(deltas)
 
         elapsed = time.perf_counter() - started
@@ -392,7 +383,7 @@ class Reconciler:
             held[name] = sessions[name]
             if leading:
                 # Another replica led since this one last read the table: read it again.
-                self._tables.pop(name, None)
+                self.tables.forget(name)
                 with self._lock:
                     self._synced.pop(name, None)
         return held
@@ -406,53 +397,6 @@ class Reconciler:
         self.metrics.jobs_unprogrammed.set(sum(not p.programmed for p in self._jobs.values()))
         if done:
             self.intent.mark_programmed(done)
-
-    def _read_tables(self, reason: ReconcileTrigger, sessions: dict[str, SwitchSession]) -> bool:
-        """Brings `self._tables` up to date for `sessions`: a switch not read
-        since it connected, or whose last commit failed, is dumped. Otherwise
-        its table is what Railyard committed; only the periodic pass checks
-        that, cheaply: each switch's Railyard entry count (a deleted or added
-        entry shows), and a full dump of a rotating share of the switches
-        (an entry edited in place shows), so every switch is fully audited
-        once every `audit_every` periods. False if any read failed."""
-        need = {n for n, s in sessions.items() if n not in self._tables or self._tables[n].session is not s}
-        ok = True
-        if reason is ReconcileTrigger.PERIODIC:
-            self._passes += 1
-            audited = sorted(set(sessions) - need)
-            share = -(-len(audited) // self.audit_every)
-            need.update(sorted(audited, key=lambda n: (self._last_audit.get(n, -1), n))[:share])
-            counts = fan_out({n: sessions[n].start_overlay_count for n in audited if n not in need}, self.max_in_flight)
-            for name, count in counts.items():
-                if isinstance(count, SwitchError):
-                    ok = self._failed(name, count, "dump_failed")
-                elif count[0].flow_count != len(self._tables[name].entries):
-                    log.warning(
-                        "switch %s holds %d Railyard entries, %d committed: reading it again",
-                        name,
-                        count[0].flow_count,
-                        len(self._tables[name].entries),
-                    )
-                    self.metrics.overlay_drift.labels(name, "count").inc()
-                    need.add(name)
-        dumps = fan_out({n: sessions[n].start_overlay_dump for n in need}, self.max_in_flight)
-        read = [n for n in need if not isinstance(dumps[n], SwitchError)]
-        meter_dumps = fan_out({n: sessions[n].start_meter_dump for n in read}, self.max_in_flight)
-        for name in need:
-            stats, meter_stats = dumps[name], meter_dumps.get(name, [])
-            failure = stats if isinstance(stats, SwitchError) else meter_stats
-            if isinstance(failure, SwitchError):
-                ok = self._failed(name, failure, "dump_failed")
-                self._tables.pop(name, None)
-                continue
-            assert not isinstance(stats, SwitchError) and not isinstance(meter_stats, SwitchError)
-            self._last_audit[name] = self._passes
-            table = SwitchTable(sessions[name], overlay_table(name, stats), meter_table(name, meter_stats))
-            previous = self._tables.get(name)
-            if previous is not None and previous.session is table.session and previous != table:
-                self.metrics.overlay_drift.labels(name, "dump").inc()
-            self._tables[name] = table
-        return ok
 
     def _failed(self, name: str, exc: SwitchError, error: str) -> bool:
         """Logs and counts a switch's failure; False, for `ok = self._failed(...)`."""
@@ -522,20 +466,3 @@ class Reconciler:
             self.metrics.bundles.labels(name, "ok").inc()
             self.metrics.flow_mods.labels(name, kind).inc(len(entries[name]))
         return failed
-
-
-@dataclass
-class SwitchTable:
-    """What one switch holds, as far as Railyard knows: read by a dump on
-    `session`, then kept by applying Railyard's own committed deltas."""
-
-    session: SwitchSession
-    entries: dict[EntryKey, OverlayEntry]
-    meters: dict[int, OverlayMeter]
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, SwitchTable) and (self.entries, self.meters) == (other.entries, other.meters)
-
-    def apply(self, delta: SwitchDelta, meters: Mapping[int, OverlayMeter]) -> None:
-        apply_delta(self.entries, delta)
-        self.meters = dict(meters)

@@ -279,7 +279,7 @@ def reconnect(rig: Rig, name: str) -> None:
 
 def test_the_periodic_audit_counts_every_switch_and_reads_a_rotating_share_in_full(tmp_path):
     rig = make_rig(FABRIC, tmp_path / "intent.db")
-    rig.reconciler.audit_every = 3  # 6 switches: 2 read in full per periodic pass
+    rig.reconciler.tables.audit_every = 3  # 6 switches: 2 read in full per periodic pass
     rig.intent.pin_flow(tcp_pin("p0", A, B, "rys0"))
     rig.intent.pin_flow(tcp_pin("p1", NicId(1, 0, 0), NicId(1, 1, 0), "rys1"))
     assert rig.reconcile()
