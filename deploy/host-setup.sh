@@ -5,7 +5,8 @@
 set -euo pipefail
 
 PACKAGES=(openvswitch-switch mininet iperf3 ethtool iproute2 iputils-ping procps util-linux
-          python3.11 python3.11-venv python3-pip prometheus etcd-server)
+          python3.11 python3.11-venv python3-pip prometheus etcd-server
+          slurmctld slurm-client munge)
 
 need_root() {
     if [[ $(id -u) -ne 0 ]]; then

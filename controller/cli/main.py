@@ -10,6 +10,7 @@ from importlib.metadata import entry_points
 from controller.cli.certs import add_certs_parser
 from controller.cli.commands import add_parsers, api_command
 from controller.cli.daemon import add_controller_parser, controller_run
+from controller.cli.export import add_export_parser
 from controller.errors import FieldError, HostError
 
 COMMAND_GROUPS = "railyard.commands"
@@ -23,6 +24,7 @@ def _parser() -> argparse.ArgumentParser:
     add_controller_parser(sub)
     add_parsers(sub)
     add_certs_parser(sub)
+    add_export_parser(sub)
     # Other packages (the emulation) add their command groups here, so this
     # package never imports them: dependencies point one way.
     for group in entry_points(group=COMMAND_GROUPS):

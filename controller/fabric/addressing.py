@@ -96,6 +96,17 @@ def leaf_name(pod: int, rail: int) -> str:
     return f"{NAME_PREFIX}l{pod}r{rail}"
 
 
+def leaf_group_name(pod: int) -> str:
+    """A rail-optimized pod's rail leaves, as one locality domain (every
+    server of the pod connects to each of them): scheduler exports."""
+    return f"{NAME_PREFIX}l{pod}"
+
+
+def pod_block_name(pod: int) -> str:
+    """A fat tree's pod (its edge and aggregation switches) as one locality domain."""
+    return f"{NAME_PREFIX}p{pod}"
+
+
 def spine_name(index: int, plane: int | None = None) -> str:
     return f"{NAME_PREFIX}s{index}" if plane is None else f"{NAME_PREFIX}r{plane}s{index}"
 

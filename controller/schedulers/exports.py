@@ -1,0 +1,194 @@
+"""The fabric in the formats schedulers read, from the fabric model alone
+(pure: a string out, nothing written). `railyard export KIND` prints them.
+
+Each exporter follows its upstream format (cited at the function), names
+nodes by the host map, and builds on `fabric_tree`.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import yaml
+
+from controller.fabric import Fabric
+from controller.schedulers.hostlist import compress
+from controller.schedulers.hosts import HostMap
+from controller.schedulers.topology import FabricTree, fabric_tree
+
+HOSTNAME = "kubernetes.io/hostname"
+# Railyard's own node labels, coarsest first: the domains Kueue levels name.
+SPINE_BLOCK = "railyard.io/spine-block"
+POD = "railyard.io/pod"  # a fat tree's pods only
+LEAF_GROUP = "railyard.io/leaf-group"
+
+
+def _dns_name(text: str) -> str:
+    """A fabric name as a Kubernetes object name (lowercase RFC 1123)."""
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-") or "fabric"
+
+
+def _spine_block(fabric: Fabric) -> str:
+    return f"{_dns_name(fabric.spec.name)}-spines"
+
+
+def slurm_tree(fabric: Fabric, hosts: HostMap) -> str:
+    """Slurm topology.conf for topology/tree (https://slurm.schedmd.com/topology.conf.html):
+    one line per switch, `SwitchName=NAME Nodes=HOSTLIST` for leaves and
+    `SwitchName=NAME Switches=HOSTLIST` above them."""
+    tree = fabric_tree(fabric)
+    lines = [
+        f"# Slurm topology/tree for fabric {fabric.spec.name} (railyard export slurm-tree).",
+        "# A leaf is the set of leaf switches its servers connect to: a rail-optimized",
+        "# pod's rail leaves (one per rail) count as one, as Slurm wants each node under one leaf.",
+    ]
+    for group in tree.groups:
+        nodes = compress(hosts.node(s) for s in group.servers)
+        note = f"  # rail leaves {compress(group.leaves)}" if len(group.leaves) > 1 else ""
+        lines.append(f"SwitchName={group.name} Nodes={nodes}{note}")
+    for switch in (*tree.aggs, *tree.spines):
+        if switch.children:
+            lines.append(f"SwitchName={switch.name} Switches={compress(switch.children)}")
+    return "\n".join(lines) + "\n"
+
+
+def slurm_block(fabric: Fabric, hosts: HostMap) -> str:
+    """Slurm topology.yaml with topology/block (https://slurm.schedmd.com/topology.yaml.html):
+    one block per pod (a rail-optimized pod's servers share all its rail
+    leaves; a fat tree's pod its aggregation switches). Block sizes: the
+    smallest pod, doubled up to the whole fabric (any set of pods is one
+    spine hop apart)."""
+    tree = fabric_tree(fabric)
+    blocks = _pod_blocks(tree)
+    smallest = min(len(servers) for servers in blocks.values())
+    sizes, size = [], smallest
+    total = sum(len(servers) for servers in blocks.values())
+    while size <= total:
+        sizes.append(size)
+        size *= 2
+    doc = [
+        {
+            "topology": _dns_name(fabric.spec.name),
+            "cluster_default": True,
+            "block": {
+                "block_sizes": sizes,
+                "blocks": [
+                    {"block": name, "nodes": compress(hosts.node(s) for s in servers)}
+                    for name, servers in blocks.items()
+                ],
+            },
+        }
+    ]
+    header = f"# Slurm topology/block for fabric {fabric.spec.name} (railyard export slurm-block)\n"
+    return header + yaml.safe_dump(doc, sort_keys=False)
+
+
+def _pod_blocks(tree: FabricTree) -> dict[str, tuple[str, ...]]:
+    """Pod -> its servers: a fat tree's pods, or else the leaf groups."""
+    servers_of = {g.name: g.servers for g in tree.groups}
+    if tree.pods:
+        return {pod: tuple(s for g in groups for s in servers_of[g]) for pod, groups in tree.pods.items()}
+    return dict(servers_of)
+
+
+def _labels(fabric: Fabric, tree: FabricTree) -> dict[str, dict[str, str]]:
+    """Railyard server -> its domain labels, coarsest first."""
+    pod_of = {g: pod for pod, groups in tree.pods.items() for g in groups}
+    out = {}
+    for group in tree.groups:
+        for server in group.servers:
+            labels = {SPINE_BLOCK: _spine_block(fabric)}
+            if group.name in pod_of:
+                labels[POD] = pod_of[group.name]
+            labels[LEAF_GROUP] = group.name
+            out[server] = labels
+    return out
+
+
+def _nodes(hosts: HostMap, labels_of: dict[str, dict[str, str]]) -> list[dict]:
+    """Node objects carrying only labels, for `kubectl apply --server-side`."""
+    return [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": hosts.node(server), "labels": labels}}
+        for server, labels in labels_of.items()
+    ]
+
+
+def kueue(fabric: Fabric, hosts: HostMap) -> str:
+    """Kueue Topology Aware Scheduling: a `Topology` (kueue.x-k8s.io/v1beta2,
+    https://kueue.sigs.k8s.io/docs/concepts/topology/) whose levels, coarsest
+    first, are node labels, and the nodes labelled with them."""
+    tree = fabric_tree(fabric)
+    levels = [SPINE_BLOCK, *([POD] if tree.pods else []), LEAF_GROUP, HOSTNAME]
+    topology = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "Topology",
+        "metadata": {"name": f"railyard-{_dns_name(fabric.spec.name)}"},
+        "spec": {"levels": [{"nodeLabel": level} for level in levels]},
+    }
+    return _stream([topology, *_nodes(hosts, _labels(fabric, tree))])
+
+
+def volcano(fabric: Fabric, hosts: HostMap) -> str:
+    """Volcano HyperNodes (topology.volcano.sh/v1alpha1,
+    https://volcano.sh/en/docs/network_topology_aware_scheduling/): tier 1 a
+    leaf group's nodes, then (fat tree) a pod's leaf groups, then every
+    domain under the spines."""
+    tree = fabric_tree(fabric)
+
+    def hypernode(name: str, tier: int, kind: str, members: list[str]) -> dict:
+        return {
+            "apiVersion": "topology.volcano.sh/v1alpha1",
+            "kind": "HyperNode",
+            "metadata": {"name": name},
+            "spec": {
+                "tier": tier,
+                "members": [{"type": kind, "selector": {"exactMatch": {"name": m}}} for m in members],
+            },
+        }
+
+    docs = [hypernode(g.name, 1, "Node", [hosts.node(s) for s in g.servers]) for g in tree.groups]
+    below = [g.name for g in tree.groups]
+    if tree.pods:
+        docs += [hypernode(pod, 2, "HyperNode", list(groups)) for pod, groups in tree.pods.items()]
+        below = list(tree.pods)
+    if tree.spines:
+        docs.append(hypernode(_spine_block(fabric), 3 if tree.pods else 2, "HyperNode", below))
+    return _stream(docs)
+
+
+# Topograph's node labels (https://docs.nvidia.com/topograph/engines/kubernetes):
+# the switch a node connects to, the tier above it, and the top tier.
+TOPOGRAPH_LEAF = "network.topology.nvidia.com/leaf"
+TOPOGRAPH_SPINE = "network.topology.nvidia.com/spine"
+TOPOGRAPH_CORE = "network.topology.nvidia.com/core"
+
+
+def topograph_labels(fabric: Fabric, hosts: HostMap) -> str:
+    """The node labels NVIDIA Topograph writes, so schedulers that read them
+    (KAI, Kueue) see the same fabric Railyard steers."""
+    tree = fabric_tree(fabric)
+    out = {}
+    for server, labels in _labels(fabric, tree).items():
+        if POD in labels:  # a fat tree: edge, pod, cores
+            out[server] = {
+                TOPOGRAPH_LEAF: labels[LEAF_GROUP],
+                TOPOGRAPH_SPINE: labels[POD],
+                TOPOGRAPH_CORE: labels[SPINE_BLOCK],
+            }
+        else:
+            out[server] = {TOPOGRAPH_LEAF: labels[LEAF_GROUP], TOPOGRAPH_SPINE: labels[SPINE_BLOCK]}
+    return _stream(_nodes(hosts, out))
+
+
+def _stream(docs: list[dict]) -> str:
+    return yaml.safe_dump_all(docs, sort_keys=False)
+
+
+EXPORTERS: dict[str, Callable[[Fabric, HostMap], str]] = {
+    "slurm-tree": slurm_tree,
+    "slurm-block": slurm_block,
+    "kueue": kueue,
+    "volcano": volcano,
+    "topograph-labels": topograph_labels,
+}
