@@ -13,6 +13,7 @@ from controller.fabric import Endpoint
 from controller.fabric import addressing as ad
 from controller.intent.model import FlowMatch, FlowPin, IntentError, parse_nic
 from controller.intent.service import IntentService
+from controller.schedulers.hosts import HostMap
 from controller.te.capacity import FreeCapacity, PodFree
 from controller.te.load import jobs_load, link_name
 from controller.te.view import PortSample
@@ -52,7 +53,11 @@ def pod_capacity_to_proto(pod: PodFree) -> pb.PodCapacity:
 
 
 def free_capacity_to_proto(
-    capacity: FreeCapacity, revision: int, pods: Collection[int] = (), include_full_servers: bool = False
+    capacity: FreeCapacity,
+    revision: int,
+    pods: Collection[int] = (),
+    include_full_servers: bool = False,
+    hosts: HostMap | None = None,
 ) -> pb.GetFreeCapacityResponse:
     """The figures, narrowed to `pods` (empty: all)."""
     wanted = [p for p in capacity.pods if not pods or p.pod in pods]
@@ -68,6 +73,7 @@ def free_capacity_to_proto(
         if (not pods or s.pod in pods) and (include_full_servers or s.free_gpus):
             reply.servers.add(
                 server=s.name,
+                node=hosts.node(s.name) if hosts else s.name,
                 pod=s.pod,
                 index=s.index,
                 gpu_count=s.gpus,
@@ -101,8 +107,10 @@ class FabricServicer(pb_grpc.FabricServiceServicer):
         metrics,
         connected: Callable[[], set[str]],
         live_ports: Callable[[], dict[Endpoint, PortSample]],
+        hosts: HostMap | None = None,
     ) -> None:
         self.service = service
+        self.hosts = hosts
         self.metrics = metrics
         self._connected = connected
         self._live_ports = live_ports
@@ -143,7 +151,7 @@ class FabricServicer(pb_grpc.FabricServiceServicer):
                 if pod not in known:
                     raise IntentError(f"pods[{i}]", f"{pod} is not a pod of this fabric", f"0 to {max(known)}")
         capacity, revision = self.service.free_capacity(all_servers=request.include_full_servers)
-        return free_capacity_to_proto(capacity, revision, set(request.pods), request.include_full_servers)
+        return free_capacity_to_proto(capacity, revision, set(request.pods), request.include_full_servers, self.hosts)
 
     @rpc
     def ListLinks(self, request, context):

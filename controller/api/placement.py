@@ -15,6 +15,7 @@ from controller.errors import FieldError, NotFound, shown
 from controller.fabric import Fabric
 from controller.fabric import addressing as ad
 from controller.intent.service import IntentService, JobEvent, JobEventKind
+from controller.schedulers.hosts import HostMap
 from controller.te.jobs import Job, JobError, JobFlow, JobRequest, Pattern
 
 PATTERNS = {
@@ -33,7 +34,8 @@ MAX_WATCHERS = 4  # each watch holds a server thread
 WATCH_QUEUE = 1024
 
 
-def request_from_proto(msg: pb.PlaceJobRequest) -> JobRequest:
+def request_from_proto(msg: pb.PlaceJobRequest, hosts: HostMap | None = None) -> JobRequest:
+    """The request, its servers named as Railyard does (a scheduler may send node names)."""
     if msg.pattern not in PATTERNS:
         name = pb.CollectivePattern.Name(msg.pattern) if msg.pattern in pb.CollectivePattern.values() else msg.pattern
         raise JobError("pattern", f"{name} is not a pattern", ", ".join(pb.CollectivePattern.Name(v) for v in PATTERNS))
@@ -43,7 +45,7 @@ def request_from_proto(msg: pb.PlaceJobRequest) -> JobRequest:
         pattern=PATTERNS[msg.pattern],
         flow_gbps=msg.flow_bandwidth_gbps,
         gpus_per_server=msg.gpus_per_server,
-        servers=tuple(msg.servers),
+        servers=tuple(hosts.resolve(s) for s in msg.servers) if hosts else tuple(msg.servers),
         max_pods=msg.max_pods,
         exclusive=msg.exclusive_servers,
         request_id=msg.request_id,
@@ -51,15 +53,17 @@ def request_from_proto(msg: pb.PlaceJobRequest) -> JobRequest:
     )
 
 
-def job_to_proto(fabric: Fabric, job: Job) -> pb.Job:
+def job_to_proto(fabric: Fabric, job: Job, hosts: HostMap | None = None) -> pb.Job:
     """The job's summary (JOB_VIEW_SUMMARY): all but its flows, which a full
-    view adds only once it is known to fit (PlacementServicer._fitting)."""
+    view adds only once it is known to fit (PlacementServicer._fitting).
+    Servers are named as the scheduler's nodes (`hosts`) too."""
+    hosts = hosts or HostMap.identity(fabric)
     r = job.request
     request = pb.PlaceJobRequest(
         job_id=r.job_id,
         gpu_count=r.gpu_count,
         gpus_per_server=r.gpus_per_server,
-        servers=list(r.servers),
+        servers=[hosts.node(s) for s in r.servers],
         pattern=PATTERN_ENUMS[r.pattern],
         flow_bandwidth_gbps=r.flow_gbps,
         max_pods=r.max_pods,
@@ -76,9 +80,11 @@ def job_to_proto(fabric: Fabric, job: Job) -> pb.Job:
     out.place_time.FromNanoseconds(int(job.placed_at * 1e9))
     for gpu in job.gpus:
         nic = gpu.nic
+        server = ad.server_name(nic.pod, nic.server)
         out.gpus.add(
             rank=gpu.rank,
-            server=ad.server_name(nic.pod, nic.server),
+            server=server,
+            node=hosts.node(server),
             pod=nic.pod,
             rail=nic.rail,
             nic_address=ad.nic_ip(nic),
@@ -119,14 +125,15 @@ def _flow_key(index: int) -> str:
 
 
 class PlacementServicer(pb_grpc.PlacementServiceServicer):
-    def __init__(self, service: IntentService, metrics, message_bytes: int) -> None:
+    def __init__(self, service: IntentService, metrics, message_bytes: int, hosts: HostMap | None = None) -> None:
         self.service = service
+        self.hosts = hosts or HostMap.identity(service.fabric)
         self.metrics = metrics
         self._watchers = threading.BoundedSemaphore(MAX_WATCHERS)
         self.reply_bytes = message_bytes - REPLY_MARGIN_BYTES  # what a reply's message may take
 
     def _job(self, job: Job) -> pb.Job:
-        out = job_to_proto(self.service.fabric, job)
+        out = job_to_proto(self.service.fabric, job, self.hosts)
         out.programmed_revision = self.service.programmed_revision(job)
         return out
 
@@ -159,7 +166,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         def admit(job: Job) -> None:  # before the commit: a reply that cannot go out refuses the change
             replies[job.job_id] = self._fitting(job, request.view)
 
-        job, created = self.service.place_job(request_from_proto(request), admit=admit)
+        job, created = self.service.place_job(request_from_proto(request, self.hosts), admit=admit)
         reply = replies.get(job.job_id) or self._fitting(job, request.view)  # a retry's: nothing committed
         return pb.PlaceJobResponse(job=reply, created=created, oversubscribed=job.predicted_max_utilization > 1.0)
 

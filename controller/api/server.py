@@ -27,6 +27,7 @@ from controller.api.telemetry import TelemetryServicer
 from controller.errors import FieldError
 from controller.intent.service import IntentService
 from controller.metrics import Metrics
+from controller.schedulers.hosts import HostMap
 from controller.security.policy import Policy
 from controller.security.tokens import Tokens
 from controller.telemetry.ingest import TelemetryIngest
@@ -138,6 +139,7 @@ class ApiServer:
         audit: AuditLog | None = None,
         mutations_per_s: float = MUTATIONS_PER_S,
         telemetry_records_per_s: float = TELEMETRY_RECORDS_PER_S,
+        hosts: HostMap | None = None,
     ) -> None:
         # Authorization runs first: a caller who may not call a method gets no
         # further, not even to have its request decoded.
@@ -155,8 +157,8 @@ class ApiServer:
             ],
         )
         servicers = (
-            FabricServicer(service, metrics, connected, ingest.fresh_ports),
-            PlacementServicer(service, metrics, message_bytes),
+            FabricServicer(service, metrics, connected, ingest.fresh_ports, hosts),
+            PlacementServicer(service, metrics, message_bytes, hosts),
             TelemetryServicer(service.fabric, ingest, metrics, telemetry_records_per_s),
         )
         limiter = MutationLimiter(mutations_per_s)

@@ -49,7 +49,9 @@ def _api_parsers(sub):
     place.add_argument("--pattern", choices=["ring", "tree", "all-to-all"], default="ring")
     place.add_argument("--flow-gbps", type=float, default=0.0, help="per-flow ceiling, Gb/s (0: the NIC)")
     place.add_argument("--gpus-per-server", type=int, default=0, help="default: min(gpus, rails)")
-    place.add_argument("--servers", default="", help="comma-separated explicit servers")
+    place.add_argument(
+        "--servers", default="", help="comma-separated explicit servers: scheduler node names (--hosts) or ryh<p>s<i>"
+    )
     place.add_argument("--max-pods", type=int, default=0)
     place.add_argument("--exclusive", action="store_true", help="no other job may share the servers")
     place.add_argument("--request-id", default="", help="retry key: same id returns the original placement")
@@ -143,6 +145,7 @@ def _job_detail(job, flows) -> list[dict]:
     return [
         {
             "rank": g.rank,
+            "node": g.node,
             "server": g.server,
             "pod": g.pod,
             "rail": g.rail,
@@ -325,6 +328,7 @@ def _show_free(reply, servers: bool) -> None:
         _print(
             [
                 {
+                    "node": s.node,
                     "server": s.server,
                     "pod": s.pod,
                     "gpus": s.gpu_count,

@@ -23,6 +23,11 @@ def add_controller_parser(sub) -> None:
         "for replicas that elect a leader",
     )
     run.add_argument(
+        "--hosts",
+        metavar="FILE",
+        help="host map YAML: each server's scheduler node name; the API accepts and returns them",
+    )
+    run.add_argument(
         "--advertise",
         metavar="HOST:PORT",
         help="with etcd: the address clients reach this replica's API at (followers name the leader by it; "
@@ -133,6 +138,7 @@ def controller_run(args) -> int:
         store=EtcdUrl.parse(args.store) if args.store.startswith("etcd://") else Path(args.store),
         advertise=str(Listen.parse(args.advertise, "advertise")) if args.advertise else None,
         etcd_tls=_etcd_tls(args),
+        hosts=Path(args.hosts) if args.hosts else None,
         openflow=Listen.parse(args.openflow_listen, "openflow-listen"),
         grpc=Listen.parse(args.grpc_listen, "grpc-listen"),
         metrics=Listen.parse(args.metrics_listen, "metrics-listen"),

@@ -35,6 +35,7 @@ from controller.intent.store import IntentStore, SqliteIntentStore
 from controller.metrics import Metrics
 from controller.runtime.ha import Replication
 from controller.runtime.te_runner import TeRunner
+from controller.schedulers.hosts import load_hosts
 from controller.security.policy import load_policy
 from controller.security.tokens import load_tokens
 from controller.southbound.app import OpenFlowTls, start_openflow
@@ -134,6 +135,7 @@ class DaemonConfig:
     telemetry_records_per_s: float = TELEMETRY_RECORDS_PER_S  # per stream
     advertise: str | None = None  # with etcd: where clients reach this replica's API (default --grpc-listen)
     etcd_tls: EtcdTls | None = None
+    hosts: Path | None = None  # a host map: servers under the scheduler's node names
 
     def __post_init__(self) -> None:
         if not 0.1 <= self.mutations_per_s <= 100_000:
@@ -173,6 +175,7 @@ class Daemon:
     def __init__(self, fabric: Fabric, config: DaemonConfig) -> None:
         self.fabric = fabric
         self.config = config
+        hosts = load_hosts(fabric, config.hosts)  # before anything is opened: a bad map changes nothing
         fabric.warm()  # the fabric's lookups (O(links), ~0.1 s at 16k GPUs): here, not in the first PlaceJob
         # The fabric model lives as long as the process: moving it out of the
         # collector's generations keeps full GC passes (which would walk its
@@ -222,6 +225,7 @@ class Daemon:
             audit=audit,
             mutations_per_s=config.mutations_per_s,
             telemetry_records_per_s=config.telemetry_records_per_s,
+            hosts=hosts,
         )
         self.replication: Replication | None = None
         if etcd is None:

@@ -48,6 +48,12 @@ class HostMap:
             raise HostsError("node", f"{node[:64]!r} is not a node of this fabric", "a name from the host map")
         return server
 
+    def resolve(self, name: str) -> str:
+        """A server named either way (node name, or Railyard's own): its
+        Railyard name. An unknown name comes back as it is, for validation
+        to refuse with the field named."""
+        return self._servers.get(name, name)
+
     @functools.cached_property
     def _servers(self) -> dict[str, str]:
         return {node: server for server, node in self.nodes.items()}

@@ -139,7 +139,7 @@ class PodCapacity(_message.Message):
     def __init__(self, pod: _Optional[int] = ..., gpu_count: _Optional[int] = ..., free_gpu_count: _Optional[int] = ..., whole_free_servers: _Optional[int] = ..., partly_free_servers: _Optional[int] = ...) -> None: ...
 
 class ServerCapacity(_message.Message):
-    __slots__ = ("server", "pod", "index", "gpu_count", "free_gpu_count", "free_rails", "exclusive")
+    __slots__ = ("server", "pod", "index", "gpu_count", "free_gpu_count", "free_rails", "exclusive", "node")
     SERVER_FIELD_NUMBER: _ClassVar[int]
     POD_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +147,7 @@ class ServerCapacity(_message.Message):
     FREE_GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
     FREE_RAILS_FIELD_NUMBER: _ClassVar[int]
     EXCLUSIVE_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
     server: str
     pod: int
     index: int
@@ -154,7 +155,8 @@ class ServerCapacity(_message.Message):
     free_gpu_count: int
     free_rails: _containers.RepeatedScalarFieldContainer[int]
     exclusive: bool
-    def __init__(self, server: _Optional[str] = ..., pod: _Optional[int] = ..., index: _Optional[int] = ..., gpu_count: _Optional[int] = ..., free_gpu_count: _Optional[int] = ..., free_rails: _Optional[_Iterable[int]] = ..., exclusive: _Optional[bool] = ...) -> None: ...
+    node: str
+    def __init__(self, server: _Optional[str] = ..., pod: _Optional[int] = ..., index: _Optional[int] = ..., gpu_count: _Optional[int] = ..., free_gpu_count: _Optional[int] = ..., free_rails: _Optional[_Iterable[int]] = ..., exclusive: _Optional[bool] = ..., node: _Optional[str] = ...) -> None: ...
 
 class GetFreeCapacityRequest(_message.Message):
     __slots__ = ("pods", "include_full_servers")

@@ -25,49 +25,49 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brailyard/v1/placement.proto\x12\x0brailyard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\x02\n\x0fPlaceJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tgpu_count\x18\x02 \x01(\r\x12\x17\n\x0fgpus_per_server\x18\x03 \x01(\r\x12\x0f\n\x07servers\x18\x04 \x03(\t\x12/\n\x07pattern\x18\x05 \x01(\x0e\x32\x1e.railyard.v1.CollectivePattern\x12\x1b\n\x13\x66low_bandwidth_gbps\x18\x06 \x01(\x01\x12\x10\n\x08max_pods\x18\x07 \x01(\r\x12\x19\n\x11\x65xclusive_servers\x18\x08 \x01(\x08\x12\x12\n\nrequest_id\x18\t \x01(\t\x12\"\n\x04view\x18\n \x01(\x0e\x32\x14.railyard.v1.JobView\x12!\n\x19max_predicted_utilization\x18\x0b \x01(\x01\"a\n\x03Gpu\x12\x0c\n\x04rank\x18\x01 \x01(\r\x12\x0e\n\x06server\x18\x02 \x01(\t\x12\x0b\n\x03pod\x18\x03 \x01(\r\x12\x0c\n\x04rail\x18\x04 \x01(\r\x12\x13\n\x0bnic_address\x18\x05 \x01(\t\x12\x0c\n\x04leaf\x18\x06 \x01(\t\"Z\n\x07JobFlow\x12\x13\n\x0bsrc_address\x18\x01 \x01(\t\x12\x13\n\x0b\x64st_address\x18\x02 \x01(\t\x12\x16\n\x0e\x62\x61ndwidth_gbps\x18\x03 \x01(\x01\x12\r\n\x05spine\x18\x04 \x01(\t\"\xa1\x02\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12-\n\x07request\x18\x02 \x01(\x0b\x32\x1c.railyard.v1.PlaceJobRequest\x12\x1e\n\x04gpus\x18\x03 \x03(\x0b\x32\x10.railyard.v1.Gpu\x12#\n\x05\x66lows\x18\x04 \x03(\x0b\x32\x14.railyard.v1.JobFlow\x12\x0c\n\x04pods\x18\x05 \x03(\r\x12\'\n\x1fpredicted_max_utilization_ratio\x18\x06 \x01(\x01\x12.\n\nplace_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nflow_count\x18\x08 \x01(\r\x12\x1b\n\x13programmed_revision\x18\t \x01(\x04\"Z\n\x10PlaceJobResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.railyard.v1.Job\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x16\n\x0eoversubscribed\x18\x03 \x01(\x08\"#\n\x11ReleaseJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"3\n\x12ReleaseJobResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.railyard.v1.Job\"C\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\"\n\x04view\x18\x02 \x01(\x0e\x32\x14.railyard.v1.JobView\"/\n\x0eGetJobResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.railyard.v1.Job\"\\\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\"\n\x04view\x18\x03 \x01(\x0e\x32\x14.railyard.v1.JobView\"d\n\x10ListJobsResponse\x12\x1e\n\x04jobs\x18\x01 \x03(\x0b\x32\x10.railyard.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x17\n\x0fintent_revision\x18\x03 \x01(\x04\"^\n\x10WatchJobsRequest\x12\x1b\n\x0esince_revision\x18\x01 \x01(\x04H\x00\x88\x01\x01\x12\x1a\n\x12include_programmed\x18\x02 \x01(\x08\x42\x11\n\x0f_since_revision\"\xd9\x01\n\x08JobEvent\x12(\n\x04kind\x18\x01 \x01(\x0e\x32\x1a.railyard.v1.JobEvent.Kind\x12\x1d\n\x03job\x18\x02 \x01(\x0b\x32\x10.railyard.v1.Job\x12\x17\n\x0fintent_revision\x18\x03 \x01(\x04\"k\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n\x0bKIND_PLACED\x10\x01\x12\x14\n\x10KIND_PATHS_MOVED\x10\x02\x12\x11\n\rKIND_RELEASED\x10\x03\x12\x13\n\x0fKIND_PROGRAMMED\x10\x04\"L\n\x13ListJobFlowsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"m\n\x14ListJobFlowsResponse\x12#\n\x05\x66lows\x18\x01 \x03(\x0b\x32\x14.railyard.v1.JobFlow\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x17\n\x0fintent_revision\x18\x03 \x01(\x04*\x94\x01\n\x11\x43ollectivePattern\x12\"\n\x1e\x43OLLECTIVE_PATTERN_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x43OLLECTIVE_PATTERN_RING\x10\x01\x12\x1b\n\x17\x43OLLECTIVE_PATTERN_TREE\x10\x02\x12!\n\x1d\x43OLLECTIVE_PATTERN_ALL_TO_ALL\x10\x03*L\n\x07JobView\x12\x18\n\x14JOB_VIEW_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_VIEW_SUMMARY\x10\x01\x12\x11\n\rJOB_VIEW_FULL\x10\x02\x32\xd0\x03\n\x10PlacementService\x12G\n\x08PlaceJob\x12\x1c.railyard.v1.PlaceJobRequest\x1a\x1d.railyard.v1.PlaceJobResponse\x12M\n\nReleaseJob\x12\x1e.railyard.v1.ReleaseJobRequest\x1a\x1f.railyard.v1.ReleaseJobResponse\x12\x41\n\x06GetJob\x12\x1a.railyard.v1.GetJobRequest\x1a\x1b.railyard.v1.GetJobResponse\x12G\n\x08ListJobs\x12\x1c.railyard.v1.ListJobsRequest\x1a\x1d.railyard.v1.ListJobsResponse\x12S\n\x0cListJobFlows\x12 .railyard.v1.ListJobFlowsRequest\x1a!.railyard.v1.ListJobFlowsResponse\x12\x43\n\tWatchJobs\x12\x1d.railyard.v1.WatchJobsRequest\x1a\x15.railyard.v1.JobEvent0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brailyard/v1/placement.proto\x12\x0brailyard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb4\x02\n\x0fPlaceJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tgpu_count\x18\x02 \x01(\r\x12\x17\n\x0fgpus_per_server\x18\x03 \x01(\r\x12\x0f\n\x07servers\x18\x04 \x03(\t\x12/\n\x07pattern\x18\x05 \x01(\x0e\x32\x1e.railyard.v1.CollectivePattern\x12\x1b\n\x13\x66low_bandwidth_gbps\x18\x06 \x01(\x01\x12\x10\n\x08max_pods\x18\x07 \x01(\r\x12\x19\n\x11\x65xclusive_servers\x18\x08 \x01(\x08\x12\x12\n\nrequest_id\x18\t \x01(\t\x12\"\n\x04view\x18\n \x01(\x0e\x32\x14.railyard.v1.JobView\x12!\n\x19max_predicted_utilization\x18\x0b \x01(\x01\"o\n\x03Gpu\x12\x0c\n\x04rank\x18\x01 \x01(\r\x12\x0e\n\x06server\x18\x02 \x01(\t\x12\x0b\n\x03pod\x18\x03 \x01(\r\x12\x0c\n\x04rail\x18\x04 \x01(\r\x12\x13\n\x0bnic_address\x18\x05 \x01(\t\x12\x0c\n\x04leaf\x18\x06 \x01(\t\x12\x0c\n\x04node\x18\x07 \x01(\t\"Z\n\x07JobFlow\x12\x13\n\x0bsrc_address\x18\x01 \x01(\t\x12\x13\n\x0b\x64st_address\x18\x02 \x01(\t\x12\x16\n\x0e\x62\x61ndwidth_gbps\x18\x03 \x01(\x01\x12\r\n\x05spine\x18\x04 \x01(\t\"\xa1\x02\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12-\n\x07request\x18\x02 \x01(\x0b\x32\x1c.railyard.v1.PlaceJobRequest\x12\x1e\n\x04gpus\x18\x03 \x03(\x0b\x32\x10.railyard.v1.Gpu\x12#\n\x05\x66lows\x18\x04 \x03(\x0b\x32\x14.railyard.v1.JobFlow\x12\x0c\n\x04pods\x18\x05 \x03(\r\x12\'\n\x1fpredicted_max_utilization_ratio\x18\x06 \x01(\x01\x12.\n\nplace_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nflow_count\x18\x08 \x01(\r\x12\x1b\n\x13programmed_revision\x18\t \x01(\x04\"Z\n\x10PlaceJobResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.railyard.v1.Job\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x16\n\x0eoversubscribed\x18\x03 \x01(\x08\"#\n\x11ReleaseJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"3\n\x12ReleaseJobResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.railyard.v1.Job\"C\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\"\n\x04view\x18\x02 \x01(\x0e\x32\x14.railyard.v1.JobView\"/\n\x0eGetJobResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.railyard.v1.Job\"\\\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\"\n\x04view\x18\x03 \x01(\x0e\x32\x14.railyard.v1.JobView\"d\n\x10ListJobsResponse\x12\x1e\n\x04jobs\x18\x01 \x03(\x0b\x32\x10.railyard.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x17\n\x0fintent_revision\x18\x03 \x01(\x04\"^\n\x10WatchJobsRequest\x12\x1b\n\x0esince_revision\x18\x01 \x01(\x04H\x00\x88\x01\x01\x12\x1a\n\x12include_programmed\x18\x02 \x01(\x08\x42\x11\n\x0f_since_revision\"\xd9\x01\n\x08JobEvent\x12(\n\x04kind\x18\x01 \x01(\x0e\x32\x1a.railyard.v1.JobEvent.Kind\x12\x1d\n\x03job\x18\x02 \x01(\x0b\x32\x10.railyard.v1.Job\x12\x17\n\x0fintent_revision\x18\x03 \x01(\x04\"k\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n\x0bKIND_PLACED\x10\x01\x12\x14\n\x10KIND_PATHS_MOVED\x10\x02\x12\x11\n\rKIND_RELEASED\x10\x03\x12\x13\n\x0fKIND_PROGRAMMED\x10\x04\"L\n\x13ListJobFlowsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"m\n\x14ListJobFlowsResponse\x12#\n\x05\x66lows\x18\x01 \x03(\x0b\x32\x14.railyard.v1.JobFlow\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x17\n\x0fintent_revision\x18\x03 \x01(\x04*\x94\x01\n\x11\x43ollectivePattern\x12\"\n\x1e\x43OLLECTIVE_PATTERN_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x43OLLECTIVE_PATTERN_RING\x10\x01\x12\x1b\n\x17\x43OLLECTIVE_PATTERN_TREE\x10\x02\x12!\n\x1d\x43OLLECTIVE_PATTERN_ALL_TO_ALL\x10\x03*L\n\x07JobView\x12\x18\n\x14JOB_VIEW_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_VIEW_SUMMARY\x10\x01\x12\x11\n\rJOB_VIEW_FULL\x10\x02\x32\xd0\x03\n\x10PlacementService\x12G\n\x08PlaceJob\x12\x1c.railyard.v1.PlaceJobRequest\x1a\x1d.railyard.v1.PlaceJobResponse\x12M\n\nReleaseJob\x12\x1e.railyard.v1.ReleaseJobRequest\x1a\x1f.railyard.v1.ReleaseJobResponse\x12\x41\n\x06GetJob\x12\x1a.railyard.v1.GetJobRequest\x1a\x1b.railyard.v1.GetJobResponse\x12G\n\x08ListJobs\x12\x1c.railyard.v1.ListJobsRequest\x1a\x1d.railyard.v1.ListJobsResponse\x12S\n\x0cListJobFlows\x12 .railyard.v1.ListJobFlowsRequest\x1a!.railyard.v1.ListJobFlowsResponse\x12\x43\n\tWatchJobs\x12\x1d.railyard.v1.WatchJobsRequest\x1a\x15.railyard.v1.JobEvent0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'railyard.v1.placement_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_COLLECTIVEPATTERN']._serialized_start=1873
-  _globals['_COLLECTIVEPATTERN']._serialized_end=2021
-  _globals['_JOBVIEW']._serialized_start=2023
-  _globals['_JOBVIEW']._serialized_end=2099
+  _globals['_COLLECTIVEPATTERN']._serialized_start=1887
+  _globals['_COLLECTIVEPATTERN']._serialized_end=2035
+  _globals['_JOBVIEW']._serialized_start=2037
+  _globals['_JOBVIEW']._serialized_end=2113
   _globals['_PLACEJOBREQUEST']._serialized_start=78
   _globals['_PLACEJOBREQUEST']._serialized_end=386
   _globals['_GPU']._serialized_start=388
-  _globals['_GPU']._serialized_end=485
-  _globals['_JOBFLOW']._serialized_start=487
-  _globals['_JOBFLOW']._serialized_end=577
-  _globals['_JOB']._serialized_start=580
-  _globals['_JOB']._serialized_end=869
-  _globals['_PLACEJOBRESPONSE']._serialized_start=871
-  _globals['_PLACEJOBRESPONSE']._serialized_end=961
-  _globals['_RELEASEJOBREQUEST']._serialized_start=963
-  _globals['_RELEASEJOBREQUEST']._serialized_end=998
-  _globals['_RELEASEJOBRESPONSE']._serialized_start=1000
-  _globals['_RELEASEJOBRESPONSE']._serialized_end=1051
-  _globals['_GETJOBREQUEST']._serialized_start=1053
-  _globals['_GETJOBREQUEST']._serialized_end=1120
-  _globals['_GETJOBRESPONSE']._serialized_start=1122
-  _globals['_GETJOBRESPONSE']._serialized_end=1169
-  _globals['_LISTJOBSREQUEST']._serialized_start=1171
-  _globals['_LISTJOBSREQUEST']._serialized_end=1263
-  _globals['_LISTJOBSRESPONSE']._serialized_start=1265
-  _globals['_LISTJOBSRESPONSE']._serialized_end=1365
-  _globals['_WATCHJOBSREQUEST']._serialized_start=1367
-  _globals['_WATCHJOBSREQUEST']._serialized_end=1461
-  _globals['_JOBEVENT']._serialized_start=1464
-  _globals['_JOBEVENT']._serialized_end=1681
-  _globals['_JOBEVENT_KIND']._serialized_start=1574
-  _globals['_JOBEVENT_KIND']._serialized_end=1681
-  _globals['_LISTJOBFLOWSREQUEST']._serialized_start=1683
-  _globals['_LISTJOBFLOWSREQUEST']._serialized_end=1759
-  _globals['_LISTJOBFLOWSRESPONSE']._serialized_start=1761
-  _globals['_LISTJOBFLOWSRESPONSE']._serialized_end=1870
-  _globals['_PLACEMENTSERVICE']._serialized_start=2102
-  _globals['_PLACEMENTSERVICE']._serialized_end=2566
+  _globals['_GPU']._serialized_end=499
+  _globals['_JOBFLOW']._serialized_start=501
+  _globals['_JOBFLOW']._serialized_end=591
+  _globals['_JOB']._serialized_start=594
+  _globals['_JOB']._serialized_end=883
+  _globals['_PLACEJOBRESPONSE']._serialized_start=885
+  _globals['_PLACEJOBRESPONSE']._serialized_end=975
+  _globals['_RELEASEJOBREQUEST']._serialized_start=977
+  _globals['_RELEASEJOBREQUEST']._serialized_end=1012
+  _globals['_RELEASEJOBRESPONSE']._serialized_start=1014
+  _globals['_RELEASEJOBRESPONSE']._serialized_end=1065
+  _globals['_GETJOBREQUEST']._serialized_start=1067
+  _globals['_GETJOBREQUEST']._serialized_end=1134
+  _globals['_GETJOBRESPONSE']._serialized_start=1136
+  _globals['_GETJOBRESPONSE']._serialized_end=1183
+  _globals['_LISTJOBSREQUEST']._serialized_start=1185
+  _globals['_LISTJOBSREQUEST']._serialized_end=1277
+  _globals['_LISTJOBSRESPONSE']._serialized_start=1279
+  _globals['_LISTJOBSRESPONSE']._serialized_end=1379
+  _globals['_WATCHJOBSREQUEST']._serialized_start=1381
+  _globals['_WATCHJOBSREQUEST']._serialized_end=1475
+  _globals['_JOBEVENT']._serialized_start=1478
+  _globals['_JOBEVENT']._serialized_end=1695
+  _globals['_JOBEVENT_KIND']._serialized_start=1588
+  _globals['_JOBEVENT_KIND']._serialized_end=1695
+  _globals['_LISTJOBFLOWSREQUEST']._serialized_start=1697
+  _globals['_LISTJOBFLOWSREQUEST']._serialized_end=1773
+  _globals['_LISTJOBFLOWSRESPONSE']._serialized_start=1775
+  _globals['_LISTJOBFLOWSRESPONSE']._serialized_end=1884
+  _globals['_PLACEMENTSERVICE']._serialized_start=2116
+  _globals['_PLACEMENTSERVICE']._serialized_end=2580
 # @@protoc_insertion_point(module_scope)

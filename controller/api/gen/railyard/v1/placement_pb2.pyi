@@ -57,20 +57,22 @@ class PlaceJobRequest(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., gpu_count: _Optional[int] = ..., gpus_per_server: _Optional[int] = ..., servers: _Optional[_Iterable[str]] = ..., pattern: _Optional[_Union[CollectivePattern, str]] = ..., flow_bandwidth_gbps: _Optional[float] = ..., max_pods: _Optional[int] = ..., exclusive_servers: _Optional[bool] = ..., request_id: _Optional[str] = ..., view: _Optional[_Union[JobView, str]] = ..., max_predicted_utilization: _Optional[float] = ...) -> None: ...
 
 class Gpu(_message.Message):
-    __slots__ = ("rank", "server", "pod", "rail", "nic_address", "leaf")
+    __slots__ = ("rank", "server", "pod", "rail", "nic_address", "leaf", "node")
     RANK_FIELD_NUMBER: _ClassVar[int]
     SERVER_FIELD_NUMBER: _ClassVar[int]
     POD_FIELD_NUMBER: _ClassVar[int]
     RAIL_FIELD_NUMBER: _ClassVar[int]
     NIC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     LEAF_FIELD_NUMBER: _ClassVar[int]
+    NODE_FIELD_NUMBER: _ClassVar[int]
     rank: int
     server: str
     pod: int
     rail: int
     nic_address: str
     leaf: str
-    def __init__(self, rank: _Optional[int] = ..., server: _Optional[str] = ..., pod: _Optional[int] = ..., rail: _Optional[int] = ..., nic_address: _Optional[str] = ..., leaf: _Optional[str] = ...) -> None: ...
+    node: str
+    def __init__(self, rank: _Optional[int] = ..., server: _Optional[str] = ..., pod: _Optional[int] = ..., rail: _Optional[int] = ..., nic_address: _Optional[str] = ..., leaf: _Optional[str] = ..., node: _Optional[str] = ...) -> None: ...
 
 class JobFlow(_message.Message):
     __slots__ = ("src_address", "dst_address", "bandwidth_gbps", "spine")
