@@ -8,7 +8,7 @@ PYTHON_SYSTEM := /usr/bin/python3.11
 SEED ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-scenarios bench-scale bench-training bench-fabric bench-crossval observe fabric-down clean
+.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-fabric bench-crossval observe fabric-down clean
 
 setup: host venv
 
@@ -57,7 +57,7 @@ proto: venv
 controller: setup
 	$(VENV)/bin/railyard controller run --store $(CURDIR)/.state/intent.db
 
-bench: bench-calibrate bench-southbound bench-placement bench-store bench-scenarios bench-scale bench-training bench-crossval
+bench: bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-crossval
 
 bench-calibrate: setup
 	$(PY) -m bench.calibrate --out bench/results/calibration.json
@@ -70,6 +70,9 @@ bench-placement: setup
 
 bench-store: setup
 	$(PY) -m bench.store --out bench/results/store.json
+
+bench-schedulers: setup
+	$(PY) -m bench.schedulers --out bench/results/schedulers.json
 
 bench-scenarios: setup
 	$(PY) -m bench.scenarios --scenario elephant --scenario incast --scenario training-mix --out bench/results/scenarios.json

@@ -173,8 +173,10 @@ class Client:
         request_id: str = "",
         view: str = "summary",
         max_predicted_utilization: float = 0.0,
+        validate_only: bool = False,
     ) -> ppb.PlaceJobResponse:
-        """`view`: "summary" (no flows: page them with job_flows) or "full"."""
+        """`view`: "summary" (no flows: page them with job_flows) or "full".
+        `validate_only`: the placement it would make; nothing placed."""
         request = ppb.PlaceJobRequest(
             job_id=job_id,
             gpu_count=gpu_count,
@@ -187,8 +189,18 @@ class Client:
             request_id=request_id,
             view=VIEWS[view],
             max_predicted_utilization=max_predicted_utilization,
+            validate_only=validate_only,
         )
         return self.placement.PlaceJob(request, timeout=self.timeout)
+
+    def score_placements(
+        self, job: ppb.PlaceJobRequest, candidates: Iterable[Iterable[str]]
+    ) -> ppb.ScorePlacementsResponse:
+        """A score per candidate server set (node names or Railyard's), nothing placed."""
+        request = ppb.ScorePlacementsRequest(
+            job=job, candidates=[ppb.CandidatePlacement(servers=list(c)) for c in candidates]
+        )
+        return self.placement.ScorePlacements(request, timeout=self.timeout)
 
     def release_job(self, job_id: str) -> ppb.Job:
         return self.placement.ReleaseJob(ppb.ReleaseJobRequest(job_id=job_id), timeout=self.timeout).job

@@ -51,7 +51,12 @@ def generate(out: Path) -> None:
 
 
 def generated_files(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*.py*")) if p.is_file()}
+    """The generated sources under `root` (not the bytecode Python caches beside them)."""
+    return {
+        str(p.relative_to(root)): p.read_text()
+        for p in sorted(root.rglob("*"))
+        if p.suffix in (".py", ".pyi") and "__pycache__" not in p.parts and p.is_file()
+    }
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from controller.fabric import addressing as ad
 from controller.intent.service import IntentService, JobEvent, JobEventKind
 from controller.schedulers.hosts import HostMap
 from controller.te.jobs import Job, JobError, JobFlow, JobRequest, Pattern
+from controller.te.scoring import MAX_CANDIDATES
 
 PATTERNS = {
     pb.COLLECTIVE_PATTERN_RING: Pattern.RING,
@@ -31,6 +32,7 @@ EVENT_KINDS = {
     JobEventKind.PROGRAMMED: pb.JobEvent.KIND_PROGRAMMED,
 }
 MAX_WATCHERS = 4  # each watch holds a server thread
+MAX_REASON_CHARS = 500  # of an infeasible candidate's reason: 64 of them share one reply
 WATCH_QUEUE = 1024
 
 
@@ -166,9 +168,47 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         def admit(job: Job) -> None:  # before the commit: a reply that cannot go out refuses the change
             replies[job.job_id] = self._fitting(job, request.view)
 
-        job, created = self.service.place_job(request_from_proto(request, self.hosts), admit=admit)
+        job, created = self.service.place_job(
+            request_from_proto(request, self.hosts), admit=admit, validate_only=request.validate_only
+        )
         reply = replies.get(job.job_id) or self._fitting(job, request.view)  # a retry's: nothing committed
-        return pb.PlaceJobResponse(job=reply, created=created, oversubscribed=job.predicted_max_utilization > 1.0)
+        return pb.PlaceJobResponse(
+            job=reply,
+            created=created,
+            oversubscribed=job.predicted_max_utilization > 1.0,
+            validated_only=request.validate_only,
+        )
+
+    @rpc
+    def ScorePlacements(self, request, context):
+        if len(request.candidates) > MAX_CANDIDATES:
+            raise JobError("candidates", f"{len(request.candidates)} candidates", f"1 to {MAX_CANDIDATES}")
+        job = request_from_proto(request.job, self.hosts)
+        candidates = []
+        for i, candidate in enumerate(request.candidates):
+            if not 1 <= len(candidate.servers) <= len(self.service.fabric.servers):
+                raise JobError(
+                    f"candidates[{i}].servers",
+                    f"{len(candidate.servers)} servers",
+                    f"1 to {len(self.service.fabric.servers)} (the fabric's)",
+                )
+            candidates.append(tuple(self.hosts.resolve(name) for name in candidate.servers))
+        scores, revision = self.service.score_placements(job, candidates)
+        return pb.ScorePlacementsResponse(
+            scores=[
+                pb.PlacementScore(
+                    candidate=s.candidate,
+                    feasible=s.job is not None,
+                    reason=s.reason[:MAX_REASON_CHARS],
+                    predicted_max_utilization_ratio=s.predicted_max_utilization,
+                    spine_tier_peak_ratio=s.spine_tier_peak,
+                    score=s.score,
+                    rank=s.rank,
+                )
+                for s in scores
+            ],
+            intent_revision=revision,
+        )
 
     @rpc
     def ReleaseJob(self, request, context):

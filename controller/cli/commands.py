@@ -8,6 +8,7 @@ import sys
 import grpc
 
 from controller.api.client import DEFAULT_TARGET, PATTERNS, Client, ClientTls
+from controller.api.gen.railyard.v1.placement_pb2 import PlaceJobRequest
 from controller.errors import FieldError
 
 PATTERN_NAMES = {value: name for name, value in PATTERNS.items()}
@@ -43,12 +44,7 @@ def _api_parsers(sub):
     unpin.add_argument("name")
     pins = sub.add_parser("pins", help="list pins")
 
-    place = sub.add_parser("place", help="place a job: rail-aligned GPUs and a spine for each cross-pod flow")
-    place.add_argument("job_id")
-    place.add_argument("--gpus", type=int, required=True, help="GPU count")
-    place.add_argument("--pattern", choices=["ring", "tree", "all-to-all"], default="ring")
-    place.add_argument("--flow-gbps", type=float, default=0.0, help="per-flow ceiling, Gb/s (0: the NIC)")
-    place.add_argument("--gpus-per-server", type=int, default=0, help="default: min(gpus, rails)")
+    place = _job_parser(sub, "place", "place a job: rail-aligned GPUs and a spine for each cross-pod flow")
     place.add_argument(
         "--servers", default="", help="comma-separated explicit servers: scheduler node names (--hosts) or ryh<p>s<i>"
     )
@@ -60,6 +56,14 @@ def _api_parsers(sub):
         type=float,
         metavar="SECONDS",
         help="return once every switch the job uses holds its entries (exit 1 if not within SECONDS)",
+    )
+    place.add_argument("--validate-only", action="store_true", help="show the placement it would make; place nothing")
+    score = _job_parser(sub, "score", "score candidate server sets for a job (predicted utilization), placing nothing")
+    score.add_argument(
+        "--candidate",
+        action="append",
+        required=True,
+        help="comma-separated servers (node names or ryh<p>s<i>); repeat for each candidate",
     )
     release = sub.add_parser("release", help="release a job's GPUs and paths")
     release.add_argument("job_id")
@@ -86,7 +90,18 @@ def _api_parsers(sub):
         default="",
         help="'' the API (default), railyard.fabric every switch reconciled, railyard.leader this replica leads",
     )
-    return pin, unpin, pins, place, release, jobs, free, links, health, *drains
+    return pin, unpin, pins, place, score, release, jobs, free, links, health, *drains
+
+
+def _job_parser(sub, name: str, help_text: str):
+    """A command about one job request: its id, size, pattern and flows."""
+    parser = sub.add_parser(name, help=help_text)
+    parser.add_argument("job_id")
+    parser.add_argument("--gpus", type=int, required=True, help="GPU count")
+    parser.add_argument("--pattern", choices=["ring", "tree", "all-to-all"], default="ring")
+    parser.add_argument("--flow-gbps", type=float, default=0.0, help="per-flow ceiling, Gb/s (0: the NIC)")
+    parser.add_argument("--gpus-per-server", type=int, default=0, help="default: min(gpus, rails)")
+    return parser
 
 
 def all_or_none(args, flags: tuple[str, ...], error: type[FieldError]) -> list[str] | None:
@@ -245,8 +260,13 @@ def _run_api(client: Client, args) -> int:
             args.max_pods,
             args.exclusive,
             args.request_id,
+            view="full" if args.validate_only else "summary",
+            validate_only=args.validate_only,
         )
         job = placed.job
+        if args.validate_only:  # nothing placed: its flows came with it
+            _show_job(job, args.json, list(job.flows))
+            return 0
         if args.wait_programmed is not None:
             if not client.wait_programmed(args.job_id, args.wait_programmed):
                 print(
@@ -256,6 +276,16 @@ def _run_api(client: Client, args) -> int:
                 return 1
             job = client.get_job(args.job_id)
         _show_job(job, args.json, client.job_flows(args.job_id))
+    elif cmd == "score":
+        request = PlaceJobRequest(
+            job_id=args.job_id,
+            gpu_count=args.gpus,
+            pattern=PATTERNS[args.pattern],
+            flow_bandwidth_gbps=args.flow_gbps,
+            gpus_per_server=args.gpus_per_server,
+        )
+        scored = client.score_placements(request, [[n for n in c.split(",") if n] for c in args.candidate])
+        _show_scores(scored, args.candidate, args.json)
     elif cmd == "release":
         _show_job(client.release_job(args.job_id), args.json)
     elif cmd == "jobs":
@@ -340,3 +370,22 @@ def _show_free(reply, servers: bool) -> None:
             ],
             False,
         )
+
+
+def _show_scores(reply, candidates: list[str], as_json: bool) -> None:
+    if as_json:
+        _print([_as_json(reply, defaults=True)], True)
+        return
+    rows = [
+        {
+            "rank": s.rank,
+            "candidate": candidates[s.candidate],
+            "feasible": s.feasible,
+            "predicted_max_util": f"{s.predicted_max_utilization_ratio:.3f}",
+            "spine_tier_peak": f"{s.spine_tier_peak_ratio:.3f}",
+            "score": f"{s.score:.3f}",
+            "reason": s.reason or "-",
+        }
+        for s in sorted(reply.scores, key=lambda s: s.rank)
+    ]
+    _print(rows, False)

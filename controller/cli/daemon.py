@@ -28,6 +28,11 @@ def add_controller_parser(sub) -> None:
         help="host map YAML: each server's scheduler node name; the API accepts and returns them",
     )
     run.add_argument(
+        "--extender-listen",
+        metavar="HOST:PORT",
+        help="serve kube-scheduler's extender protocol (POST /filter, /prioritize) here; HTTPS with --tls-*",
+    )
+    run.add_argument(
         "--advertise",
         metavar="HOST:PORT",
         help="with etcd: the address clients reach this replica's API at (followers name the leader by it; "
@@ -139,6 +144,7 @@ def controller_run(args) -> int:
         advertise=str(Listen.parse(args.advertise, "advertise")) if args.advertise else None,
         etcd_tls=_etcd_tls(args),
         hosts=Path(args.hosts) if args.hosts else None,
+        extender=Listen.parse(args.extender_listen, "extender-listen") if args.extender_listen else None,
         openflow=Listen.parse(args.openflow_listen, "openflow-listen"),
         grpc=Listen.parse(args.grpc_listen, "grpc-listen"),
         metrics=Listen.parse(args.metrics_listen, "metrics-listen"),

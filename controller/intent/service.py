@@ -12,75 +12,32 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from controller.errors import AlreadyExists, Conflict, FieldError, NotFound, RevisionGone, shown
-from controller.fabric import Endpoint, Fabric, NicId
+from controller.errors import AlreadyExists, Conflict, NotFound, RevisionGone, shown
+from controller.fabric import Endpoint, Fabric
+from controller.fabric import addressing as ad
 from controller.intent.drains import rerouted_jobs, resolve_link, resolve_switch
-from controller.intent.model import FlowPin, Intent, pin_from_doc, pin_to_doc, validate_pin
+from controller.intent.loading import intent_from_store
+from controller.intent.model import FlowPin, Intent, pin_to_doc, validate_pin
 from controller.intent.retries import (
     MAX_RETIRED,
     Retired,
     check_same_request,
-    retired_from_doc,
     retired_to_doc,
 )
 from controller.intent.store import Change, IntentStore, StoreError
 from controller.metrics import Metrics
-from controller.te.capacity import FreeCapacity, Usage, free_capacity
-from controller.te.jobs import Drains, Job, JobRequest, job_from_doc, job_to_doc, validate_request
+from controller.schedulers.extender import FabricView
+from controller.te.capacity import FreeCapacity, Usage, free_capacity, free_masks, server_table
+from controller.te.jobs import Job, JobError, JobRequest, job_to_doc, validate_request
 from controller.te.load import LoadLedger
 from controller.te.placement import FabricState, place
+from controller.te.scoring import MAX_CANDIDATES, CandidateScore, score_candidates
 
 log = logging.getLogger(__name__)
-
-
-def intent_from_store(fabric: Fabric, store: IntentStore, metrics: Metrics) -> tuple[Intent, dict[str, Retired]]:
-    """Stored intent, minus records this fabric cannot honour (e.g. the spec
-    shrank), and the retry keys of released jobs. Records that cannot be
-    honoured stay in the store, untouched, and are reported; one bad record
-    must not stop the controller from serving the rest."""
-    snapshot = store.load()
-    pins, jobs, drained_switches, drained_links = {}, {}, set(), set()
-    retired: dict[str, Retired] = {}
-    gpu_holder: dict[NicId, str] = {}  # a GPU (by its NIC) -> the job holding it
-    for (kind, name), doc in snapshot.records.items():
-        try:
-            if kind == "pin":
-                pin = pin_from_doc(name, doc)
-                # Alone, not against the others: stored pins were checked for
-                # overlap when written, and this keeps loading linear.
-                validate_pin(fabric, Intent(), pin)
-                pins[name] = pin
-            elif kind == "job":
-                job = job_from_doc(name, doc)
-                for flow in job.flows:
-                    fabric.egress_path(flow.src, flow.dst, flow.via or None)
-                # Two writers on one store could each have handed out the same
-                # GPUs: the first job (by name) keeps them, the other is not loaded.
-                taken = sorted({gpu_holder[g.nic] for g in job.gpus if g.nic in gpu_holder})
-                if taken:
-                    raise ValueError(f"its GPUs are already held by job(s) {', '.join(taken)}")
-                gpu_holder.update((g.nic, name) for g in job.gpus)
-                jobs[name] = job
-            elif kind == "drain-switch":
-                drained_switches.add(resolve_switch(fabric, name))
-            elif kind == "drain-link":
-                drained_links.add(resolve_link(fabric, name))
-            elif kind == "retired":
-                retired[name] = retired_from_doc(name, doc)
-            else:
-                raise ValueError(f"unknown record kind {kind!r}")
-        except (KeyError, ValueError, TypeError, LookupError, FieldError) as exc:
-            log.error("stored %s %r ignored: %s", kind, name, exc)
-            metrics.errors.labels("intent", "invalid_stored_intent").inc()
-    for kind, name in snapshot.unreadable:
-        log.error("stored %s %r ignored: its record is not valid JSON", kind, name)
-        metrics.errors.labels("intent", "invalid_stored_intent").inc()
-    drains = Drains(frozenset(drained_switches), frozenset(drained_links))
-    return Intent(pins=pins, jobs=jobs, drains=drains, revision=snapshot.revision), retired
 
 
 class JobEventKind(StrEnum):
@@ -237,14 +194,17 @@ class IntentService:
         return current.pins[name]
 
     # --- jobs ---------------------------------------------------------------
-    def place_job(self, request: JobRequest, admit: Callable[[Job], None] | None = None) -> tuple[Job, bool]:
+    def place_job(
+        self, request: JobRequest, admit: Callable[[Job], None] | None = None, validate_only: bool = False
+    ) -> tuple[Job, bool]:
         """(job, created). Validation comes first: an invalid request is refused
         whatever its key. A retry (same job id and request_id, same parameters)
         returns the original placement, also for RETRY_WINDOW_S after its
         release (retries.py); the same key with other parameters is refused,
         and so is any other request for an existing job id. `admit` sees the
         new job before it is committed, and may refuse it by raising (the API:
-        a reply that would not fit the message limit)."""
+        a reply that would not fit the message limit). With `validate_only`
+        the job is what it would be, and nothing is committed."""
         validate_request(self.fabric, request)
         with self._lock:
             current = self._writable()
@@ -274,6 +234,8 @@ class IntentService:
                 )
             if admit is not None:
                 admit(job)
+            if validate_only:
+                return job, False
             new = current.with_jobs({job.job_id: job})
             # A new placement under this id ends the old key's replay.
             forgotten = {("retired", job.job_id)} if retired is not None else set()
@@ -291,6 +253,45 @@ class IntentService:
         )
         self._changed(new, [JobEvent(JobEventKind.PLACED, job, new.revision)])
         return job, True
+
+    def score_placements(
+        self, request: JobRequest, candidates: Sequence[tuple[str, ...]]
+    ) -> tuple[list[CandidateScore], int]:
+        """Each candidate server set scored for `request`, as PlaceJob would
+        place it there, against the intent at one revision; nothing placed."""
+        if not 1 <= len(candidates) <= MAX_CANDIDATES:
+            raise JobError("candidates", f"{len(candidates)} candidates", f"1 to {MAX_CANDIDATES}")
+        validate_request(self.fabric, replace(request, servers=()))
+        with self._lock:
+            current = self._intent
+            state = FabricState(
+                current.jobs, current.drains, self._live_load(), self._ledger.bps, self._usage, self._ledger
+            )
+            scores = score_candidates(self.fabric, state, request, candidates, self._clock())
+            return scores, current.revision
+
+    def fabric_view(self, job_id: str) -> FabricView:
+        """What a scheduler extender reads (schedulers/extender.py), taken
+        under the lock: free and reachable rails per server, each pod's
+        uplink load, and the job's servers if it is placed."""
+        with self._lock:
+            current = self._intent
+            masks = free_masks(self.fabric, self._usage, current.drains)
+            pod_bps = self._ledger.pod_uplink_bps()
+            job = current.jobs.get(job_id)
+        table = server_table(self.fabric)
+        capacity = self.fabric.capacity_bps
+        utilization = {
+            pod: pod_bps.get(pod, 0.0) / sum(capacity[e] for e in egresses)
+            for pod, egresses in self.fabric.pod_uplinks.items()
+            if egresses
+        }
+        return FabricView(
+            free_rails=dict(zip(table.names, masks.tolist(), strict=True)),
+            pod_of={name: key[0] for name, key in zip(table.names, table.keys, strict=True)},
+            uplink_utilization=utilization,
+            job_servers=None if job is None else frozenset(ad.server_name(g.nic.pod, g.nic.server) for g in job.gpus),
+        )
 
     def get_job(self, job_id: str) -> Job:
         job = self._intent.jobs.get(job_id)

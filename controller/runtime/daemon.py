@@ -25,6 +25,7 @@ from pathlib import Path
 from os_ken.base import app_manager
 
 from controller.api.audit import AuditLog
+from controller.api.extender import ExtenderServer
 from controller.api.limits import MUTATIONS_PER_S, TELEMETRY_RECORDS_PER_S
 from controller.api.server import MAX_MESSAGE_BYTES, ApiServer, MutualTls
 from controller.errors import FieldError
@@ -136,6 +137,7 @@ class DaemonConfig:
     advertise: str | None = None  # with etcd: where clients reach this replica's API (default --grpc-listen)
     etcd_tls: EtcdTls | None = None
     hosts: Path | None = None  # a host map: servers under the scheduler's node names
+    extender: Listen | None = None  # the kube-scheduler extender's HTTP(S) listener
 
     def __post_init__(self) -> None:
         if not 0.1 <= self.mutations_per_s <= 100_000:
@@ -150,6 +152,7 @@ class DaemonConfig:
                 ("grpc-listen", self.grpc, self.tls is not None),
                 ("openflow-listen", self.openflow, self.tls is not None),
                 ("metrics-listen", self.metrics, self.tls is not None),
+                *((("extender-listen", self.extender, self.tls is not None),) if self.extender else ()),
             )
             if not secured and not listen.loopback
         ]
@@ -227,6 +230,17 @@ class Daemon:
             telemetry_records_per_s=config.telemetry_records_per_s,
             hosts=hosts,
         )
+        self.extender: ExtenderServer | None = None
+        if config.extender is not None:
+            self.extender = ExtenderServer(
+                self.intent,
+                hosts,
+                self.metrics,
+                config.extender.host,
+                config.extender.port,
+                tls,
+                *((str(config.tls.cert), str(config.tls.key), str(config.tls.ca)) if config.tls else ()),
+            )
         self.replication: Replication | None = None
         if etcd is None:
             self.metrics.leader.set(1)  # a lone controller leads
@@ -261,6 +275,8 @@ class Daemon:
         openflow_tls = OpenFlowTls(tls.key, tls.cert, tls.ca) if tls is not None else None
         self._apps = start_openflow(self.reconciler, self.config.openflow.host, self.config.openflow.port, openflow_tls)
         self.api.start()
+        if self.extender is not None:
+            self.extender.start()
         if self.replication is not None:
             self.replication.start()
         # The API is ready now: intent was loaded when the daemon was built.
@@ -303,6 +319,8 @@ class Daemon:
         if self.replication is not None:
             self.replication.stop()  # resigns: another replica leads without waiting out the lease
         self.api.stop(grace_s=2)
+        if self.extender is not None:
+            self.extender.stop()
         self.te.stop()
         self.reconciler.stop()
         self.ingest.stop()

@@ -40,7 +40,8 @@ class Role(StrEnum):
     VIEWER = "viewer"
 
 
-_PLACEMENT_READS = {PLACEMENT + m for m in ("GetJob", "ListJobs", "ListJobFlows", "WatchJobs")}
+# ScorePlacements changes nothing: any role that reads jobs may ask for scores.
+_PLACEMENT_READS = {PLACEMENT + m for m in ("GetJob", "ListJobs", "ListJobFlows", "WatchJobs", "ScorePlacements")}
 _FABRIC_READS = {FABRIC + m for m in ("GetFabric", "GetFreeCapacity", "ListLinks", "ListPins")}
 _FABRIC_CHANGES = {
     FABRIC + m for m in ("DrainLink", "UndrainLink", "DrainSwitch", "UndrainSwitch", "PinFlow", "UnpinFlow")

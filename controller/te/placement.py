@@ -96,7 +96,7 @@ class _Larger:
         return max(self.a.get(egress, default), self.b.get(egress, default))
 
 
-def _loads(fabric: Fabric, state: FabricState) -> tuple[Loads, float, dict[int, float]]:
+def base_loads(fabric: Fabric, state: FabricState) -> tuple[Loads, float, dict[int, float]]:
     """(base load to read through, its peak utilization, each pod's uplink load)."""
     predicted, measured, ledger = state.predicted(fabric), state.measured_bps, state.ledger
     if ledger is None:
@@ -290,7 +290,7 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
     else:
         choice = _choose(fabric, state, request)
     job_rails, avail = choice.rails, choice.avail
-    base, floor, pod_load = _loads(fabric, state)
+    base, floor, pod_load = base_loads(fabric, state)
     wanted = f"{request.gpu_count} GPUs as {m} server(s) x {k}"
 
     if request.servers:

@@ -29,7 +29,8 @@ ALLOWED = {
     grpc.StatusCode.FAILED_PRECONDITION,
     grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
-UNARY = [f"/railyard.v1.PlacementService/{m}" for m in ("PlaceJob", "ReleaseJob", "GetJob", "ListJobs")] + [
+PLACEMENT_METHODS = ("PlaceJob", "ReleaseJob", "GetJob", "ListJobs", "ScorePlacements")
+UNARY = [f"/railyard.v1.PlacementService/{m}" for m in PLACEMENT_METHODS] + [
     f"/railyard.v1.FabricService/{m}"
     for m in (
         "GetFabric",
@@ -148,6 +149,29 @@ def test_adversarial_values_get_specific_errors(ctl, baseline):
                 grpc.StatusCode.INVALID_ARGUMENT,
             ),
             (client.fabric.UnpinFlow, fpb.UnpinFlowRequest(name="ghost"), grpc.StatusCode.NOT_FOUND),
+            (
+                client.placement.ScorePlacements,
+                ppb.ScorePlacementsRequest(
+                    job=ppb.PlaceJobRequest(job_id="s", gpu_count=2, pattern=ppb.COLLECTIVE_PATTERN_RING)
+                ),
+                grpc.StatusCode.INVALID_ARGUMENT,  # no candidates
+            ),
+            (
+                client.placement.ScorePlacements,
+                ppb.ScorePlacementsRequest(
+                    job=ppb.PlaceJobRequest(job_id="s", gpu_count=2, pattern=ppb.COLLECTIVE_PATTERN_RING),
+                    candidates=[ppb.CandidatePlacement(servers=["ryh0s0"])] * 65,
+                ),
+                grpc.StatusCode.INVALID_ARGUMENT,  # over 64
+            ),
+            (
+                client.placement.ScorePlacements,
+                ppb.ScorePlacementsRequest(
+                    job=ppb.PlaceJobRequest(job_id="s", gpu_count=2, pattern=ppb.COLLECTIVE_PATTERN_RING),
+                    candidates=[ppb.CandidatePlacement(servers=[])],
+                ),
+                grpc.StatusCode.INVALID_ARGUMENT,  # an empty candidate
+            ),
         ]
         for call, request, code in calls:
             with pytest.raises(grpc.RpcError) as err:
@@ -169,6 +193,9 @@ def test_adversarial_values_get_specific_errors(ctl, baseline):
         summary = client.report_telemetry([bad, huge])
         assert summary.accepted_records == 0 and summary.rejected_records == 4 + 10_001
 
+        # A validated placement is answered, and nothing is placed.
+        dry = client.place_job("dry-run", 2, "ring", validate_only=True)
+        assert dry.validated_only and not dry.created and len(dry.job.gpus) == 2
         assert client.serving()
         assert state_of(client) == baseline
     samples = ctl.metrics()

@@ -12,6 +12,7 @@ import grpc
 import pytest
 
 from controller.api.errors import FIELD_METADATA_KEY
+from controller.api.gen.railyard.v1 import placement_pb2 as ppb
 from emulation.processes.controller_process import free_port
 from tests.integration.helpers import api_daemon
 
@@ -126,3 +127,24 @@ def test_the_slurm_prolog_places_the_allocated_nodes_and_the_epilog_releases_the
         daemon, tmp_path, "railyard-prolog.sh", SLURM_JOB_NODELIST="gpu-z[001-002]", RAILYARD_REQUIRED="1", **job
     )
     assert refused.returncode == 1 and "could not place its paths on gpu-z001,gpu-z002" in refused.stderr
+
+
+def test_score_placements_by_node_names_ranks_a_pod_over_a_spread_and_places_nothing(daemon):
+    request = ppb.PlaceJobRequest(job_id="to-score", gpu_count=4, pattern=ppb.COLLECTIVE_PATTERN_RING)
+    with daemon.client() as client:
+        _, revision = client.list_jobs_at()
+        scored = client.score_placements(request, [["gpu-a001", "gpu-b001"], ["gpu-a001", "gpu-a002"], ["gpu-zz"]])
+        assert scored.intent_revision == revision
+        spread, pod, unknown = scored.scores
+        assert (pod.rank, spread.rank, unknown.rank) == (1, 2, 3)
+        assert pod.feasible and spread.feasible and not unknown.feasible and "gpu-zz" in unknown.reason
+        assert pod.spine_tier_peak_ratio == 0.0 < spread.spine_tier_peak_ratio and pod.score > spread.score
+        # What PlaceJob predicts for the same servers (validate_only: nothing placed).
+        dry = client.place_job("to-score", 4, "ring", servers=["gpu-a001", "gpu-b001"], validate_only=True)
+        assert dry.validated_only and dry.job.predicted_max_utilization_ratio == spread.predicted_max_utilization_ratio
+        assert client.list_jobs_at() == ([], revision)
+    shown = cli(daemon, "score", "to-score", "--gpus", "4", "--candidate", "gpu-a001,gpu-b001",
+                "--candidate", "gpu-a001,gpu-a002")  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    rows = [line.split() for line in shown.stdout.splitlines()[1:]]
+    assert rows[0][:2] == ["1", "gpu-a001,gpu-a002"] and rows[1][:2] == ["2", "gpu-a001,gpu-b001"]

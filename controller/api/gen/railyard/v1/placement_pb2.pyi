@@ -31,7 +31,7 @@ JOB_VIEW_SUMMARY: JobView
 JOB_VIEW_FULL: JobView
 
 class PlaceJobRequest(_message.Message):
-    __slots__ = ("job_id", "gpu_count", "gpus_per_server", "servers", "pattern", "flow_bandwidth_gbps", "max_pods", "exclusive_servers", "request_id", "view", "max_predicted_utilization")
+    __slots__ = ("job_id", "gpu_count", "gpus_per_server", "servers", "pattern", "flow_bandwidth_gbps", "max_pods", "exclusive_servers", "request_id", "view", "max_predicted_utilization", "validate_only")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
     GPUS_PER_SERVER_FIELD_NUMBER: _ClassVar[int]
@@ -43,6 +43,7 @@ class PlaceJobRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     VIEW_FIELD_NUMBER: _ClassVar[int]
     MAX_PREDICTED_UTILIZATION_FIELD_NUMBER: _ClassVar[int]
+    VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     gpu_count: int
     gpus_per_server: int
@@ -54,7 +55,8 @@ class PlaceJobRequest(_message.Message):
     request_id: str
     view: JobView
     max_predicted_utilization: float
-    def __init__(self, job_id: _Optional[str] = ..., gpu_count: _Optional[int] = ..., gpus_per_server: _Optional[int] = ..., servers: _Optional[_Iterable[str]] = ..., pattern: _Optional[_Union[CollectivePattern, str]] = ..., flow_bandwidth_gbps: _Optional[float] = ..., max_pods: _Optional[int] = ..., exclusive_servers: _Optional[bool] = ..., request_id: _Optional[str] = ..., view: _Optional[_Union[JobView, str]] = ..., max_predicted_utilization: _Optional[float] = ...) -> None: ...
+    validate_only: bool
+    def __init__(self, job_id: _Optional[str] = ..., gpu_count: _Optional[int] = ..., gpus_per_server: _Optional[int] = ..., servers: _Optional[_Iterable[str]] = ..., pattern: _Optional[_Union[CollectivePattern, str]] = ..., flow_bandwidth_gbps: _Optional[float] = ..., max_pods: _Optional[int] = ..., exclusive_servers: _Optional[bool] = ..., request_id: _Optional[str] = ..., view: _Optional[_Union[JobView, str]] = ..., max_predicted_utilization: _Optional[float] = ..., validate_only: _Optional[bool] = ...) -> None: ...
 
 class Gpu(_message.Message):
     __slots__ = ("rank", "server", "pod", "rail", "nic_address", "leaf", "node")
@@ -109,14 +111,56 @@ class Job(_message.Message):
     def __init__(self, job_id: _Optional[str] = ..., request: _Optional[_Union[PlaceJobRequest, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., flows: _Optional[_Iterable[_Union[JobFlow, _Mapping]]] = ..., pods: _Optional[_Iterable[int]] = ..., predicted_max_utilization_ratio: _Optional[float] = ..., place_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., flow_count: _Optional[int] = ..., programmed_revision: _Optional[int] = ...) -> None: ...
 
 class PlaceJobResponse(_message.Message):
-    __slots__ = ("job", "created", "oversubscribed")
+    __slots__ = ("job", "created", "oversubscribed", "validated_only")
     JOB_FIELD_NUMBER: _ClassVar[int]
     CREATED_FIELD_NUMBER: _ClassVar[int]
     OVERSUBSCRIBED_FIELD_NUMBER: _ClassVar[int]
+    VALIDATED_ONLY_FIELD_NUMBER: _ClassVar[int]
     job: Job
     created: bool
     oversubscribed: bool
-    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., created: _Optional[bool] = ..., oversubscribed: _Optional[bool] = ...) -> None: ...
+    validated_only: bool
+    def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ..., created: _Optional[bool] = ..., oversubscribed: _Optional[bool] = ..., validated_only: _Optional[bool] = ...) -> None: ...
+
+class CandidatePlacement(_message.Message):
+    __slots__ = ("servers",)
+    SERVERS_FIELD_NUMBER: _ClassVar[int]
+    servers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, servers: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ScorePlacementsRequest(_message.Message):
+    __slots__ = ("job", "candidates")
+    JOB_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    job: PlaceJobRequest
+    candidates: _containers.RepeatedCompositeFieldContainer[CandidatePlacement]
+    def __init__(self, job: _Optional[_Union[PlaceJobRequest, _Mapping]] = ..., candidates: _Optional[_Iterable[_Union[CandidatePlacement, _Mapping]]] = ...) -> None: ...
+
+class PlacementScore(_message.Message):
+    __slots__ = ("candidate", "feasible", "reason", "predicted_max_utilization_ratio", "spine_tier_peak_ratio", "score", "rank")
+    CANDIDATE_FIELD_NUMBER: _ClassVar[int]
+    FEASIBLE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    PREDICTED_MAX_UTILIZATION_RATIO_FIELD_NUMBER: _ClassVar[int]
+    SPINE_TIER_PEAK_RATIO_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    candidate: int
+    feasible: bool
+    reason: str
+    predicted_max_utilization_ratio: float
+    spine_tier_peak_ratio: float
+    score: float
+    rank: int
+    def __init__(self, candidate: _Optional[int] = ..., feasible: _Optional[bool] = ..., reason: _Optional[str] = ..., predicted_max_utilization_ratio: _Optional[float] = ..., spine_tier_peak_ratio: _Optional[float] = ..., score: _Optional[float] = ..., rank: _Optional[int] = ...) -> None: ...
+
+class ScorePlacementsResponse(_message.Message):
+    __slots__ = ("scores", "intent_revision")
+    SCORES_FIELD_NUMBER: _ClassVar[int]
+    INTENT_REVISION_FIELD_NUMBER: _ClassVar[int]
+    scores: _containers.RepeatedCompositeFieldContainer[PlacementScore]
+    intent_revision: int
+    def __init__(self, scores: _Optional[_Iterable[_Union[PlacementScore, _Mapping]]] = ..., intent_revision: _Optional[int] = ...) -> None: ...
 
 class ReleaseJobRequest(_message.Message):
     __slots__ = ("job_id",)

@@ -64,6 +64,11 @@ class PlacementServiceStub:
                 request_serializer=railyard_dot_v1_dot_placement__pb2.WatchJobsRequest.SerializeToString,
                 response_deserializer=railyard_dot_v1_dot_placement__pb2.JobEvent.FromString,
                 _registered_method=True)
+        self.ScorePlacements = channel.unary_unary(
+                '/railyard.v1.PlacementService/ScorePlacements',
+                request_serializer=railyard_dot_v1_dot_placement__pb2.ScorePlacementsRequest.SerializeToString,
+                response_deserializer=railyard_dot_v1_dot_placement__pb2.ScorePlacementsResponse.FromString,
+                _registered_method=True)
 
 
 class PlacementServiceServicer:
@@ -107,6 +112,13 @@ class PlacementServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ScorePlacements(self, request, context):
+        """Predicted utilization and a score per candidate node set, nothing placed.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PlacementServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -139,6 +151,11 @@ def add_PlacementServiceServicer_to_server(servicer, server):
                     servicer.WatchJobs,
                     request_deserializer=railyard_dot_v1_dot_placement__pb2.WatchJobsRequest.FromString,
                     response_serializer=railyard_dot_v1_dot_placement__pb2.JobEvent.SerializeToString,
+            ),
+            'ScorePlacements': grpc.unary_unary_rpc_method_handler(
+                    servicer.ScorePlacements,
+                    request_deserializer=railyard_dot_v1_dot_placement__pb2.ScorePlacementsRequest.FromString,
+                    response_serializer=railyard_dot_v1_dot_placement__pb2.ScorePlacementsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -303,6 +320,33 @@ class PlacementService:
             '/railyard.v1.PlacementService/WatchJobs',
             railyard_dot_v1_dot_placement__pb2.WatchJobsRequest.SerializeToString,
             railyard_dot_v1_dot_placement__pb2.JobEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ScorePlacements(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/railyard.v1.PlacementService/ScorePlacements',
+            railyard_dot_v1_dot_placement__pb2.ScorePlacementsRequest.SerializeToString,
+            railyard_dot_v1_dot_placement__pb2.ScorePlacementsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,129 @@
+"""The kube-scheduler extender endpoint (`controller run --extender-listen`):
+POST /filter and POST /prioritize, JSON in kube-scheduler's shapes
+(controller/schedulers/extender.py answers them).
+
+With the daemon's TLS, it is HTTPS and the scheduler must present a client
+certificate from the CA whose name the policy gives a role that may read
+jobs (scheduler, operator or viewer): KubeSchedulerConfiguration's
+extender tlsConfig carries it (deploy/k8s/scheduler-extender.yaml).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from controller.api.server import MutualTls
+from controller.intent.service import IntentService
+from controller.metrics import Metrics
+from controller.schedulers.extender import ExtenderError, candidate_nodes, filter_nodes, pod_job, prioritize
+from controller.schedulers.hosts import HostMap
+from controller.security.policy import Role
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 16 * 1024 * 1024  # 1,000 full Node objects fit; NodeNames (nodeCacheCapable) are far smaller
+READERS = {Role.SCHEDULER, Role.OPERATOR, Role.VIEWER}
+VERBS = {"/filter": "ExtenderFilter", "/prioritize": "ExtenderPrioritize"}
+
+
+class ExtenderServer:
+    def __init__(
+        self,
+        service: IntentService,
+        hosts: HostMap,
+        metrics: Metrics,
+        host: str,
+        port: int,
+        tls: MutualTls | None = None,
+        certfile: str | None = None,
+        keyfile: str | None = None,
+        cafile: str | None = None,
+    ) -> None:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                server.handle(self)
+
+            def log_message(self, format: str, *args) -> None:
+                log.debug("extender: " + format, *args)
+
+        self.service, self.hosts, self.metrics, self.tls = service, hosts, metrics, tls
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        if tls is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=cafile)
+            context.load_cert_chain(certfile or "", keyfile)
+            context.verify_mode = ssl.CERT_REQUIRED
+            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = self.httpd.server_address[1]
+        for method in VERBS.values():
+            metrics.api_latency.labels(method)
+
+    def start(self) -> None:
+        threading.Thread(target=self.httpd.serve_forever, name="extender", daemon=True).start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def handle(self, request: BaseHTTPRequestHandler) -> None:
+        started = time.perf_counter()
+        method = VERBS.get(request.path.split("?", 1)[0])
+        if method is None:
+            self._reply(request, HTTPStatus.NOT_FOUND, {"Error": f"no such verb {request.path[:64]!r}"}, "Extender", "")
+            return
+        denied = self._denied(request)
+        if denied:
+            self._reply(request, HTTPStatus.FORBIDDEN, {"Error": denied}, method, "PERMISSION_DENIED")
+            return
+        length = int(request.headers.get("Content-Length") or 0)
+        if not 0 < length <= MAX_BODY_BYTES:
+            problem = f"a body of {length} bytes; allowed: 1 to {MAX_BODY_BYTES}"
+            self._reply(request, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"Error": problem}, method, "INVALID_ARGUMENT")
+            return
+        try:
+            args = json.loads(request.rfile.read(length))
+            nodes = candidate_nodes(args)
+            job = pod_job(args.get("Pod"))
+            view = self.service.fabric_view(job.job_id if job else "")
+            if method == "ExtenderFilter":
+                body: object = filter_nodes(view, self.hosts, job, nodes)
+            else:
+                body = prioritize(view, self.hosts, job, nodes)
+        except (ValueError, ExtenderError) as exc:  # json.JSONDecodeError is a ValueError
+            problem = str(exc)[:500]
+            if method == "ExtenderFilter":  # the protocol's own place for it: the scheduler reports it on the pod
+                self._reply(request, HTTPStatus.OK, {"NodeNames": [], "Error": problem}, method, "INVALID_ARGUMENT")
+            else:
+                self._reply(request, HTTPStatus.BAD_REQUEST, {"Error": problem}, method, "INVALID_ARGUMENT")
+            return
+        self._reply(request, HTTPStatus.OK, body, method, "OK")
+        self.metrics.api_latency.labels(method).observe(time.perf_counter() - started)
+
+    def _denied(self, request: BaseHTTPRequestHandler) -> str:
+        """Why the caller may not ask; "" when it may (or the endpoint runs in the clear)."""
+        if self.tls is None:
+            return ""
+        peer = request.connection.getpeercert() if isinstance(request.connection, ssl.SSLSocket) else None
+        names = [str(pair[1]) for rdn in (peer or {}).get("subject", ()) for pair in rdn if pair[0] == "commonName"]
+        grant = self.tls.policy.grant_of(names[0]) if names else None
+        if grant is None or grant.role not in READERS:
+            return f"identity {names[0] if names else '(none)'!r} may not ask the extender"
+        return ""
+
+    def _reply(self, request: BaseHTTPRequestHandler, status: HTTPStatus, body: object, method: str, code: str) -> None:
+        data = json.dumps(body).encode()
+        request.send_response(status)
+        request.send_header("Content-Type", "application/json")
+        request.send_header("Content-Length", str(len(data)))
+        request.end_headers()
+        request.wfile.write(data)
+        if code:
+            self.metrics.api_requests.labels(method, code).inc()
