@@ -80,9 +80,13 @@ def test_compose_kubernetes_and_systemd_files_parse_and_reference_only_files_tha
     kinds = set()
     for path in sorted((deploy / "k8s").glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
-            assert doc["apiVersion"] and doc["metadata"]["name"]
+            # kube-scheduler's configuration file is no API object: it has no name.
+            assert doc["apiVersion"] and (doc["kind"] == "KubeSchedulerConfiguration" or doc["metadata"]["name"])
             kinds.add(doc["kind"])
-    assert {"Deployment", "Service", "ConfigMap"} <= kinds
+    assert {"Deployment", "StatefulSet", "Service", "ConfigMap", "KubeSchedulerConfiguration"} <= kinds
+    extender = next(yaml.safe_load_all((deploy / "k8s/scheduler-extender.yaml").read_text()))["extenders"][0]
+    assert extender["filterVerb"] == "filter" and extender["prioritizeVerb"] == "prioritize"
+    assert extender["nodeCacheCapable"] is True and extender["enableHTTPS"] is True
     unit = (deploy / "railyard.service").read_text()
     assert "[Service]" in unit and "railyard controller run" in unit
     docker = shutil.which("docker")
