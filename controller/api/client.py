@@ -76,24 +76,32 @@ class ClientTls:
 LEADER_METADATA_KEY = "railyard-leader"  # a follower's refusal names the leader in this trailer
 
 
+def split_targets(target: str) -> list[str]:
+    """HOST:PORT,HOST:PORT: every replica of the controller."""
+    return [t.strip() for t in target.split(",") if t.strip()] or [target]
+
+
 class _Following:
     """A service's stub that follows the leader: a call a follower refuses
-    (FAILED_PRECONDITION with the leader's address) is sent again to the
-    leader, and one no replica answered (UNAVAILABLE) to the next target."""
+    (FAILED_PRECONDITION with the leader's address: it changed nothing) is
+    sent again to the leader. One that got no answer (UNAVAILABLE) goes to
+    the next target only if sending it twice is harmless: a read, or a
+    placement with a request_id (a retry of it returns the first)."""
 
     def __init__(self, client: Client, stub: str) -> None:
         self._client = client
         self._stub = stub
 
     def __getattr__(self, method: str):
-        def call(*args, **kwargs):
+        def call(request, *args, **kwargs):
+            repeatable = method.startswith(("Get", "List", "Score")) or bool(getattr(request, "request_id", ""))
             for _ in range(len(self._client.targets) + 1):
                 try:
-                    return getattr(getattr(self._client, self._stub), method)(*args, **kwargs)
+                    return getattr(getattr(self._client, self._stub), method)(request, *args, **kwargs)
                 except grpc.RpcError as exc:
-                    if not self._client._follow(exc):
+                    if not self._client._follow(exc, repeatable):
                         raise
-            return getattr(getattr(self._client, self._stub), method)(*args, **kwargs)
+            return getattr(getattr(self._client, self._stub), method)(request, *args, **kwargs)
 
         return call
 
@@ -105,7 +113,7 @@ class Client:
     def __init__(
         self, target: str = DEFAULT_TARGET, timeout_s: float | None = DEFAULT_TIMEOUT_S, tls: ClientTls | None = None
     ) -> None:
-        self.targets = [t.strip() for t in target.split(",") if t.strip()] or [target]
+        self.targets = split_targets(target)
         self.tls = tls
         self.timeout = timeout_s
         self.fabric = cast(fpb_grpc.FabricServiceStub, _Following(self, "_fabric"))
@@ -123,8 +131,9 @@ class Client:
         self.telemetry = tpb_grpc.TelemetryServiceStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
 
-    def _follow(self, exc: grpc.RpcError) -> bool:
-        """Moves to where `exc` says to try again; False if it says nothing of the sort."""
+    def _follow(self, exc: grpc.RpcError, repeatable: bool) -> bool:
+        """Moves to where `exc` says to try again; False if it says nothing of
+        the sort, or the call may have done its work already (not `repeatable`)."""
         code = exc.code() if isinstance(exc, grpc.Call) else None
         if code is grpc.StatusCode.FAILED_PRECONDITION:
             trailers = dict(exc.trailing_metadata() or ()) if isinstance(exc, grpc.Call) else {}
@@ -132,7 +141,7 @@ class Client:
             if not isinstance(leader, str) or not leader or leader == self.target:
                 return False
             target = leader
-        elif code is grpc.StatusCode.UNAVAILABLE and len(self.targets) > 1:
+        elif code is grpc.StatusCode.UNAVAILABLE and repeatable and len(self.targets) > 1:
             following = self.targets.index(self.target) + 1 if self.target in self.targets else 0
             target = self.targets[following % len(self.targets)]
         else:

@@ -21,7 +21,7 @@ from controller.errors import (
     RateLimited,
     RevisionGone,
 )
-from controller.intent.etcd_store import StoreConflict, StoreUnavailable
+from controller.intent.etcd_store import StoreConflict, StoreRefused, StoreUnavailable
 from controller.te.placement import NoCapacity
 from controller.telemetry.ingest import Overloaded
 
@@ -34,6 +34,7 @@ _CODES = (
     (NotLeader, grpc.StatusCode.FAILED_PRECONDITION),
     (StoreConflict, grpc.StatusCode.ABORTED),
     (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),
+    (StoreRefused, grpc.StatusCode.RESOURCE_EXHAUSTED),
     (NotFound, grpc.StatusCode.NOT_FOUND),
     (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
     (Conflict, grpc.StatusCode.FAILED_PRECONDITION),

@@ -27,6 +27,7 @@ from controller.security.policy import Role
 
 log = logging.getLogger(__name__)
 
+REQUEST_TIMEOUT_S = 10.0
 MAX_BODY_BYTES = 16 * 1024 * 1024  # 1,000 full Node objects fit; NodeNames (nodeCacheCapable) are far smaller
 READERS = {Role.SCHEDULER, Role.OPERATOR, Role.VIEWER}
 VERBS = {"/filter": "ExtenderFilter", "/prioritize": "ExtenderPrioritize"}
@@ -48,6 +49,8 @@ class ExtenderServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            timeout = REQUEST_TIMEOUT_S  # a client that stalls (TLS handshake included) holds only its own thread
+
             def do_POST(self) -> None:
                 server.handle(self)
 
@@ -61,7 +64,9 @@ class ExtenderServer:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=cafile)
             context.load_cert_chain(certfile or "", keyfile)
             context.verify_mode = ssl.CERT_REQUIRED
-            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+            # The handshake happens in the request's own thread, not in accept():
+            # one silent client must not stall every other.
+            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True, do_handshake_on_connect=False)
         self.port = self.httpd.server_address[1]
         for method in VERBS.values():
             metrics.api_latency.labels(method)
@@ -83,18 +88,19 @@ class ExtenderServer:
         if denied:
             self._reply(request, HTTPStatus.FORBIDDEN, {"Error": denied}, method, "PERMISSION_DENIED")
             return
-        length = int(request.headers.get("Content-Length") or 0)
+        length_header = request.headers.get("Content-Length") or "0"
+        length = int(length_header) if length_header.isdigit() else -1
         if not 0 < length <= MAX_BODY_BYTES:
             problem = f"a body of {length} bytes; allowed: 1 to {MAX_BODY_BYTES}"
             self._reply(request, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"Error": problem}, method, "INVALID_ARGUMENT")
             return
         try:
             args = json.loads(request.rfile.read(length))
-            nodes = candidate_nodes(args)
+            nodes, objects = candidate_nodes(args)
             job = pod_job(args.get("Pod"))
             view = self.service.fabric_view(job.job_id if job else "")
             if method == "ExtenderFilter":
-                body: object = filter_nodes(view, self.hosts, job, nodes)
+                body: object = filter_nodes(view, self.hosts, job, nodes, objects)
             else:
                 body = prioritize(view, self.hosts, job, nodes)
         except (ValueError, ExtenderError) as exc:  # json.JSONDecodeError is a ValueError
@@ -103,6 +109,11 @@ class ExtenderServer:
                 self._reply(request, HTTPStatus.OK, {"NodeNames": [], "Error": problem}, method, "INVALID_ARGUMENT")
             else:
                 self._reply(request, HTTPStatus.BAD_REQUEST, {"Error": problem}, method, "INVALID_ARGUMENT")
+            return
+        except Exception as exc:  # never a dropped connection: the scheduler gets an answer it can log
+            log.exception("extender: %s failed", method)
+            error = {"Error": f"internal error in {method}: {type(exc).__name__}"}
+            self._reply(request, HTTPStatus.INTERNAL_SERVER_ERROR, error, method, "INTERNAL")
             return
         self._reply(request, HTTPStatus.OK, body, method, "OK")
         self.metrics.api_latency.labels(method).observe(time.perf_counter() - started)

@@ -17,7 +17,6 @@ from controller.fabric import addressing as ad
 from controller.intent.service import IntentService, JobEvent, JobEventKind
 from controller.schedulers.hosts import HostMap
 from controller.te.jobs import Job, JobError, JobFlow, JobRequest, Pattern
-from controller.te.scoring import MAX_CANDIDATES
 
 PATTERNS = {
     pb.COLLECTIVE_PATTERN_RING: Pattern.RING,
@@ -181,8 +180,6 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
 
     @rpc
     def ScorePlacements(self, request, context):
-        if len(request.candidates) > MAX_CANDIDATES:
-            raise JobError("candidates", f"{len(request.candidates)} candidates", f"1 to {MAX_CANDIDATES}")
         job = request_from_proto(request.job, self.hosts)
         candidates = []
         for i, candidate in enumerate(request.candidates):

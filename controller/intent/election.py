@@ -77,12 +77,20 @@ class Election:
             with contextlib.suppress(StoreError):
                 self.kv.revoke(lease)
 
+    def fresh(self) -> bool:
+        """Ours, and renewed recently enough that etcd cannot have let another replica in."""
+        return self.state.ours and self.clock() - self._renewed_at < self.ttl_s * 0.75
+
     def _run(self) -> None:
         while not self._stop.is_set():
             try:
                 self.step()
             except StoreError as exc:
                 log.warning("election: %s", exc)
+            except Exception:  # never let the thread die holding a leadership it no longer renews
+                log.exception("election: round failed")
+                if self.state.ours:
+                    self._step_down("its election round failed")
             self._stop.wait(POLL_S)
 
     def step(self) -> None:

@@ -57,6 +57,17 @@ class StoreConflict(StoreError):
     """The store moved under this writer (another writer, or leadership lost): nothing was written."""
 
 
+class StoreRefused(StoreError):
+    """etcd refused the request (e.g. over its size or operation limits): nothing was written."""
+
+
+# What one change may send: etcd must run with limits at least these
+# (--max-request-bytes, --max-txn-ops; the shipped deploy files and the test
+# clusters do). A larger change is refused here, before anything is sent.
+MAX_TXN_BYTES = 8 * 1024 * 1024
+MAX_TXN_OPS = 10_000
+
+
 @dataclass(frozen=True)
 class EtcdTls:
     ca: str
@@ -106,8 +117,15 @@ Observe = Callable[[str, float, bool], None]  # (operation, seconds, ok)
 class EtcdKv:
     """etcd's KV and lease calls over its gateway, on whichever endpoint answers."""
 
-    def __init__(self, url: EtcdUrl, tls: EtcdTls | None = None, observe: Observe | None = None) -> None:
+    def __init__(
+        self,
+        url: EtcdUrl,
+        tls: EtcdTls | None = None,
+        observe: Observe | None = None,
+        timeout_s: float = REQUEST_TIMEOUT_S,
+    ) -> None:
         self.url = url
+        self.tls = tls
         protocol = "https" if tls is not None else "http"
         self._clients = [
             etcd3gw.Etcd3Client(
@@ -117,7 +135,7 @@ class EtcdKv:
                 ca_cert=tls.ca if tls else None,
                 cert_cert=tls.cert if tls else None,
                 cert_key=tls.key if tls else None,
-                timeout=REQUEST_TIMEOUT_S,
+                timeout=timeout_s,
                 api_path="/v3/",  # etcd >= 3.4; no discovery round trip
             )
             for host, port in url.endpoints
@@ -126,23 +144,36 @@ class EtcdKv:
         self._lock = threading.Lock()
         self._observe = observe or (lambda op, seconds, ok: None)
 
-    def call(self, op: str, path: str, body: dict) -> dict:
-        """POST `body` to the gateway's `path`, trying each endpoint once."""
+    def call(self, op: str, path: str, body: dict, idempotent: bool = True) -> dict:
+        """POST `body` to the gateway's `path`, trying each endpoint once. A
+        request that changes something (`idempotent=False`) goes to another
+        endpoint only if it could not even connect: once it may have been
+        sent, its outcome is unknown (StoreUnavailable says so)."""
         started = time.perf_counter()
         with self._lock:
             first = self._current
         errors = []
+        data = json.dumps(body)
         for step in range(len(self._clients)):
             index = (first + step) % len(self._clients)
             client = self._clients[index]
             try:
-                reply = client.post(client.get_url(path), data=json.dumps(body))
+                reply = client.post(client.get_url(path), data=data)
             except (etcd_errors.ConnectionFailedError, etcd_errors.ConnectionTimeoutError) as exc:
                 errors.append(f"{client.host}:{client.port}: {type(exc).__name__}")
-                continue
+                detail = exc.detail_text or ""
+                never_sent = "NewConnectionError" in detail or "Connection refused" in detail
+                if idempotent or never_sent:
+                    continue
+                with self._lock:
+                    self._current = (index + 1) % len(self._clients)  # the next change tries another member
+                self._observe(op, time.perf_counter() - started, False)
+                raise StoreUnavailable(
+                    f"etcd: {op} sent to {client.host}:{client.port} got no answer; it may or may not have landed"
+                ) from None
             except etcd_errors.Etcd3Exception as exc:
                 self._observe(op, time.perf_counter() - started, False)
-                raise StoreError(f"etcd refused {op}: {exc.detail_text or exc}") from None
+                raise StoreRefused(f"etcd refused {op}: {exc.detail_text or exc}") from None
             with self._lock:
                 self._current = index
             self._observe(op, time.perf_counter() - started, True)
@@ -160,10 +191,12 @@ class EtcdKv:
         return kvs[0] if kvs else None
 
     def txn(self, compare: list[dict], success: list[dict], failure: list[dict] | None = None) -> tuple[bool, dict]:
-        reply = self.call("txn", "/kv/txn", {"compare": compare, "success": success, "failure": failure or []})
+        body = {"compare": compare, "success": success, "failure": failure or []}
+        reply = self.call("txn", "/kv/txn", body, idempotent=False)
         return bool(reply.get("succeeded")), reply
 
     def grant(self, ttl_s: int) -> int:
+        # A lease granted twice is harmless: the spare one expires unused.
         return int(self.call("lease", "/lease/grant", {"TTL": ttl_s, "ID": 0})["ID"])
 
     def keepalive(self, lease: int) -> int:
@@ -200,6 +233,8 @@ class EtcdIntentStore:
         self.leader_key = f"{prefix}/leader"
         self._base = 0  # mod revision of revision_key as last read or written (0: absent)
         self.fence = 0  # create revision of leader_key that writes require (0: no fence)
+        # With replicas, a write without a fence is refused: only a leader writes.
+        self.require_fence = False
         self._lock = threading.Lock()
 
     def load(self) -> Snapshot:
@@ -231,12 +266,20 @@ class EtcdIntentStore:
 
     def apply(self, change: Change, revision: int) -> None:
         with self._lock:
+            if self.require_fence and not self.fence:
+                raise StoreConflict("this replica holds no leadership to write under; nothing was written")
             compare = [compare_mod(self.revision_key, self._base)]
             if self.fence:
                 compare.append(compare_create(self.leader_key, self.fence))
             ops = [put_op(self._key(k, n), json.dumps(doc, sort_keys=True)) for (k, n), doc in change.puts.items()]
             ops += [delete_op(self._key(k, n)) for k, n in change.deletes]
             ops.append(put_op(self.revision_key, str(revision)))
+            size = sum(len(json.dumps(op)) for op in ops)
+            if len(ops) > MAX_TXN_OPS or size > MAX_TXN_BYTES:
+                raise StoreRefused(
+                    f"a change of {len(ops)} records ({size} bytes) is over what one etcd transaction may carry "
+                    f"here ({MAX_TXN_OPS} records, {MAX_TXN_BYTES} bytes); nothing was written"
+                )
             ok, reply = self.kv.txn(compare, ops)
             if not ok:
                 raise StoreConflict(

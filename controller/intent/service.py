@@ -366,7 +366,9 @@ class IntentService:
         replica may not change it, and reloads first if the store may hold more."""
         self.gate()
         if self._stale:
+            old = self._intent
             self._reload()
+            self._tell(old, self._intent)
         return self._intent
 
     def _commit(self, new: Intent, change: Change) -> None:
@@ -387,6 +389,17 @@ class IntentService:
             old = self._intent
             self._reload()
             new = self._intent
+        self._tell(old, new)
+
+    @property
+    def stale(self) -> bool:
+        """A write's outcome is unknown: the store may hold a change this replica has not loaded."""
+        return self._stale
+
+    def _tell(self, old: Intent, new: Intent) -> None:
+        """The job events from `old` to `new` (one reload), to every listener."""
+        if new.revision == old.revision:
+            return
         events = [
             JobEvent(JobEventKind.RELEASED, job, new.revision) for jid, job in old.jobs.items() if jid not in new.jobs
         ]
@@ -396,8 +409,7 @@ class IntentService:
                 events.append(JobEvent(JobEventKind.PLACED, job, new.revision))
             elif before != job:
                 events.append(JobEvent(JobEventKind.MOVED, job, new.revision))
-        if new.revision != old.revision:
-            self._changed(new, events)
+        self._changed(new, events)
 
     def _reload(self) -> None:
         self._intent, self._retired = intent_from_store(self.fabric, self._store, self._metrics)

@@ -154,6 +154,8 @@ class TeRunner:
             or _meter_rates(state) != _meter_rates(before)
         )
         with self._lock:
+            if self._state is not before:
+                return  # reset meanwhile (a new leadership): this cycle's view is gone
             self._state = state
             if changed:
                 self._generation += 1

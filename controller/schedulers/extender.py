@@ -63,15 +63,23 @@ def pod_job(pod: Any) -> PodJob | None:
     """The Railyard job a pod (a Kubernetes Pod object) belongs to; None if it names none."""
     if not isinstance(pod, dict):
         raise ExtenderError("Pod: expected an object")
-    metadata = pod.get("metadata") or {}
-    labels = {**(metadata.get("annotations") or {}), **(metadata.get("labels") or {})}
+    metadata = _object(pod.get("metadata"), "Pod.metadata")
+    labels = {
+        **_object(metadata.get("annotations"), "Pod.metadata.annotations"),
+        **_object(metadata.get("labels"), "Pod.metadata.labels"),
+    }
     job_id = labels.get(JOB_LABEL)
     if not job_id:
         return None
     gpus = 0
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        resources = container.get("resources") or {}
-        value = (resources.get("limits") or {}).get(GPU_RESOURCE, (resources.get("requests") or {}).get(GPU_RESOURCE))
+    containers = _object(pod.get("spec"), "Pod.spec").get("containers") or []
+    if not isinstance(containers, list):
+        raise ExtenderError("Pod.spec.containers: expected a list")
+    for container in containers:
+        container = _object(container, "Pod.spec.containers[]")
+        resources = _object(container.get("resources"), "a container's resources")
+        limits = _object(resources.get("limits"), "resources.limits")
+        value = limits.get(GPU_RESOURCE, _object(resources.get("requests"), "resources.requests").get(GPU_RESOURCE))
         if value is not None:
             gpus += _count(value, f"{GPU_RESOURCE} of container {container.get('name', '?')}")
     if gpus < 1:
@@ -80,6 +88,15 @@ def pod_job(pod: Any) -> PodJob | None:
     if total < gpus:
         raise ExtenderError(f"{JOB_GPUS_LABEL} is {total}, fewer than this pod's {gpus} GPUs")
     return PodJob(str(job_id)[:63], gpus, total)
+
+
+def _object(value: Any, what: str) -> dict:
+    """`value` when it is a JSON object (None: an empty one); else ExtenderError naming `what`."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ExtenderError(f"{what}: expected an object")
+    return value
 
 
 def _count(value: Any, what: str) -> int:
@@ -92,22 +109,40 @@ def _count(value: Any, what: str) -> int:
     return count
 
 
-def candidate_nodes(args: Any) -> list[str]:
-    """The node names of ExtenderArgs: NodeNames (nodeCacheCapable) or Nodes.items[].metadata.name."""
+def candidate_nodes(args: Any) -> tuple[list[str], dict[str, dict] | None]:
+    """The node names of ExtenderArgs, and the Node objects by name when it
+    sent them (Nodes, without nodeCacheCapable): the result must then carry
+    Nodes too, as kube-scheduler reads only that field."""
     if not isinstance(args, dict):
         raise ExtenderError("ExtenderArgs: expected an object")
-    names = args.get("NodeNames")
+    names, objects = args.get("NodeNames"), None
     if names is None and isinstance(args.get("Nodes"), dict):
-        names = [(item.get("metadata") or {}).get("name") for item in args["Nodes"].get("items") or []]
+        items = args["Nodes"].get("items") or []
+        if not isinstance(items, list) or not all(isinstance(item, dict) for item in items):
+            raise ExtenderError("ExtenderArgs: Nodes.items must list Node objects")
+        names = [_object(item.get("metadata"), "a Node's metadata").get("name") for item in items]
+        objects = dict(zip(names, items))
     if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
         raise ExtenderError("ExtenderArgs: NodeNames (or Nodes.items[].metadata.name) must list node names")
-    return names
+    return names, objects
 
 
-def filter_nodes(view: FabricView, hosts: HostMap, job: PodJob | None, nodes: list[str]) -> dict:
+def filter_result(passing: list[str], objects: dict[str, dict] | None, **fields: Any) -> dict:
+    """ExtenderFilterResult with the passing nodes where kube-scheduler will
+    look for them: NodeNames, or Nodes when it sent Node objects."""
+    result = {"NodeNames": passing, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": "", **fields}
+    if objects is not None:
+        result["Nodes"] = {"apiVersion": "v1", "kind": "NodeList", "items": [objects[n] for n in passing]}
+        result["NodeNames"] = None
+    return result
+
+
+def filter_nodes(
+    view: FabricView, hosts: HostMap, job: PodJob | None, nodes: list[str], objects: dict[str, dict] | None = None
+) -> dict:
     """ExtenderFilterResult: the nodes the pod's job can use rail-aligned."""
     if job is None:
-        return {"NodeNames": nodes, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": ""}
+        return filter_result(nodes, objects)
     passing, failed, unresolvable = [], {}, {}
     for node in nodes:
         server = hosts.resolve(node)
@@ -123,7 +158,7 @@ def filter_nodes(view: FabricView, hosts: HostMap, job: PodJob | None, nodes: li
         else:
             free = [r for r in range(job.gpus_per_node) if view.free_rails.get(server, 0) >> r & 1]
             failed[node] = f"needs rails 0-{job.gpus_per_node - 1} free and reachable; free: {free or 'none'}"
-    return {"NodeNames": passing, "FailedNodes": failed, "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+    return filter_result(passing, objects, FailedNodes=failed, FailedAndUnresolvableNodes=unresolvable)
 
 
 def prioritize(view: FabricView, hosts: HostMap, job: PodJob | None, nodes: list[str]) -> list[dict]:

@@ -293,10 +293,14 @@ class Reconciler:
                 if generation:
                     self._claim(sessions, role)
                 return True
-            sessions = self._claim(sessions, role)
+            claimed = self._claim(sessions, role)
+            unclaimed, sessions = len(sessions) - len(claimed), claimed
+        else:
+            unclaimed = 0
         with self._lock:
             fresh = set(sessions) - self._synced.keys()
-        ok = self.tables.read(reason is ReconcileTrigger.PERIODIC, sessions, self._failed)
+        # A switch that would not take this leader's claim was not reconciled: the pass is not a success.
+        ok = self.tables.read(reason is ReconcileTrigger.PERIODIC, sessions, self._failed) and not unclaimed
         for name in fresh & self.tables.keys():
             self.metrics.entries_installed.labels(name).set(len(self.tables[name].entries))
             if self.te is not None:

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import grpc
 
-from controller.api.client import Client
+from controller.api.client import Client, split_targets
 from controller.api.gen.railyard.v1 import common_pb2
 from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
 from controller.fabric import Endpoint, Fabric, Tier
@@ -294,7 +294,7 @@ class TelemetryAgent:
 
     def __init__(self, fabric: Fabric, target: str, interval_s: float = DEFAULT_INTERVAL_S) -> None:
         self.collector = TelemetryCollector(fabric, FabricSampler(fabric))
-        self.targets = [t.strip() for t in target.split(",") if t.strip()]
+        self.targets = split_targets(target)
         self.interval_s = interval_s
         self.stop_event = threading.Event()
         self.sent_batches = 0

@@ -13,7 +13,17 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from controller.intent.etcd_store import MAX_TXN_BYTES, MAX_TXN_OPS
 from emulation.processes.controller_process import free_port
+
+# What one Railyard change may need (a job document carries its flows), and
+# history kept bounded: as the shipped deploy files run etcd.
+ETCD_LIMITS = (
+    f"--max-request-bytes={MAX_TXN_BYTES + 1024 * 1024}",
+    f"--max-txn-ops={MAX_TXN_OPS + 1}",
+    "--auto-compaction-mode=periodic",
+    "--auto-compaction-retention=1h",
+)
 
 
 @dataclass(frozen=True)
@@ -67,6 +77,7 @@ class LocalEtcd:
             *("--initial-cluster", cluster, "--initial-cluster-state", "new"),
             *("--initial-cluster-token", f"railyard-{self.members[0].client_port}"),
             *("--heartbeat-interval", "100", "--election-timeout", "1000"),
+            *ETCD_LIMITS,
             "--logger=zap",
         ]
         log = open(self.workdir / f"{member.name}.log", "ab")  # noqa: SIM115 - kept open for the process's life

@@ -3,6 +3,7 @@ etcd-server, three members on loopback): compare-and-swap between writers,
 the leadership fence, failover between members, and an election that moves
 when its leader stops."""
 
+import socket
 import threading
 import time
 
@@ -11,7 +12,7 @@ import pytest
 from controller.errors import AlreadyExists, NotLeader
 from controller.fabric import load_fabric
 from controller.intent.election import LEASE_TTL_S, Election, Leadership
-from controller.intent.etcd_store import EtcdIntentStore, EtcdKv, EtcdUrl, StoreConflict
+from controller.intent.etcd_store import EtcdIntentStore, EtcdKv, EtcdUrl, StoreConflict, StoreUnavailable
 from controller.intent.service import IntentService
 from controller.intent.store import Change
 from controller.metrics import Metrics
@@ -157,3 +158,20 @@ def test_a_follower_refuses_changes_naming_the_leader(etcd):
     with pytest.raises(NotLeader, match=r"the leader is at 10\.0\.0\.7:50051"):
         replica.place_job(JobRequest("nope", 2, Pattern.RING, 0.0))
     assert store(etcd, "gate").load().revision == 0
+
+
+def test_a_change_whose_answer_never_came_is_unknown_not_retried_elsewhere(etcd):
+    """A member that takes the request and never answers: the change may have
+    landed, so it is not sent again to another member (that could apply it
+    twice); reads, harmless to repeat, move on."""
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts (the kernel does) and never answers
+    try:
+        url = EtcdUrl.parse(f"etcd://127.0.0.1:{silent.getsockname()[1]},{etcd.endpoints}/silent")
+        kv = EtcdKv(url, timeout_s=0.5)
+        writer = EtcdIntentStore(kv)
+        writer.load()  # a read: the silent member times out, the next answers
+        with pytest.raises(StoreUnavailable, match="may or may not have landed"):
+            EtcdIntentStore(EtcdKv(url, timeout_s=0.5)).apply(Change(puts={("pin", "p"): {}}), 1)
+        assert store(etcd, "silent").load().revision == 0  # not sent twice: nothing landed anywhere
+    finally:
+        silent.close()

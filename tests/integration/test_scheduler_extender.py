@@ -56,8 +56,11 @@ def test_filter_keeps_the_nodes_with_the_rails_the_pod_needs(extender):
     assert result["FailedNodes"] == {"gpu-b001": "needs rails 0-1 free and reachable; free: [1]"}
     assert result["FailedAndUnresolvableNodes"] == {"cpu-login-1": "not a server of the Railyard fabric"}
     assert result["Error"] == ""
-    status, from_list = post(port, "filter", recorded("filter-args-nodelist.json"))  # nodeCacheCapable: false
-    assert status == 200 and from_list["NodeNames"] == ["gpu-a001", "gpu-b002"]
+    # nodeCacheCapable: false. kube-scheduler then reads the passing Node objects from Nodes.
+    status, from_list = post(port, "filter", recorded("filter-args-nodelist.json"))
+    assert status == 200 and from_list["NodeNames"] is None
+    assert [n["metadata"]["name"] for n in from_list["Nodes"]["items"]] == ["gpu-a001", "gpu-b002"]
+    assert from_list["Nodes"]["items"][0] == recorded("filter-args-nodelist.json")["Nodes"]["items"][0]
 
 
 def test_prioritize_prefers_the_pod_that_holds_the_whole_job(extender):
@@ -104,6 +107,8 @@ def test_bad_requests_get_a_clear_error_and_change_nothing(extender):
     assert "nvidia.com/gpu of container trainer: 'two' is not a whole number" in result["Error"]
     status, result = post(port, "prioritize", {"Pod": {}, "NodeNames": "gpu-a001"})
     assert status == 400 and "must list node names" in result["Error"]
+    _, result = post(port, "filter", {"Pod": {"metadata": {"labels": []}}, "NodeNames": ["gpu-a001"]})
+    assert result["Error"] == "Pod.metadata.labels: expected an object"
     status, _ = post(port, "bind", recorded("filter-args.json"))
     assert status == 404
     with ctl.client() as client:
@@ -125,7 +130,7 @@ def test_over_mutual_tls_a_scheduler_is_answered_and_an_agent_is_refused(tmp_pat
             return ctx
 
         status, result = post(port, "filter", recorded("filter-args-nodelist.json"), context("scheduler"))
-        assert status == 200 and result["NodeNames"] == []  # no host map: unknown names
+        assert status == 200 and result["Nodes"]["items"] == []  # no host map: unknown names
         status, result = post(port, "filter", recorded("filter-args-nodelist.json"), context("agent"))
         assert status == 403 and "identity 'agent' may not ask the extender" in result["Error"]
         with pytest.raises((ssl.SSLError, ConnectionError)):

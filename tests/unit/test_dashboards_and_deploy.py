@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from controller.intent.etcd_store import MAX_TXN_BYTES, MAX_TXN_OPS
 from controller.security.policy import load_policy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -118,7 +119,7 @@ def test_the_systemd_unit_runs_unprivileged_and_sandboxed_with_exposure_at_most_
     ("manifest", "kind", "ports"),
     [
         ("controller.yaml", "Deployment", [6653, 9302, 50051]),
-        ("controller-ha.yaml", "StatefulSet", [6653, 9302, 50051]),
+        ("controller-ha.yaml", "StatefulSet", [6653, 8890, 9302, 50051]),
         ("etcd.yaml", "StatefulSet", [2379, 2379, 2380]),
     ],
 )
@@ -156,6 +157,12 @@ def test_the_replicas_are_ready_only_on_the_leader_and_reach_etcd_over_tls():
     )
     etcd_args = etcd["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--client-cert-auth" in etcd_args and "--peer-client-cert-auth" in etcd_args
+    # etcd must take Railyard's largest change (flags of the form --name=value).
+    flags = dict(a.removeprefix("--").split("=", 1) for a in etcd_args if "=" in a)
+    assert int(flags["max-request-bytes"]) > MAX_TXN_BYTES and int(flags["max-txn-ops"]) > MAX_TXN_OPS
+    assert "--extender-listen=0.0.0.0:8890" in {f"--{k}={v}" for k, v in args.items()}
+    services = {d["metadata"]["name"]: d for d in docs if d["kind"] == "Service"}
+    assert 8890 in {p["port"] for p in services["railyard"]["spec"]["ports"]}  # the leader answers the scheduler
 
 
 def test_the_image_runs_as_a_user_and_compose_publishes_on_loopback_with_grafana_logins():

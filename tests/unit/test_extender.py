@@ -55,11 +55,12 @@ def test_a_bad_pod_gets_a_clear_error(labels, gpus, words):
 
 
 def test_both_request_forms_give_the_node_names():
-    assert candidate_nodes({"NodeNames": ["a", "b"]}) == ["a", "b"]
-    assert candidate_nodes({"Nodes": {"items": [{"metadata": {"name": "a"}}]}, "NodeNames": None}) == ["a"]
-    bad_args: list[object] = [{}, {"NodeNames": "a"}, {"NodeNames": [1]}, []]
+    assert candidate_nodes({"NodeNames": ["a", "b"]}) == (["a", "b"], None)
+    node = {"metadata": {"name": "a"}}
+    assert candidate_nodes({"Nodes": {"items": [node]}, "NodeNames": None}) == (["a"], {"a": node})
+    bad_args: list[object] = [{}, {"NodeNames": "a"}, {"NodeNames": [1]}, [], {"Nodes": {"items": [1]}}]
     for bad in bad_args:
-        with pytest.raises(ExtenderError, match=r"node names|expected an object"):
+        with pytest.raises(ExtenderError, match=r"node names|expected an object|Node objects"):
             candidate_nodes(bad)
 
 
