@@ -239,6 +239,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     demo_parser.add_argument("--spec", help="fabric spec YAML (default: the shipped demo spec)")
     demo_parser.add_argument("--seed", type=int, default=3, help="seed for the elephants' source ports (3 collides)")
     demo_parser.add_argument("--out", default="reports", help="directory for the report")
+    demo_parser.add_argument("--keep-raw", action="store_true", help="keep iperf3's own JSON reports under --out")
 
     scenarios = sub.add_parser("scenario", help="run a traffic scenario twice (ECMP, then Railyard TE) and report")
     scenarios.set_defaults(run=scenario)

@@ -245,3 +245,14 @@ def test_ecmp_collisions_of_jobs_are_found_from_the_underlays_choice():
     apart = {i: "rys0" if plan.transfers[i].job == "a" else "rys1" for i in on_rail0}
     assert collided_jobs(FABRIC, plan, apart) == {"a": [], "b": []}
     assert nearest_rank(list(range(1, 11)), 0.99) == 10 and nearest_rank(list(range(1, 101)), 0.99) == 99
+
+
+def test_the_demo_command_gives_the_scenario_runner_every_option_it_reads():
+    """`railyard demo` is `scenario run elephant` with the demo's defaults:
+    its arguments must carry everything `scenario run`'s do (a missing one
+    broke `make demo` once)."""
+    from controller.cli.main import _parser
+
+    demo = vars(_parser().parse_args(["demo"]))
+    run = vars(_parser().parse_args(["scenario", "run", "elephant"]))
+    assert run.keys() - {"name", "scenario_cmd"} <= demo.keys()
