@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +74,9 @@ class ClientTls:
         return grpc.composite_channel_credentials(channel, grpc.access_token_call_credentials(self.token))
 
 
-LEADER_METADATA_KEY = "railyard-leader"  # a follower's refusal names the leader in this trailer
+LEADER_METADATA_KEY = "railyard-leader"  # a follower's refusal names the leader in this trailer ("": none yet)
+ELECTION_WAIT_S = 5.0  # how long a call refused for want of a leader keeps asking
+ELECTION_POLL_S = 0.2
 
 
 def split_targets(target: str) -> list[str]:
@@ -95,13 +98,18 @@ class _Following:
     def __getattr__(self, method: str):
         def call(request, *args, **kwargs):
             repeatable = method.startswith(("Get", "List", "Score")) or bool(getattr(request, "request_id", ""))
-            for _ in range(len(self._client.targets) + 1):
+            # An election takes up to a lease TTL and a bit: wait that out, no longer.
+            deadline = time.monotonic() + ELECTION_WAIT_S
+            hops = 0  # a bound besides the deadline: never an endless loop
+            while True:
                 try:
                     return getattr(getattr(self._client, self._stub), method)(request, *args, **kwargs)
                 except grpc.RpcError as exc:
+                    hops += 1
+                    if hops > 200 or time.monotonic() > deadline:
+                        raise
                     if not self._client._follow(exc, repeatable):
                         raise
-            return getattr(getattr(self._client, self._stub), method)(request, *args, **kwargs)
 
         return call
 
@@ -138,12 +146,18 @@ class Client:
         if code is grpc.StatusCode.FAILED_PRECONDITION:
             trailers = dict(exc.trailing_metadata() or ()) if isinstance(exc, grpc.Call) else {}
             leader = trailers.get(LEADER_METADATA_KEY)
-            if not isinstance(leader, str) or not leader or leader == self.target:
+            if leader == "":  # refused (nothing changed) while no replica leads: ask again shortly
+                time.sleep(ELECTION_POLL_S)
+                return True
+            if not isinstance(leader, str) or leader == self.target:
                 return False
             target = leader
         elif code is grpc.StatusCode.UNAVAILABLE and repeatable and len(self.targets) > 1:
             following = self.targets.index(self.target) + 1 if self.target in self.targets else 0
             target = self.targets[following % len(self.targets)]
+            # A replica just died: the others may still name it as leader until
+            # its lease runs out. Pause, so the round trips do not spin.
+            time.sleep(ELECTION_POLL_S / 2)
         else:
             return False
         self.channel.close()
