@@ -7,6 +7,7 @@ are connected, and reads its metrics over HTTP.
 
 from __future__ import annotations
 
+import random
 import signal
 import socket
 import ssl
@@ -23,9 +24,36 @@ from controller.api.client import Client, ClientTls
 
 
 def free_port() -> int:
+    """A loopback port free now, from below the kernel's ephemeral range:
+    a port the kernel hands out (bind to 0) can be taken, before its user
+    binds it, by any outgoing connection (OVS to a controller, a client to
+    etcd), which draws from that same range."""
+    low = _ephemeral_low()
+    for _ in range(200):
+        port = random.randrange(PORT_FLOOR, low) if low > PORT_FLOOR + 1000 else 0
+        if port in _ISSUED:
+            continue  # handed out already in this process, perhaps not bound yet
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            _ISSUED.add(s.getsockname()[1])
+            return s.getsockname()[1]
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+PORT_FLOOR = 20000  # above the well-known and registered ports services usually take
+_ISSUED: set[int] = set()
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 @dataclass(frozen=True)
