@@ -85,12 +85,11 @@ class IntentService:
         self._live_load = live_load
         self._clock = clock
         self._lock = threading.Lock()
-        self._intent, self._retired = intent_from_store(fabric, store, metrics)
-        # Kept in step with the jobs so placement does not re-add every job's
-        # demand, rescan every loaded link or recount every GPU on each
-        # request (each of those dominates on a 16k-GPU fabric).
-        self._ledger = LoadLedger(fabric, self._intent.jobs.values())
-        self._usage = Usage.of(self._intent.jobs.values())
+        self._intent: Intent
+        self._retired: dict[str, Retired]
+        self._ledger: LoadLedger
+        self._usage: Usage
+        self._reload()
         self._listeners: list[Listener] = []
         # The last job events, for watches that start from a revision: every
         # event after `_history_from` is in `_history`. Appended and handed to
@@ -277,15 +276,9 @@ class IntentService:
         with self._lock:
             current = self._intent
             masks = free_masks(self.fabric, self._usage, current.drains)
-            pod_bps = self._ledger.pod_uplink_bps()
+            utilization = self._ledger.pod_uplink_utilization()
             job = current.jobs.get(job_id)
         table = server_table(self.fabric)
-        capacity = self.fabric.capacity_bps
-        utilization = {
-            pod: pod_bps.get(pod, 0.0) / sum(capacity[e] for e in egresses)
-            for pod, egresses in self.fabric.pod_uplinks.items()
-            if egresses
-        }
         return FabricView(
             free_rails=dict(zip(table.names, masks.tolist(), strict=True)),
             pod_of={name: key[0] for name, key in zip(table.names, table.keys, strict=True)},
@@ -412,6 +405,10 @@ class IntentService:
         self._changed(new, events)
 
     def _reload(self) -> None:
+        """The intent as stored, and what is kept in step with its jobs: the
+        ledger and usage, so placement does not re-add every job's demand,
+        rescan every loaded link or recount every GPU on each request (each
+        of those dominates on a 16k-GPU fabric)."""
         self._intent, self._retired = intent_from_store(self.fabric, self._store, self._metrics)
         self._ledger = LoadLedger(self.fabric, self._intent.jobs.values())
         self._usage = Usage.of(self._intent.jobs.values())

@@ -77,6 +77,7 @@ class LoadLedger:
         self._uplink_pods = np.array([pod for pod, _ in uplinks], dtype=np.int64)
         self._pods = sorted(fabric.pod_uplinks)
         self.uplink_pod: dict[Endpoint, int] = {egress: pod for pod, egress in uplinks}
+        self._pod_uplink_capacity = self._per_pod(self._capacity)
         for job in jobs:
             self.add(job)
 
@@ -100,9 +101,18 @@ class LoadLedger:
 
     def pod_uplink_bps(self) -> dict[int, float]:
         """Per pod, the load leaving its switches' uplinks."""
+        return self._per_pod(self._bps)
+
+    def pod_uplink_utilization(self) -> dict[int, float]:
+        """Per pod, that load over its uplinks' capacity."""
+        load = self.pod_uplink_bps()
+        return {pod: load[pod] / capacity for pod, capacity in self._pod_uplink_capacity.items() if capacity}
+
+    def _per_pod(self, per_egress: np.ndarray) -> dict[int, float]:
+        """Per pod, the sum of `per_egress` (an array over the egresses) over its uplinks."""
         if not self._pods:
             return {}
-        sums = np.bincount(self._uplink_pods, weights=self._bps[self._uplink_rows], minlength=max(self._pods) + 1)
+        sums = np.bincount(self._uplink_pods, weights=per_egress[self._uplink_rows], minlength=max(self._pods) + 1)
         return {pod: float(sums[pod]) for pod in self._pods}
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from controller.intent.etcd_store import MAX_TXN_BYTES, MAX_TXN_OPS
+from emulation.processes import end
 from emulation.processes.controller_process import free_port
 
 # What one Railyard change may need (a job document carries its flows), and
@@ -85,13 +86,7 @@ class LocalEtcd:
         log.close()
 
     def stop_member(self, name: str) -> None:
-        proc = self.procs.pop(name)
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        end(self.procs.pop(name))
 
     def wait_healthy(self, timeout_s: float = 30.0) -> None:
         deadline = time.monotonic() + timeout_s

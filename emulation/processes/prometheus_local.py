@@ -15,6 +15,8 @@ from pathlib import Path
 
 import yaml
 
+from emulation.processes import end
+
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 
 
@@ -93,11 +95,6 @@ class LocalPrometheus:
             return json.loads(exc.read())
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+        end(self.proc)
         if self._own_workdir:
             shutil.rmtree(self.workdir, ignore_errors=True)

@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from emulation.processes import end
 from emulation.processes.controller_process import free_port
 
 SLURM_CONF = """ClusterName=railyard
@@ -85,13 +86,7 @@ class LocalSlurm:
         return path.read_text() if path.exists() else ""
 
     def stop(self) -> None:
-        if self.ctld is not None and self.ctld.poll() is None:
-            self.ctld.terminate()
-            try:
-                self.ctld.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.ctld.kill()
-                self.ctld.wait()
+        end(self.ctld, timeout_s=15)
         subprocess.run(["munged", f"--socket={self.dir}/munge.sock", "--stop"], capture_output=True)
         if self._own_workdir:
             shutil.rmtree(self.dir, ignore_errors=True)
