@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from controller.fabric import addressing as ad
 from controller.fabric.addressing import NicId
+from controller.fabric.cluster_topology import ClusterTopology
 from controller.fabric.model import Endpoint, Fabric, Link, Server, Switch, Tier
 from controller.fabric.spec import FabricSpec, Kind, PlaneMode
 from controller.fabric.topology import FatTreeTopology, RailTopology
@@ -20,6 +21,8 @@ MBPS = 1e6
 def build_fabric(spec: FabricSpec) -> Fabric:
     if spec.kind is Kind.FAT_TREE:
         return _fat_tree(spec)
+    if spec.core is not None:
+        return _clustered_rail_fabric(spec)
     return _rail_fabric(spec)
 
 
@@ -47,21 +50,28 @@ def _servers(spec: FabricSpec) -> tuple[Server, ...]:
     )
 
 
+def _leaves(spec: FabricSpec, rates: _Rates, access_port, cluster_of=None) -> tuple[list[Switch], list[Link]]:
+    """Every rail leaf, cabled to its NICs."""
+    switches: list[Switch] = []
+    links: list[Link] = []
+    for pod in range(spec.pods):
+        cluster = None if cluster_of is None else cluster_of(pod)
+        for rail in range(spec.rails):
+            leaf = ad.leaf_name(pod, rail)
+            dpid = ad.dpid("leaf", pod, rail, 0)
+            switches.append(Switch(leaf, Tier.LEAF, dpid, index=0, pod=pod, rail=rail, cluster=cluster))
+            for s in range(spec.servers_per_pod):
+                nic = NicId(rail, pod, s)
+                links.append(rates.link(Endpoint(ad.nic_name(nic), 0), Endpoint(leaf, access_port(s))))
+    return switches, links
+
+
 def _rail_fabric(spec: FabricSpec) -> Fabric:
     """Rail-optimized (shared or per-rail spines) and rail-only (no spines)."""
     rates = _Rates(spec)
     topo = RailTopology(spec)
     servers = _servers(spec)
-    switches: list[Switch] = []
-    links: list[Link] = []
-
-    for pod in range(spec.pods):
-        for rail in range(spec.rails):
-            leaf = ad.leaf_name(pod, rail)
-            switches.append(Switch(leaf, Tier.LEAF, ad.dpid("leaf", pod, rail, 0), index=0, pod=pod, rail=rail))
-            for s in range(spec.servers_per_pod):
-                nic = NicId(rail, pod, s)
-                links.append(rates.link(Endpoint(ad.nic_name(nic), 0), Endpoint(leaf, topo.access_port(s))))
+    switches, links = _leaves(spec, rates, topo.access_port)
 
     if spec.kind is Kind.RAIL_OPTIMIZED:
         uplink_scale = spec.servers_per_pod / (spec.spines * spec.oversubscription)
@@ -84,6 +94,37 @@ def _rail_fabric(spec: FabricSpec) -> Fabric:
                             )
                         )
     return Fabric(spec, tuple(switches), servers, tuple(links), topo)
+
+
+def _clustered_rail_fabric(spec: FabricSpec) -> Fabric:
+    """Three tiers: rail-optimized clusters whose spine planes a core joins
+    (cluster_topology.py has the wiring and the port numbering)."""
+    assert spec.core is not None
+    rates = _Rates(spec)
+    topo = ClusterTopology(spec)
+    switches, links = _leaves(spec, rates, topo.access_port, topo.cluster_of)
+    # A leaf's NICs over its uplinks; a spine's downlinks over its core links.
+    leaf_uplink = spec.servers_per_pod / (spec.spines * spec.oversubscription)
+    spine_downlinks = spec.pods_per_cluster * spec.rails * leaf_uplink
+    core_link = spine_downlinks / spec.core.oversubscription / topo.cores_per_plane
+    for c, names in enumerate(topo.spine_names):
+        for j, spine in enumerate(names):
+            switches.append(Switch(spine, Tier.SPINE, ad.dpid("spine", c, 0, j), index=j, cluster=c))
+            for pod in range(c * spec.pods_per_cluster, (c + 1) * spec.pods_per_cluster):
+                for rail in range(spec.rails):
+                    links.append(
+                        rates.link(
+                            Endpoint(ad.leaf_name(pod, rail), topo.leaf_uplink_port(j)),
+                            Endpoint(spine, topo.spine_port(pod, rail)),
+                            leaf_uplink,
+                        )
+                    )
+            for i, k in enumerate(topo.plane_cores(j)):
+                core = topo.core_names[k]
+                links.append(rates.link(Endpoint(spine, topo.spine_core_port(i)), Endpoint(core, topo.core_port(c)), core_link))
+    for k, core in enumerate(topo.core_names):
+        switches.append(Switch(core, Tier.CORE, ad.dpid("core", 0, 0, k), index=k))
+    return Fabric(spec, tuple(switches), _servers(spec), tuple(links), topo)
 
 
 def _fat_tree(spec: FabricSpec) -> Fabric:

@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 class Tier(str, enum.Enum):
     LEAF = "leaf"  # rail leaf (pod, rail); a fat tree's edge switch
     AGG = "agg"  # fat-tree aggregation only
-    SPINE = "spine"  # spine; a fat tree's core switch
+    SPINE = "spine"  # spine (of a cluster, in three tiers); a fat tree's core switch
+    CORE = "core"  # a three-tier rail fabric's core: it joins the clusters' spines
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class Switch:
     pod: int | None = None  # None for spines
     rail: int | None = None  # the rail a leaf serves; None for shared spines
     plane: int | None = None  # per-rail spines: the plane (= rail) they belong to
+    cluster: int | None = None  # three tiers: the cluster of a leaf or spine; None for cores
 
 
 @dataclass(frozen=True)

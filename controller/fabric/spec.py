@@ -15,17 +15,20 @@ from pathlib import Path
 from typing import Any
 
 from controller.errors import FieldError
+from controller.fabric import addressing as ad
 from controller.yamldoc import parse_yaml, read_yaml
 
 SPECS_DIR = Path(__file__).parent / "specs"
 DEFAULT_SPEC = SPECS_DIR / "default.yaml"
 
-# Addressing is 10.<rail>.<pod>.<server+1> with .254 reserved for the leaf
-# gateway (see addressing.py); these bounds keep every address valid.
-MAX_RAILS = 255
-MAX_PODS = 255
+# Addressing packs rail, pod and server into 10.x.y.z with .254 reserved for
+# the leaf gateway (see addressing.py); these bounds keep every address valid.
+MAX_RAILS = ad.RAIL_LIMIT
+MAX_PODS = 255  # per cluster: a spine's ports face pods x rails leaves
+MAX_CLUSTERS = ad.POD_LIMIT // 256  # pods of every cluster stay under the address limit
 MAX_SERVERS_PER_POD = 253
 MAX_SPINES = 256  # per leaf: a leaf has one uplink per spine (of its plane)
+MAX_CORES = 1024
 MAX_FAT_TREE_K = 30  # k=30 gives (k/2)^2 = 225 hosts per pod, under the 253 limit
 
 
@@ -60,23 +63,51 @@ class EmulationSettings:
 
 
 @dataclass(frozen=True)
+class CoreLayer:
+    """A third tier: core switches joining the clusters' spines. Spine j of
+    every cluster is in spine plane j; the plane's cores (switches / spines of
+    them) each take one uplink from that spine of every cluster."""
+
+    switches: int
+    oversubscription: float  # a spine's downlink capacity / its uplink capacity
+
+
+@dataclass(frozen=True)
 class FabricSpec:
     name: str
     kind: Kind
-    pods: int
+    pods: int  # in the whole fabric (clusters x pods per cluster)
     servers_per_pod: int
     rails: int
-    spines: int  # shared: total spines; per-rail: spines in each plane
+    spines: int  # shared: spines (per cluster, with a core); per-rail: spines in each plane
     plane_mode: PlaneMode
     oversubscription: float  # leaf downlink capacity / leaf uplink capacity
     rates: Rates
     emulation: EmulationSettings = field(default_factory=EmulationSettings)
     k: int = 0  # fat-tree arity; 0 for the rail kinds
+    clusters: int = 1
+    core: CoreLayer | None = None  # set exactly when clusters > 1
+
+    @property
+    def pods_per_cluster(self) -> int:
+        return self.pods // self.clusters
+
+    def cluster_of(self, pod: int) -> int:
+        return pod // self.pods_per_cluster
 
 
 _COMMON_KEYS = {"name", "kind", "rates", "emulation"}
 _KIND_KEYS = {
-    Kind.RAIL_OPTIMIZED: {"pods", "servers_per_pod", "rails", "spines", "plane_mode", "oversubscription"},
+    Kind.RAIL_OPTIMIZED: {
+        "pods",
+        "servers_per_pod",
+        "rails",
+        "spines",
+        "plane_mode",
+        "oversubscription",
+        "clusters",
+        "core",
+    },
     Kind.RAIL_ONLY: {"servers", "rails"},
     Kind.FAT_TREE: {"k"},
 }
@@ -125,17 +156,22 @@ def spec_from_dict(doc: Any) -> FabricSpec:
             plane_mode = PlaneMode(mode_value)
         except ValueError:
             raise SpecError("plane_mode", f"got {mode_value!r}", ", ".join(m.value for m in PlaneMode)) from None
+        pods = _int(doc, "pods", 1, MAX_PODS)
+        spines = _int(doc, "spines", 1, MAX_SPINES)
+        clusters, core = _clusters(doc, plane_mode, spines)
         return FabricSpec(
             name=name,
             kind=kind,
-            pods=_int(doc, "pods", 1, MAX_PODS),
+            pods=clusters * pods,
             servers_per_pod=_int(doc, "servers_per_pod", 1, MAX_SERVERS_PER_POD),
             rails=_int(doc, "rails", 1, MAX_RAILS),
-            spines=_int(doc, "spines", 1, MAX_SPINES),
+            spines=spines,
             plane_mode=plane_mode,
             oversubscription=_number(doc, "oversubscription", 1.0, lower=0.0, upper=64.0, default=1.0),
             rates=rates,
             emulation=emulation,
+            clusters=clusters,
+            core=core,
         )
     if kind is Kind.RAIL_ONLY:
         return FabricSpec(
@@ -166,6 +202,32 @@ def spec_from_dict(doc: Any) -> FabricSpec:
         emulation=emulation,
         k=k,
     )
+
+
+def _clusters(doc: Mapping, plane_mode: PlaneMode, spines: int) -> tuple[int, CoreLayer | None]:
+    """`clusters` and `core` come together: a third tier needs both."""
+    if "clusters" not in doc and "core" not in doc:
+        return 1, None
+    clusters = _int(doc, "clusters", 2, MAX_CLUSTERS)
+    value = doc.get("core")
+    if value is None:
+        raise SpecError("core", "missing (required with clusters)", "a mapping with switches and oversubscription")
+    if not isinstance(value, Mapping):
+        raise SpecError("core", f"must be a mapping, got {_type(value)}")
+    _only(value, "core", {"switches", "oversubscription"})
+    if plane_mode is not PlaneMode.SHARED:
+        raise SpecError(
+            "plane_mode", f"got {plane_mode.value!r} with clusters", "shared (a core joins each cluster's spine planes)"
+        )
+    switches = _int(value, "switches", 1, MAX_CORES, prefix="core.")
+    if switches % spines:
+        raise SpecError(
+            "core.switches",
+            f"got {switches} for {spines} spines per cluster",
+            f"a multiple of spines ({spines}, {2 * spines}, ...): each spine plane has the same number of cores",
+        )
+    oversubscription = _number(value, "oversubscription", 7.0, lower=0.0, upper=64.0, prefix="core.", default=1.0)
+    return clusters, CoreLayer(switches, oversubscription)
 
 
 def _rates(value: Any) -> Rates:

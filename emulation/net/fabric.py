@@ -250,7 +250,10 @@ class EmulatedFabric:
                     " ".join(links.ip_link_up(intf, mtu)[1:]),
                     f"addr flush dev {intf}",
                     f"addr add {ad.nic_address(nic)}/24 dev {intf}",
-                    f"route replace {ad.rail_prefix(nic.rail)} via {gateway} dev {intf}",
+                    *(
+                        f"route replace {prefix} via {gateway} dev {intf}"
+                        for prefix in ad.rail_prefixes(nic.rail, self.fabric.spec.pods)
+                    ),
                     f"neigh replace {gateway} lladdr {ad.gateway_mac(nic.rail, nic.pod)} dev {intf} nud permanent",
                 ]
                 # Static neighbours: the fabric is routed, so nothing answers ARP.

@@ -94,8 +94,18 @@ def spec_uplinks(spec: FabricSpec) -> dict[str, str]:
             for rail in range(spec.rails):
                 leaf = ad.leaf_name(pod, rail)
                 for j in range(spec.spines):
-                    plane = rail if spec.plane_mode is PlaneMode.PER_RAIL else None
-                    out[f"{leaf}:{spec.servers_per_pod + 1 + j}"] = ad.spine_name(j, plane=plane)
+                    if spec.core is not None:
+                        spine = ad.cluster_spine_name(spec.cluster_of(pod), j)
+                    else:
+                        spine = ad.spine_name(j, plane=rail if spec.plane_mode is PlaneMode.PER_RAIL else None)
+                    out[f"{leaf}:{spec.servers_per_pod + 1 + j}"] = spine
+        if spec.core is not None:
+            per_plane = spec.core.switches // spec.spines
+            for cluster in range(spec.clusters):
+                for j in range(spec.spines):
+                    for i in range(per_plane):
+                        port = spec.pods_per_cluster * spec.rails + 1 + i
+                        out[f"{ad.cluster_spine_name(cluster, j)}:{port}"] = ad.core_name(j * per_plane + i)
     elif spec.kind is Kind.FAT_TREE:
         half = spec.k // 2
         for pod in range(spec.k):

@@ -111,14 +111,37 @@ def test_every_port_number_is_derived_and_unique():
         assert end.node == ad.leaf_name(nic.pod, nic.rail) and end.port == nic.server + 1
 
 
-@given(st.integers(0, 255), st.integers(0, 255), st.integers(0, 252))
-def test_nic_address_round_trip(rail, pod, server):
-    nic = NicId(rail, pod, server)
+NICS = st.builds(NicId, st.integers(0, ad.RAIL_LIMIT - 1), st.integers(0, ad.POD_LIMIT - 1), st.integers(0, 252))
+
+
+@given(NICS)
+def test_nic_address_round_trip(nic):
+    rail, pod, server = nic
     address = ad.nic_address(nic)
     assert ad.parse_nic_address(str(address)) == nic
-    assert address in ad.rail_prefix(rail) and address in ad.leaf_prefix(rail, pod)
+    assert address in ad.leaf_prefix(rail, pod)
+    assert sum(address in prefix for prefix in ad.rail_prefixes(rail, pod + 1)) == 1
     assert ad.gateway_address(rail, pod) in ad.leaf_prefix(rail, pod)
     assert ad.nic_mac(nic) != ad.gateway_mac(rail, pod)
+    if pod < 256:  # the two-tier layout, unchanged: 10.<rail>.<pod>.<server+1>
+        assert str(address) == f"10.{rail}.{pod}.{server + 1}"
+
+
+@given(NICS, NICS)
+def test_addresses_and_macs_are_one_to_one(a, b):
+    assert (ad.nic_address(a) == ad.nic_address(b)) == (a == b)
+    assert (ad.nic_mac(a) == ad.nic_mac(b)) == (a == b)
+    assert ad.gateway_mac(a.rail, a.pod) != ad.nic_mac(b)
+
+
+@given(st.sampled_from(sorted(ad.TIER_CODES)), st.integers(0, 0xFFFF), st.integers(0, 0xFFFF), st.integers(0, 0xFFFF))
+def test_dpid_round_trip(tier, pod, rail, index):
+    assert ad.parse_dpid(ad.dpid(tier, pod, rail, index)) == (tier, pod, rail, index)
+
+
+def test_parse_dpid_rejects_foreign_switches():
+    with pytest.raises(ad.AddressError, match="tier code"):
+        ad.parse_dpid(0x0000_0000_0000_0001)
 
 
 @pytest.mark.parametrize("bad", ["11.0.0.1", "10.0.0.254", "10.0.0.0", "10.1.2.255", "x", "10.0.0"])
@@ -128,12 +151,16 @@ def test_parse_rejects_non_nic_addresses(bad):
 
 
 def test_names_fit_linux_interface_limit_at_the_largest_sizes():
-    from controller.fabric.spec import MAX_PODS, MAX_RAILS, MAX_SERVERS_PER_POD, MAX_SPINES
+    from controller.fabric.spec import MAX_CLUSTERS, MAX_CORES, MAX_PODS, MAX_RAILS, MAX_SERVERS_PER_POD, MAX_SPINES
 
-    biggest = NicId(MAX_RAILS - 1, MAX_PODS - 1, MAX_SERVERS_PER_POD - 1)
+    pods = MAX_PODS * MAX_CLUSTERS
+    assert pods <= ad.POD_LIMIT
+    biggest = NicId(MAX_RAILS - 1, pods - 1, MAX_SERVERS_PER_POD - 1)
     names = [
         ad.nic_name(biggest),
-        ad.switch_port_name(ad.leaf_name(MAX_PODS - 1, MAX_RAILS - 1), MAX_SERVERS_PER_POD + MAX_SPINES),
+        ad.switch_port_name(ad.leaf_name(pods - 1, MAX_RAILS - 1), MAX_SERVERS_PER_POD + MAX_SPINES),
+        ad.switch_port_name(ad.cluster_spine_name(MAX_CLUSTERS - 1, MAX_SPINES - 1), MAX_PODS * MAX_RAILS + MAX_CORES),
+        ad.switch_port_name(ad.core_name(MAX_CORES - 1), MAX_CLUSTERS),
         ad.switch_port_name(ad.spine_name(MAX_SPINES - 1, plane=MAX_RAILS - 1), MAX_PODS),
         ad.switch_port_name(ad.spine_name(MAX_SPINES - 1), MAX_PODS * MAX_RAILS),
     ]
@@ -164,3 +191,40 @@ def test_every_nic_reaches_its_whole_rail(mode):
         same_leaf = fabric.attachment(a).node == fabric.attachment(b).node
         reachable = same_leaf or bool(fabric.equal_cost_paths(a, b))
         assert reachable == (a.rail == b.rail or mode == "shared")
+
+
+def test_three_tier_ports_follow_their_formulas():
+    """Every cable of a three-tier fabric lands where cluster_topology.py's numbering says."""
+    spec = parse_spec(
+        "clusters: 3\npods: 2\nservers_per_pod: 2\nrails: 2\nspines: 2\n"
+        "core: {switches: 4, oversubscription: 2}\nrates: {nic_gbps: 400, emulated_nic_mbps: 50}"
+    )
+    fabric = build_fabric(spec)
+    topo = fabric._topology
+    for switch in fabric.switches.values():
+        assert sorted(fabric.ports(switch.name)) == list(range(1, len(fabric.ports(switch.name)) + 1))
+        tier, pod, rail, index = ad.parse_dpid(switch.dpid)
+        assert tier == switch.tier.value and index == switch.index
+    for pod in range(spec.pods):
+        cluster = spec.cluster_of(pod)
+        for rail in range(spec.rails):
+            leaf = ad.leaf_name(pod, rail)
+            assert ad.parse_dpid(fabric.switch(leaf).dpid)[1:3] == (pod, rail)
+            for j in range(spec.spines):
+                spine = ad.cluster_spine_name(cluster, j)
+                assert fabric.peer(leaf, topo.leaf_uplink_port(j)) == (spine, topo.spine_port(pod, rail))
+    for cluster in range(spec.clusters):
+        for j in range(spec.spines):
+            spine = ad.cluster_spine_name(cluster, j)
+            assert ad.parse_dpid(fabric.switch(spine).dpid)[1] == cluster
+            for i, k in enumerate(topo.plane_cores(j)):
+                core = ad.core_name(k)
+                assert fabric.peer(spine, topo.spine_core_port(i)) == (core, topo.core_port(cluster))
+                assert fabric.switch(core).tier is Tier.CORE
+    # Capacities: leaf uplinks carry S/(spines x oversubscription) NICs; a
+    # spine's core links its downlinks / core oversubscription, split over its plane's cores.
+    nic = spec.rates.nic_gbps * 1e9
+    leaf_up = fabric.capacity_bps[(ad.leaf_name(0, 0), topo.leaf_uplink_port(0))]
+    core_up = fabric.capacity_bps[(ad.cluster_spine_name(0, 0), topo.spine_core_port(0))]
+    assert leaf_up == pytest.approx(nic * 2 / 2)
+    assert core_up == pytest.approx(nic * (2 * 2 * 1) / 2 / 2)

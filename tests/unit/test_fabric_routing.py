@@ -39,6 +39,15 @@ FABRICS = {
     "per-rail-oversubscribed": rail(3, 4, 2, 11, mode="per-rail", oversub=2.0),
     "per-rail-one-pod": rail(1, 2, 2, 2, mode="per-rail"),
     "rail-only": parse_spec("kind: rail-only\nservers: 3\nrails: 2" + RATES),
+    "three-tier": parse_spec(
+        "clusters: 2\npods: 2\nservers_per_pod: 2\nrails: 2\nspines: 2\ncore: {switches: 4, oversubscription: 2}" + RATES
+    ),
+    "three-tier-one-core-per-plane": parse_spec(
+        "clusters: 3\npods: 2\nservers_per_pod: 1\nrails: 3\nspines: 3\ncore: {switches: 3}" + RATES
+    ),
+    "three-tier-12-cores": parse_spec(  # ryk10 sorts before ryk2
+        "clusters: 2\npods: 1\nservers_per_pod: 2\nrails: 1\nspines: 2\ncore: {switches: 12}" + RATES
+    ),
     "fat-tree-k4": parse_spec("kind: fat-tree\nk: 4" + RATES),
     "fat-tree-k6": parse_spec("kind: fat-tree\nk: 6" + RATES),
 }

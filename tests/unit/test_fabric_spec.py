@@ -40,7 +40,21 @@ def test_default_spec_loads():
         ({"pods": "two"}, "pods", "an integer from 1 to 255"),
         ({"pods": True}, "pods", "an integer from 1 to 255"),
         ({"servers_per_pod": 254}, "servers_per_pod", "an integer from 1 to 253"),
-        ({"rails": 256}, "rails", "an integer from 1 to 255"),
+        ({"rails": 17}, "rails", "an integer from 1 to 16"),
+        ({"clusters": 2}, "core", "missing (required with clusters)"),
+        ({"core": {"switches": 2}}, "clusters", "an integer from 2 to 16"),
+        ({"clusters": 1, "core": {"switches": 2}}, "clusters", "an integer from 2 to 16"),
+        ({"clusters": 17, "core": {"switches": 2}}, "clusters", "an integer from 2 to 16"),
+        ({"clusters": 2, "core": [2]}, "core", "must be a mapping"),
+        ({"clusters": 2, "core": {"switches": 3}}, "core.switches", "a multiple of spines (2, 4, ...)"),
+        ({"clusters": 2, "core": {"switches": 0}}, "core.switches", "an integer from 1 to 1024"),
+        ({"clusters": 2, "core": {"switches": 2, "oversubscription": 0}}, "core.oversubscription", "a number > 0"),
+        ({"clusters": 2, "core": {"switches": 2, "spines": 2}}, "core.spines", "oversubscription, switches"),
+        (
+            {"clusters": 2, "core": {"switches": 2}, "plane_mode": "per-rail"},
+            "plane_mode",
+            "shared (a core joins each cluster's spine planes)",
+        ),
         ({"spines": None}, "spines", ""),
         ({"plane_mode": "mesh"}, "plane_mode", "shared, per-rail"),
         ({"kind": "torus"}, "kind", "rail-optimized, rail-only, fat-tree"),
@@ -87,3 +101,11 @@ def test_missing_file_is_a_spec_error(tmp_path):
     with pytest.raises(SpecError) as err:
         load_spec(tmp_path / "nope.yaml")
     assert "cannot read" in str(err.value)
+
+
+def test_clusters_multiply_pods_and_keep_the_core():
+    spec = parse_spec(spec_text(clusters=3, core={"switches": 4, "oversubscription": 7}))
+    assert (spec.clusters, spec.pods, spec.pods_per_cluster) == (3, 6, 2)
+    assert spec.core is not None and (spec.core.switches, spec.core.oversubscription) == (4, 7.0)
+    assert [spec.cluster_of(p) for p in range(6)] == [0, 0, 1, 1, 2, 2]
+    assert parse_spec(spec_text()).core is None
