@@ -110,7 +110,15 @@ def convert(fabric: Fabric, msg: pb.TelemetryBatch, now: float) -> Converted:
                 rejected += 1
                 continue
             ingress = Endpoint(rec.ingress_leaf, rec.ingress_egress_port)
-        flows.append((key, FlowSample(rec.rate_bps, rec.bytes_total, observed(rec), ingress)))
+        transit = None
+        if rec.transit_switch:
+            if rec.transit_switch not in fabric.switches or rec.transit_egress_port not in fabric.ports(
+                rec.transit_switch
+            ):
+                rejected += 1
+                continue
+            transit = Endpoint(rec.transit_switch, rec.transit_egress_port)
+        flows.append((key, FlowSample(rec.rate_bps, rec.bytes_total, observed(rec), ingress, transit)))
     return Converted(Batch(tuple(ports), tuple(paths), tuple(flows)), rejected, clamped)
 
 

@@ -121,7 +121,9 @@ def _clustered_rail_fabric(spec: FabricSpec) -> Fabric:
                     )
             for i, k in enumerate(topo.plane_cores(j)):
                 core = topo.core_names[k]
-                links.append(rates.link(Endpoint(spine, topo.spine_core_port(i)), Endpoint(core, topo.core_port(c)), core_link))
+                links.append(
+                    rates.link(Endpoint(spine, topo.spine_core_port(i)), Endpoint(core, topo.core_port(c)), core_link)
+                )
     for k, core in enumerate(topo.core_names):
         switches.append(Switch(core, Tier.CORE, ad.dpid("core", 0, 0, k), index=k))
     return Fabric(spec, tuple(switches), _servers(spec), tuple(links), topo)

@@ -49,8 +49,12 @@ class ClusterTopology(Topology):
         self._spine_down = [
             [tuple(Endpoint(name, 1 + q) for q in range(ppc * rails)) for name in names] for names in self.spine_names
         ]
-        self._spine_up = [[tuple(Endpoint(name, p) for p in self._core_ports) for name in names] for names in self.spine_names]
-        self._core_down = [tuple(Endpoint(name, self.core_port(c)) for c in range(self.clusters)) for name in self.core_names]
+        self._spine_up = [
+            [tuple(Endpoint(name, p) for p in self._core_ports) for name in names] for names in self.spine_names
+        ]
+        self._core_down = [
+            tuple(Endpoint(name, self.core_port(c)) for c in range(self.clusters)) for name in self.core_names
+        ]
 
     # --- the numbering the builder cables with ----------------------------
     def access_port(self, server: int) -> int:

@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from controller.fabric import Fabric, NicId, Tier
+from controller.fabric import Fabric, NicId
 from controller.fabric import addressing as ad
 from controller.intent.model import FlowMatch, FlowPin, Intent, directions
 from controller.te.engine import Meter as TeMeter
@@ -334,8 +334,11 @@ def move_from_entry(fabric: Fabric, entry: OverlayEntry, now: float) -> TeMove |
     via = fabric.peer(entry.switch, int(outputs[0].split(":")[1])).node
     if via not in fabric.switches:
         return None  # a metered flow delivered on its own leaf: no move (its meter: meter_from_entry)
-    if fabric.switch(via).tier is not Tier.SPINE:
-        return None  # a fat tree's edge entry points at an aggregation switch; its core is not known here
+    if not (fabric.has_nic(src) and fabric.has_nic(dst)) or via not in fabric.vias(src, dst):
+        # An ingress leaf's entry on a path that hashes twice (across a core)
+        # names only the spine; the entry one hop on, at that spine, names
+        # the core, which is the move's via.
+        return None
     return TeMove(key, src, dst, via, now, now)
 
 

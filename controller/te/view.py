@@ -43,6 +43,7 @@ class FlowSample:
     bytes_total: int
     observed_at: float
     ingress: Endpoint | None = None  # the ingress leaf's egress port for this flow, when known
+    transit: Endpoint | None = None  # the egress a second hashing switch chose (a three-tier spine's), when known
 
 
 FlowKey = tuple[str, str, str, int, int]  # src address, dst address, protocol, src port, dst port

@@ -64,7 +64,8 @@ class FlowCounters:
     src_port: int
     dst_port: int
     bytes: int
-    out_intf: str = ""  # where the ingress leaf sent it: its uplink choice
+    out_intf: str = ""  # where the switch sent it: the ingress leaf's uplink choice, or a transit switch's
+    transit: bool = False  # counted at a second hashing switch (a three-tier spine), not where it entered
 
 
 def read_queues() -> dict[str, tuple[int, int]]:
@@ -135,6 +136,20 @@ class FabricSampler:
         # protocol): its source comes from the port, its L4 ports stay unknown.
         self.ingress = {ad.switch_port_name(*fabric.attachment(n)): ad.nic_ip(n) for n in fabric.nics}
         self.port_of = {intf: egress for egress, intf in self.ports.items()}
+        # Where a flow is hashed a second time: into a switch above the leaves
+        # from below, and out of it further up (a three-tier spine towards a
+        # core, a fat tree's aggregation switch towards a core). Its choice
+        # there is what the ingress leaf's port cannot tell.
+        rank = {Tier.LEAF: 0, Tier.AGG: 1, Tier.SPINE: 2, Tier.CORE: 3}
+        self.transit_in: set[str] = set()
+        self.transit_out: set[str] = set()
+        for egress, intf in self.ports.items():
+            here = fabric.switch(egress.node)
+            link = fabric.ports(egress.node)[egress.port]
+            if here.tier is Tier.LEAF or link.is_access:
+                continue
+            there = fabric.switch(link.peer(egress.node).node)
+            (self.transit_in if rank[there.tier] < rank[here.tier] else self.transit_out).add(intf)
         self._dp_ports: dict[int, str] = {}
 
     def ports_now(self) -> dict[Endpoint, PortCounters]:
@@ -158,9 +173,13 @@ class FabricSampler:
             if parsed is not None and not parsed[0] and not refreshed:
                 self._dp_ports, refreshed = datapath_ports(), True  # ports we have not seen yet
                 parsed = parse_dp_flow(line, self._dp_ports)
-            if parsed is not None and parsed[0] in self.ingress:
-                counters = parsed[1]
-                flows.append(counters if counters.src else replace(counters, src=self.ingress[parsed[0]]))
+            if parsed is None:
+                continue
+            intf, counters = parsed
+            if intf in self.ingress:
+                flows.append(counters if counters.src else replace(counters, src=self.ingress[intf]))
+            elif intf in self.transit_in and counters.out_intf in self.transit_out and counters.src_port:
+                flows.append(replace(counters, transit=True))
         return flows
 
 
@@ -243,8 +262,12 @@ class TelemetryCollector:
         seen: dict[tuple, tuple[float, int]] = {}
         egress: dict[tuple, Endpoint] = {}
         scale = self.fabric.spec.rates.nic_gbps * 1e9 / (self.fabric.spec.rates.emulated_nic_mbps * 1e6)
+        transit: dict[tuple, Endpoint] = {}
         for flow in self.sampler.flows_now():
             key = (flow.src, flow.dst, flow.protocol, flow.src_port, flow.dst_port)
+            if flow.transit:
+                transit[key] = self.sampler.port_of[flow.out_intf]
+                continue
             total = seen.get(key, (now, 0))[1] + flow.bytes  # megaflows of one 5-tuple add up
             seen[key] = (now, total)
             if flow.out_intf in self.sampler.port_of:
@@ -270,6 +293,8 @@ class TelemetryCollector:
             )
             if key in egress:
                 rec.ingress_leaf, rec.ingress_egress_port = egress[key]
+            if key in transit:
+                rec.transit_switch, rec.transit_egress_port = transit[key]
             rec.observe_time.FromNanoseconds(int(now * 1e9))
         self._last_flows = seen
         self._last_flow_dump = now

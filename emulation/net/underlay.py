@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
-from controller.fabric import Fabric, NicId
+from controller.fabric import Fabric, NicId, Tier
 from controller.fabric import addressing as ad
 
 PRIORITY_LOCAL_HOST = 3000
@@ -27,17 +27,31 @@ PRIORITY_REMOTE_PREFIX = 1000
 # packet does not meet, so TCP and UDP (RoCEv2 on 4791) both hash on ports.
 HASH_FIELDS = ("ip_src", "ip_dst", "ip_proto", "tcp_src", "tcp_dst", "udp_src", "udp_dst")
 
+# The select groups' hash basis (selection_method_param) by tier. A switch
+# above the leaf that hashed the same fields with the leaf's basis would
+# score its buckets in the leaf's order, so a flow's second choice would
+# follow its first and most upper-tier links would idle (polarisation).
+# Fabrics seed each tier's hash differently; so does this one.
+UPPER_TIER_HASH_PARAM = 0x5241494C  # "RAIL"
+
+
+def hash_param(tier: Tier) -> int:
+    return 0 if tier is Tier.LEAF else UPPER_TIER_HASH_PARAM
+
 
 @dataclass(frozen=True)
 class SelectGroup:
     group_id: int
     ports: tuple[int, ...]
+    param: int = 0  # selection_method_param: the hash basis
 
     def ofctl(self) -> str:
         # watch_port: a bucket whose port is down is skipped, as a BGP fabric
         # withdraws the routes of a failed uplink; the hash re-spreads over the rest.
         buckets = ",".join(f"bucket=bucket_id:{i},watch_port:{p},actions=output:{p}" for i, p in enumerate(self.ports))
-        return f"group_id={self.group_id},type=select,selection_method=hash,fields({','.join(HASH_FIELDS)}),{buckets}"
+        basis = f",selection_method_param={self.param}" if self.param else ""
+        fields = ",".join(HASH_FIELDS)
+        return f"group_id={self.group_id},type=select,selection_method=hash{basis},fields({fields}),{buckets}"
 
 
 @dataclass(frozen=True)
@@ -89,12 +103,13 @@ def _switch_underlay(fabric: Fabric, switch: str) -> SwitchUnderlay:
             by_prefix[(nic.rail, nic.pod)].append((nic, hops))
 
     groups: dict[tuple[int, ...], SelectGroup] = {}
+    param = hash_param(fabric.switch(switch).tier)
 
     def forward(hops: tuple[int, ...]) -> str:
         if len(hops) == 1:
             return f"dec_ttl,output:{hops[0]}"
         if hops not in groups:
-            groups[hops] = SelectGroup(len(groups) + 1, hops)
+            groups[hops] = SelectGroup(len(groups) + 1, hops, param)
         return f"dec_ttl,group:{groups[hops].group_id}"
 
     for (rail, pod), members in sorted(by_prefix.items()):

@@ -20,7 +20,7 @@ from emulation.simulate.routes import (
     ack_steering,
     build_routes,
     ecmp_routes,
-    flow_hash,
+    tier_hashes,
 )
 from emulation.simulate.traffic import Arm
 
@@ -29,7 +29,7 @@ from emulation.simulate.traffic import Arm
 class Prepared:
     arm: Arm
     routes: Routes
-    hashes: np.ndarray
+    hashes: np.ndarray  # per flow and hashing tier (tier_hashes)
     acks: AckRoutes | None  # None: no link ever dies, so no ACK stream is cut
 
     @property
@@ -62,7 +62,7 @@ def prepare(network: Network, arm: Arm, links_die: bool) -> Prepared:
     pairs = [(f.src, f.dst) for f in arm.flows]
     keys = [f.key for f in arm.flows]
     acks = ack_routes(network, keys, pairs) if links_die else None
-    return Prepared(arm, build_routes(network, pairs), flow_hash(keys), acks)
+    return Prepared(arm, build_routes(network, pairs), tier_hashes(keys), acks)
 
 
 @dataclass(frozen=True)

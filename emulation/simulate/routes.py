@@ -29,6 +29,7 @@ import scipy.sparse as sp
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.te.load import link_name
 from emulation.model.fluid import incidence
+from emulation.net.underlay import UPPER_TIER_HASH_PARAM
 from emulation.simulate import ovs_hash
 
 
@@ -114,6 +115,15 @@ class Routes:
         or its port to the destination when both ends share the leaf)."""
         first = self.hops[route, 0]
         return np.where(self.hop_count[route] > 0, first, self.dst_egress[flow])
+
+    def transit_hop(self, route: np.ndarray) -> np.ndarray:
+        """The egress each flow on `route` leaves its second hashing switch by
+        (a three-tier spine's core uplink, a fat tree's aggregation uplink),
+        -1 where the route hashes once or not at all."""
+        if self.tier_hop.shape[1] < 2:
+            return np.full(len(route), -1, dtype=np.int64)
+        at = self.tier_hop[route, 1]
+        return np.where(at >= 0, self.hops[route, np.maximum(at, 0)], -1)
 
     def shares(self, route: np.ndarray) -> sp.csr_matrix:
         """The flow x link matrix with every flow on one route (`route[f]`)."""
@@ -260,11 +270,11 @@ def _address(text: str) -> int:
     return int.from_bytes(octets, "big")
 
 
-def flow_hash(keys: Sequence[tuple]) -> np.ndarray:
-    """Per flow, the hash the underlay's select groups compute from its
-    5-tuple (FlowKey: source and destination address, protocol name or
-    number, source and destination port): OVS's own, so `ecmp_routes` picks
-    the bucket the emulated switch picks. uint32."""
+def flow_hash(keys: Sequence[tuple], param: int = 0) -> np.ndarray:
+    """Per flow, the hash the underlay's select groups with basis `param`
+    compute from its 5-tuple (FlowKey: source and destination address,
+    protocol name or number, source and destination port): OVS's own, so
+    `ecmp_routes` picks the bucket the emulated switch picks. uint32."""
     n = len(keys)
     protocols = _PROTOCOLS
     src = np.fromiter((_address(k[0]) for k in keys), dtype=np.uint32, count=n)
@@ -272,12 +282,19 @@ def flow_hash(keys: Sequence[tuple]) -> np.ndarray:
     proto = np.fromiter((k[2] if isinstance(k[2], int) else protocols[k[2]] for k in keys), dtype=np.uint32, count=n)
     sport = np.fromiter((k[3] for k in keys), dtype=np.uint32, count=n)
     dport = np.fromiter((k[4] for k in keys), dtype=np.uint32, count=n)
-    return ovs_hash.select_hash(src, dst, proto, sport, dport)
+    return ovs_hash.select_hash(src, dst, proto, sport, dport, param)
+
+
+def tier_hashes(keys: Sequence[tuple]) -> np.ndarray:
+    """Per flow (rows), the hash at each hashing tier (columns): the leaf's
+    basis, then the upper tier's (emulation/net/underlay.py hash_param)."""
+    return np.column_stack([flow_hash(keys), flow_hash(keys, UPPER_TIER_HASH_PARAM)])
 
 
 def ecmp_routes(routes: Routes, hashes: np.ndarray, usable: np.ndarray | None = None) -> np.ndarray:
     """Per flow, the route the underlay's select groups send it along, given
-    each flow's `flow_hash`: at every hashing switch, the bucket OVS picks
+    each flow's hashes (`tier_hashes`: a column per hashing tier; one column,
+    or a vector, serves every tier): at every hashing switch, the bucket OVS picks
     (group_best_live_bucket: the highest score, the later bucket on a tie,
     buckets whose port is down skipped). `usable` is `Routes.ingress_usable`
     (per route and hashing switch), or per route for the ingress leaf alone.
@@ -288,13 +305,14 @@ def ecmp_routes(routes: Routes, hashes: np.ndarray, usable: np.ndarray | None = 
     nothing either way.
 
     A fat tree hashes twice, at the edge over its aggregation switches and at
-    the aggregation switch over its cores, both modelled. Both groups hash
-    the same fields with the same basis and bucket ids 0..k/2-1, so their
-    score orders agree: with every link up, a flow the edge sends to
-    aggregation switch x leaves it on its uplink x too, and only k/2 of the
-    (k/2)^2 cores carry cross-pod traffic. That polarisation is the emulated
-    underlay's, so it is the model's too."""
+    the aggregation switch over its cores; a three-tier rail fabric at the
+    leaf over its cluster's spines and at the spine over its plane's cores.
+    Both are modelled, each tier with its own basis as the underlay seeds
+    them: with one basis the two score orders would agree and the second
+    choice would follow the first (polarisation)."""
     hashes = np.asarray(hashes, dtype=np.uint32)
+    if hashes.ndim == 1:
+        hashes = hashes[:, None]
     flow_of = routes.option_flow
     options = routes.options
     tiers = routes.bucket.shape[1]
@@ -317,7 +335,8 @@ def ecmp_routes(routes: Routes, hashes: np.ndarray, usable: np.ndarray | None = 
         if size > 1 << 15:
             raise ValueError(f"a select group of {size} buckets")
         # Scores per (flow, bucket id), then gathered per option: a group has no more buckets than a flow has options.
-        scores = ovs_hash.bucket_scores(hashes[:, None], np.arange(max(size, 1), dtype=np.uint32)[None, :])
+        column = hashes[:, min(t, hashes.shape[1] - 1), None]
+        scores = ovs_hash.bucket_scores(column, np.arange(max(size, 1), dtype=np.uint32)[None, :])
         field = scores[flow_of, np.maximum(bucket, 0)].astype(np.uint64) << np.uint64(15)
         field |= np.maximum(bucket, 0).astype(np.uint64)
         if usable is not None:
@@ -346,7 +365,7 @@ class AckRoutes:
     bandwidth is left out (a few percent of a link at most)."""
 
     routes: Routes  # per flow, the reversed pair's candidate routes, indexed like the flows
-    hashes: np.ndarray  # of the reversed 5-tuples
+    hashes: np.ndarray  # of the reversed 5-tuples, per tier (tier_hashes)
     tcp: np.ndarray  # per flow: it has ACKs
     reverse_flow: np.ndarray  # per flow: the flow whose 5-tuple is its reverse, -1 if none
 
@@ -368,7 +387,7 @@ def ack_routes(network: Network, keys: Sequence[tuple], pairs: Sequence[tuple[Ni
     index = {key: i for i, key in enumerate(keys)}
     return AckRoutes(
         build_routes(network, [(dst, src) for src, dst in pairs]),
-        flow_hash(reversed_keys),
+        tier_hashes(reversed_keys),
         np.fromiter((key[2] == "tcp" for key in keys), dtype=bool, count=len(keys)),
         np.fromiter((index.get(key, -1) for key in reversed_keys), dtype=np.int64, count=len(keys)),
     )

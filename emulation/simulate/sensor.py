@@ -5,7 +5,8 @@ interval. Pure (the noise comes from the caller's generator).
   end: its rate is the interval's byte-counter delta (a flow that finished
   half-way reports half its rate; one done or off all interval reports
   nothing and goes quiet, as in the fabric), its byte counter, and the
-  ingress leaf's egress it takes now;
+  ingress leaf's egress it takes now (and a second hashing switch's, where
+  its route has one);
 - a port sample per loaded switch egress: the interval's mean load, times
   the noise, smoothed with the LinkView's EWMA; a down port is always
   reported (idle ones are left out: the engine reads a missing port as idle).
@@ -52,11 +53,12 @@ class Sensor:
         measured = (moved_bits / interval_s * flow_noise)[on].tolist()
         counted = self.bytes_total[on].astype(np.int64).tolist()
         ingress = self.routes.first_hop(route[on], on).tolist()
+        transit = self.routes.transit_hop(route[on]).tolist()
         egresses = self.network.egresses
         keys = self.keys
         flows = {
-            keys[i]: FlowSample(rate, total, now, egresses[hop])
-            for i, rate, total, hop in zip(on.tolist(), measured, counted, ingress)
+            keys[i]: FlowSample(rate, total, now, egresses[hop], egresses[up] if up >= 0 else None)
+            for i, rate, total, hop, up in zip(on.tolist(), measured, counted, ingress, transit)
         }
         sample = link_bits / interval_s * port_noise
         # The LinkView's smoothing: the first sample as is, then an EWMA.

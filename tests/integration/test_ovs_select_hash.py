@@ -18,13 +18,14 @@ import numpy as np
 import pytest
 
 from emulation.net import ovs
-from emulation.net.underlay import SelectGroup
+from emulation.net.underlay import UPPER_TIER_HASH_PARAM, SelectGroup
 from emulation.simulate import ovs_hash
 
 BRIDGE = "ryhash0"
 GROUP_SIZES = (2, 3, 4, 8)
 PORTS = range(1, max(GROUP_SIZES) + 1)
 FLOWS = 200
+UPPER = 100  # group id offset of the upper-tier groups
 
 _SCORE = re.compile(r"-> bucket (\d+): score (\d+)")
 _NOT_LIVE = re.compile(r"-> bucket (\d+): not live")
@@ -73,8 +74,10 @@ def bridge():
     try:
         ovs.run(args)
         # One group per size, each exactly as the underlay writes it; reg0 picks the group to trace.
+        # Groups UPPER + n: the same with the upper tiers' hash basis.
         groups = [SelectGroup(n, tuple(range(1, n + 1))).ofctl() for n in GROUP_SIZES]
-        flows = [f"priority=10,reg0={n},ip,actions=group:{n}" for n in GROUP_SIZES]
+        groups += [SelectGroup(UPPER + n, tuple(range(1, n + 1)), UPPER_TIER_HASH_PARAM).ofctl() for n in GROUP_SIZES]
+        flows = [f"priority=10,reg0={g},ip,actions=group:{g}" for n in GROUP_SIZES for g in (n, UPPER + n)]
         ovs.add_groups_and_flows(BRIDGE, groups, flows)
         # Internal ports of a netdev bridge start admin-down (not live): bring them up.
         _set_ports(list(PORTS), "up", set(PORTS))
@@ -107,7 +110,7 @@ def _trace(group: int, flow: tuple[str, str, str, int, int]) -> tuple[dict[int, 
     return scores, dead, int(used.group(1)) if used else None, int(outputs[-1]) if outputs else None
 
 
-def _predict(flows: list[tuple[str, str, str, int, int]]) -> np.ndarray:
+def _predict(flows: list[tuple[str, str, str, int, int]], param: int = 0) -> np.ndarray:
     src, dst, protocol, sport, dport = zip(*flows)
     return ovs_hash.select_hash(
         np.array([int(ipaddress.IPv4Address(a)) for a in src]),
@@ -115,6 +118,7 @@ def _predict(flows: list[tuple[str, str, str, int, int]]) -> np.ndarray:
         np.array([ovs_hash.TCP if p == "tcp" else ovs_hash.UDP for p in protocol]),
         np.array(sport),
         np.array(dport),
+        param,
     )
 
 
@@ -134,6 +138,20 @@ def test_every_traced_flow_takes_the_bucket_the_simulator_predicts(bridge):
             # The bucket's action: output to the port at that index of the group.
             assert port == int(predicted[i]) + 1
     assert not mismatches, f"{len(mismatches)} of {FLOWS * len(GROUP_SIZES)} traces differ: {mismatches[:5]}"
+
+
+def test_an_upper_tier_group_hashes_with_its_own_basis_as_the_simulator_predicts(bridge):
+    flows = _flows(seed=9)[:60]
+    hashes = _predict(flows, UPPER_TIER_HASH_PARAM)
+    leaf_choice = ovs_hash.best_bucket(_predict(flows), 4)
+    for n in (2, 4):
+        predicted = ovs_hash.best_bucket(hashes, n)
+        for i, flow in enumerate(flows):
+            _, _, used, port = _trace(UPPER + n, flow)
+            assert used == predicted[i] and port == int(predicted[i]) + 1, (n, flow)
+    # Independent of the leaf's choice: about 1 in 4 agree by chance, not all.
+    agree = float(np.mean(ovs_hash.best_bucket(hashes, 4) == leaf_choice))
+    assert 0.05 < agree < 0.5, agree
 
 
 def test_a_bucket_whose_port_is_down_is_skipped_as_the_simulator_skips_it(bridge):

@@ -6,8 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from controller.fabric import NicId, PlaneMode, Tier, build_fabric, load_spec, parse_spec
+from controller.fabric import Endpoint, NicId, PlaneMode, Tier, build_fabric, load_spec, parse_spec
 from controller.fabric import addressing as ad
+from controller.fabric.cluster_topology import ClusterTopology
 from controller.fabric.spec import SPECS_DIR
 
 
@@ -200,7 +201,7 @@ def test_three_tier_ports_follow_their_formulas():
         "core: {switches: 4, oversubscription: 2}\nrates: {nic_gbps: 400, emulated_nic_mbps: 50}"
     )
     fabric = build_fabric(spec)
-    topo = fabric._topology
+    topo = ClusterTopology(spec)
     for switch in fabric.switches.values():
         assert sorted(fabric.ports(switch.name)) == list(range(1, len(fabric.ports(switch.name)) + 1))
         tier, pod, rail, index = ad.parse_dpid(switch.dpid)
@@ -224,7 +225,7 @@ def test_three_tier_ports_follow_their_formulas():
     # Capacities: leaf uplinks carry S/(spines x oversubscription) NICs; a
     # spine's core links its downlinks / core oversubscription, split over its plane's cores.
     nic = spec.rates.nic_gbps * 1e9
-    leaf_up = fabric.capacity_bps[(ad.leaf_name(0, 0), topo.leaf_uplink_port(0))]
-    core_up = fabric.capacity_bps[(ad.cluster_spine_name(0, 0), topo.spine_core_port(0))]
+    leaf_up = fabric.capacity_bps[Endpoint(ad.leaf_name(0, 0), topo.leaf_uplink_port(0))]
+    core_up = fabric.capacity_bps[Endpoint(ad.cluster_spine_name(0, 0), topo.spine_core_port(0))]
     assert leaf_up == pytest.approx(nic * 2 / 2)
     assert core_up == pytest.approx(nic * (2 * 2 * 1) / 2 / 2)

@@ -40,7 +40,8 @@ FABRICS = {
     "per-rail-one-pod": rail(1, 2, 2, 2, mode="per-rail"),
     "rail-only": parse_spec("kind: rail-only\nservers: 3\nrails: 2" + RATES),
     "three-tier": parse_spec(
-        "clusters: 2\npods: 2\nservers_per_pod: 2\nrails: 2\nspines: 2\ncore: {switches: 4, oversubscription: 2}" + RATES
+        "clusters: 2\npods: 2\nservers_per_pod: 2\nrails: 2\nspines: 2\ncore: {switches: 4, oversubscription: 2}"
+        + RATES
     ),
     "three-tier-one-core-per-plane": parse_spec(
         "clusters: 3\npods: 2\nservers_per_pod: 1\nrails: 3\nspines: 3\ncore: {switches: 3}" + RATES

@@ -6,6 +6,9 @@ import pytest
 
 from controller.errors import Conflict, NotFound
 from controller.fabric import DEFAULT_SPEC, NicId, build_fabric, load_spec, parse_spec
+from controller.fabric import addressing as ad
+from controller.fabric.cluster_topology import ClusterTopology
+from controller.fabric.spec import SPECS_DIR
 from controller.intent.model import FlowMatch, FlowPin, Intent, IntentError, spines_between, validate_pin
 from controller.southbound.overlay import (
     COOKIE_PREFIX_MASK,
@@ -239,3 +242,24 @@ def test_meter_delta_adds_changes_and_deletes():
     delta = diff_meters({1: m[1], 2: OverlayMeter("ryl0r0", 2, 5, 288)}, {2: m[2], 3: m[3]})
     assert delta.adds == (m[1],) and [x.rate_kbps for x in delta.changes] == [5] and delta.deletes == (m[3],)
     assert diff_meters(m, m).empty
+
+
+def test_a_cross_cluster_move_is_pinned_at_the_ingress_leaf_and_spine_and_adopted_by_its_core():
+    from controller.southbound.overlay import move_from_entry, te_entries
+    from controller.te.engine import Move
+
+    fabric = build_fabric(load_spec(SPECS_DIR / "three-tier.yaml"))
+    src, dst = NicId(rail=0, pod=0, server=0), NicId(rail=1, pod=3, server=1)  # cluster 0 -> cluster 1
+    key = (str(ad.nic_address(src)), str(ad.nic_address(dst)), "tcp", 40001, 5201)
+    move = Move(key, src, dst, "ryk3", moved_at=5.0, last_seen=5.0)  # core 3: plane 1, the spines ryc*s1
+    entries = te_entries(fabric, [move])
+    topo = ClusterTopology(fabric.spec)
+    steer = {(e.switch, e.actions[-1]) for e in entries}
+    assert steer == {
+        ("ryl0r0", f"output:{topo.leaf_uplink_port(1)}"),  # data: leaf -> ryc0s1
+        ("ryc0s1", f"output:{topo.spine_core_port(1)}"),  # data: ryc0s1 -> ryk3
+        ("ryl3r1", f"output:{topo.leaf_uplink_port(1)}"),  # ACKs: far leaf -> ryc1s1
+        ("ryc1s1", f"output:{topo.spine_core_port(1)}"),  # ACKs: ryc1s1 -> ryk3
+    }
+    adopted = [m for m in (move_from_entry(fabric, e, now=9.0) for e in entries) if m]
+    assert adopted == [Move(key, src, dst, "ryk3", 9.0, 9.0)]  # from the spine's entry; the leaf's names no core

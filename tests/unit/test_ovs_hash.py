@@ -24,7 +24,7 @@ from controller.fabric.spec import SPECS_DIR
 from emulation.model.pairs import flow_ports, permutation_pairs
 from emulation.net.underlay import build_underlay
 from emulation.simulate import ovs_hash
-from emulation.simulate.routes import Network, build_routes, ecmp_routes, flow_hash
+from emulation.simulate.routes import Network, build_routes, ecmp_routes, flow_hash, tier_hashes
 
 # (5-tuple, buckets) -> (the bucket OVS used, every bucket's score, the bucket used with port 2 down).
 CAPTURED = [
@@ -125,7 +125,7 @@ def routed(fabric, seed, protocol="tcp"):
     routes = build_routes(Network(fabric), pairs)
     ports = flow_ports(pairs, protocol, seed)  # as expand draws them for a permutation
     keys = [(ad.nic_ip(s), ad.nic_ip(d), protocol, sport, dport) for (s, d), (sport, dport) in zip(pairs, ports)]
-    return pairs, routes, flow_hash(keys)
+    return pairs, routes, tier_hashes(keys)
 
 
 def leaf_group_ports(fabric, switch):
@@ -147,7 +147,7 @@ def test_a_leaf_sends_each_flow_out_of_the_uplink_its_group_picks(fabric, protoc
         leaf = fabric.attachment(pairs[f][0]).node
         ports = leaf_group_ports(fabric, leaf)
         egress = network.egresses[routes.hops[chosen[f], 0]]
-        assert egress == (leaf, ports[ovs_hash.best_bucket(hashes[f : f + 1], len(ports))[0]])
+        assert egress == (leaf, ports[ovs_hash.best_bucket(hashes[f : f + 1, 0], len(ports))[0]])
 
     # A dead uplink: its bucket is skipped; everyone else stays put.
     busiest = int(np.bincount(routes.hops[chosen[crossing], 0]).argmax())
@@ -159,7 +159,7 @@ def test_a_leaf_sends_each_flow_out_of_the_uplink_its_group_picks(fabric, protoc
         leaf, dead_port = network.egresses[busiest]
         ports = leaf_group_ports(fabric, leaf)
         live = np.array([p != dead_port for p in ports])
-        best = ovs_hash.best_bucket(hashes[f : f + 1], len(ports), live)[0]
+        best = ovs_hash.best_bucket(hashes[f : f + 1, 0], len(ports), live)[0]
         assert network.egresses[routes.hops[after[f], 0]] == (leaf, ports[best])
 
 
@@ -180,11 +180,12 @@ def test_a_fat_tree_hashes_at_the_edge_and_again_at_the_aggregation_switch():
             edge = FAT_TREE.attachment(pairs[f][0]).node
             ports = leaf_group_ports(FAT_TREE, edge)
             live = np.array([capacity[network.index[(edge, p)]] > 0 for p in ports])
-            up = ports[ovs_hash.best_bucket(hashes[f : f + 1], len(ports), live)[0]]
+            up = ports[ovs_hash.best_bucket(hashes[f : f + 1, 0], len(ports), live)[0]]
             agg = FAT_TREE.peer(edge, up).node
             agg_ports = leaf_group_ports(FAT_TREE, agg)
             live = np.array([capacity[network.index[(agg, p)]] > 0 for p in agg_ports])
-            out[f] = ((edge, up), (agg, agg_ports[ovs_hash.best_bucket(hashes[f : f + 1], len(agg_ports), live)[0]]))
+            agg_up = agg_ports[ovs_hash.best_bucket(hashes[f : f + 1, 1], len(agg_ports), live)[0]]
+            out[f] = ((edge, up), (agg, agg_up))
         return out
 
     def taken(capacity):
@@ -193,9 +194,9 @@ def test_a_fat_tree_hashes_at_the_edge_and_again_at_the_aggregation_switch():
 
     healthy = taken(network.capacity)
     assert healthy == expected(network.capacity)
-    # Both groups hash alike, so the aggregation switch repeats the edge's choice (polarisation).
-    for (_, up), (_, agg_up) in healthy.values():
-        assert agg_up == up  # uplink i is port k/2 + 1 + i at both tiers
+    # Each tier has its own basis, so the aggregation switch does not just
+    # repeat the edge's choice (uplink i is port k/2 + 1 + i at both tiers).
+    assert any(agg_up != up for (_, up), (_, agg_up) in healthy.values())
 
     # A dead aggregation uplink: the aggregation switch re-hashes; the edge does not know.
     (edge_hop, agg_hop) = next(iter(healthy.values()))

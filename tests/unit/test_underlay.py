@@ -19,6 +19,7 @@ FABRICS = {
     "shared": spec("pods: 3\nservers_per_pod: 2\nrails: 2\nspines: 2"),
     "per-rail": spec("pods: 2\nservers_per_pod: 3\nrails: 2\nspines: 3\nplane_mode: per-rail"),
     "fat-tree": spec("kind: fat-tree\nk: 4"),
+    "three-tier": spec("clusters: 2\npods: 2\nservers_per_pod: 2\nrails: 2\nspines: 2\ncore: {switches: 4}"),
     "rail-only": spec("kind: rail-only\nservers: 3\nrails: 2"),
 }
 

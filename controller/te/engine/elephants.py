@@ -69,7 +69,7 @@ def find_elephants(
         if sample.rate_bps < cfg.elephant_fraction * min(nic_bps, found.bottleneck_bps):
             continue
         move = moves.get(key)
-        via = move.via if move is not None else index.via_of(found, sample.ingress)
+        via = move.via if move is not None else index.via_of(found, sample.ingress, sample.transit)
         last = recent.get(key)
         rate = sample.rate_bps if last is None else (1 - a) * last.elephant.rate_bps + a * sample.rate_bps
         seen.append((key, src, dst, rate, via))

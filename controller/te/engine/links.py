@@ -48,7 +48,7 @@ class LinkIndex:
         self._routes: dict[tuple[str, str], Routes] = {}
         self._pairs: dict[tuple[NicId, NicId], Routes] = {}  # a cycle asks for every elephant's
         self._dead: tuple[Drains, np.ndarray] | None = None
-        self._vias_at: dict[tuple[int, Endpoint], str] = {}  # (routes, ingress port) -> via
+        self._vias_at: dict[tuple[int, Endpoint, Endpoint | None], str] = {}  # (routes, reported ports) -> via
 
     def routes(self, src: NicId, dst: NicId) -> Routes:
         found = self._pairs.get((src, dst))
@@ -75,18 +75,20 @@ class LinkIndex:
             self._routes[(a, b)] = found
         return found
 
-    def via_of(self, routes: Routes, ingress: Endpoint | None) -> str:
+    def via_of(self, routes: Routes, ingress: Endpoint | None, transit: Endpoint | None = None) -> str:
         """The via a flow takes, from the egress port its ingress leaf sends it
-        out of; "" if unreported or if that port does not tell (in a fat tree
-        it faces an aggregation switch, which hashes among several cores)."""
+        out of and, where a second switch hashes (a three-tier spine, a fat
+        tree's aggregation switch), the port that one chose; "" if unreported
+        or if what is reported does not tell (the leaf's port alone names
+        a spine, which hashes among several cores)."""
         if ingress is None:
             return ""
-        found = self._vias_at.get((routes.base, ingress))
+        found = self._vias_at.get((routes.base, ingress, transit))
         if found is None:
-            link = self.ids.get(ingress)
-            first = routes.hops[:, 0].tolist() if routes.hops.size else []
-            found = routes.vias[first.index(link)] if first.count(link) == 1 else ""
-            self._vias_at[(routes.base, ingress)] = found
+            reported = [self.ids.get(e, -1) for e in (ingress, transit) if e is not None]
+            on = np.flatnonzero(np.all([(routes.hops == link).any(axis=1) for link in reported], axis=0))
+            found = routes.vias[int(on[0])] if len(on) == 1 else ""
+            self._vias_at[(routes.base, ingress, transit)] = found
         return found
 
     def table(self) -> np.ndarray:

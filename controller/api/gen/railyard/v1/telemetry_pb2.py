@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from controller.api.gen.railyard.v1 import common_pb2 as railyard_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brailyard/v1/telemetry.proto\x12\x0brailyard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18railyard/v1/common.proto\"\xc7\x01\n\tHopRecord\x12\x0e\n\x06switch\x18\x01 \x01(\t\x12\x13\n\x0b\x65gress_port\x18\x02 \x01(\r\x12\x13\n\x0bqueue_bytes\x18\x03 \x01(\x04\x12\x0e\n\x06tx_bps\x18\x04 \x01(\x01\x12\x16\n\x0etx_bytes_total\x18\x05 \x01(\x04\x12\x13\n\x0b\x64rops_total\x18\x06 \x01(\x04\x12\x30\n\x0cobserve_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tlink_down\x18\x08 \x01(\x08\"\xd9\x01\n\nPathSignal\x12\x10\n\x08src_leaf\x18\x01 \x01(\t\x12\r\n\x05spine\x18\x02 \x01(\t\x12\x10\n\x08\x64st_leaf\x18\x03 \x01(\t\x12\x19\n\x11min_available_bps\x18\x04 \x01(\x01\x12\x17\n\x0fmax_queue_bytes\x18\x05 \x01(\x04\x12\x19\n\x11\x62ottleneck_switch\x18\x06 \x01(\t\x12\x17\n\x0f\x62ottleneck_port\x18\x07 \x01(\r\x12\x30\n\x0cobserve_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x8f\x02\n\nFlowRecord\x12\x13\n\x0bsrc_address\x18\x01 \x01(\t\x12\x13\n\x0b\x64st_address\x18\x02 \x01(\t\x12\'\n\x08protocol\x18\x03 \x01(\x0e\x32\x15.railyard.v1.Protocol\x12\x10\n\x08src_port\x18\x04 \x01(\r\x12\x10\n\x08\x64st_port\x18\x05 \x01(\r\x12\x13\n\x0b\x62ytes_total\x18\x06 \x01(\x04\x12\x10\n\x08rate_bps\x18\x07 \x01(\x01\x12\x30\n\x0cobserve_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cingress_leaf\x18\t \x01(\t\x12\x1b\n\x13ingress_egress_port\x18\n \x01(\r\"\x86\x01\n\x0eTelemetryBatch\x12$\n\x04hops\x18\x01 \x03(\x0b\x32\x16.railyard.v1.HopRecord\x12&\n\x05paths\x18\x02 \x03(\x0b\x32\x17.railyard.v1.PathSignal\x12&\n\x05\x66lows\x18\x03 \x03(\x0b\x32\x17.railyard.v1.FlowRecord\"M\n\x17ReportTelemetryResponse\x12\x18\n\x10\x61\x63\x63\x65pted_records\x18\x01 \x01(\x04\x12\x18\n\x10rejected_records\x18\x02 \x01(\x04\x32j\n\x10TelemetryService\x12V\n\x0fReportTelemetry\x12\x1b.railyard.v1.TelemetryBatch\x1a$.railyard.v1.ReportTelemetryResponse(\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brailyard/v1/telemetry.proto\x12\x0brailyard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18railyard/v1/common.proto\"\xc7\x01\n\tHopRecord\x12\x0e\n\x06switch\x18\x01 \x01(\t\x12\x13\n\x0b\x65gress_port\x18\x02 \x01(\r\x12\x13\n\x0bqueue_bytes\x18\x03 \x01(\x04\x12\x0e\n\x06tx_bps\x18\x04 \x01(\x01\x12\x16\n\x0etx_bytes_total\x18\x05 \x01(\x04\x12\x13\n\x0b\x64rops_total\x18\x06 \x01(\x04\x12\x30\n\x0cobserve_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x11\n\tlink_down\x18\x08 \x01(\x08\"\xd9\x01\n\nPathSignal\x12\x10\n\x08src_leaf\x18\x01 \x01(\t\x12\r\n\x05spine\x18\x02 \x01(\t\x12\x10\n\x08\x64st_leaf\x18\x03 \x01(\t\x12\x19\n\x11min_available_bps\x18\x04 \x01(\x01\x12\x17\n\x0fmax_queue_bytes\x18\x05 \x01(\x04\x12\x19\n\x11\x62ottleneck_switch\x18\x06 \x01(\t\x12\x17\n\x0f\x62ottleneck_port\x18\x07 \x01(\r\x12\x30\n\x0cobserve_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xc4\x02\n\nFlowRecord\x12\x13\n\x0bsrc_address\x18\x01 \x01(\t\x12\x13\n\x0b\x64st_address\x18\x02 \x01(\t\x12\'\n\x08protocol\x18\x03 \x01(\x0e\x32\x15.railyard.v1.Protocol\x12\x10\n\x08src_port\x18\x04 \x01(\r\x12\x10\n\x08\x64st_port\x18\x05 \x01(\r\x12\x13\n\x0b\x62ytes_total\x18\x06 \x01(\x04\x12\x10\n\x08rate_bps\x18\x07 \x01(\x01\x12\x30\n\x0cobserve_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x14\n\x0cingress_leaf\x18\t \x01(\t\x12\x1b\n\x13ingress_egress_port\x18\n \x01(\r\x12\x16\n\x0etransit_switch\x18\x0b \x01(\t\x12\x1b\n\x13transit_egress_port\x18\x0c \x01(\r\"\x86\x01\n\x0eTelemetryBatch\x12$\n\x04hops\x18\x01 \x03(\x0b\x32\x16.railyard.v1.HopRecord\x12&\n\x05paths\x18\x02 \x03(\x0b\x32\x17.railyard.v1.PathSignal\x12&\n\x05\x66lows\x18\x03 \x03(\x0b\x32\x17.railyard.v1.FlowRecord\"M\n\x17ReportTelemetryResponse\x12\x18\n\x10\x61\x63\x63\x65pted_records\x18\x01 \x01(\x04\x12\x18\n\x10rejected_records\x18\x02 \x01(\x04\x32j\n\x10TelemetryService\x12V\n\x0fReportTelemetry\x12\x1b.railyard.v1.TelemetryBatch\x1a$.railyard.v1.ReportTelemetryResponse(\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,11 +38,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PATHSIGNAL']._serialized_start=306
   _globals['_PATHSIGNAL']._serialized_end=523
   _globals['_FLOWRECORD']._serialized_start=526
-  _globals['_FLOWRECORD']._serialized_end=797
-  _globals['_TELEMETRYBATCH']._serialized_start=800
-  _globals['_TELEMETRYBATCH']._serialized_end=934
-  _globals['_REPORTTELEMETRYRESPONSE']._serialized_start=936
-  _globals['_REPORTTELEMETRYRESPONSE']._serialized_end=1013
-  _globals['_TELEMETRYSERVICE']._serialized_start=1015
-  _globals['_TELEMETRYSERVICE']._serialized_end=1121
+  _globals['_FLOWRECORD']._serialized_end=850
+  _globals['_TELEMETRYBATCH']._serialized_start=853
+  _globals['_TELEMETRYBATCH']._serialized_end=987
+  _globals['_REPORTTELEMETRYRESPONSE']._serialized_start=989
+  _globals['_REPORTTELEMETRYRESPONSE']._serialized_end=1066
+  _globals['_TELEMETRYSERVICE']._serialized_start=1068
+  _globals['_TELEMETRYSERVICE']._serialized_end=1174
 # @@protoc_insertion_point(module_scope)

@@ -51,7 +51,7 @@ class PathSignal(_message.Message):
     def __init__(self, src_leaf: _Optional[str] = ..., spine: _Optional[str] = ..., dst_leaf: _Optional[str] = ..., min_available_bps: _Optional[float] = ..., max_queue_bytes: _Optional[int] = ..., bottleneck_switch: _Optional[str] = ..., bottleneck_port: _Optional[int] = ..., observe_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class FlowRecord(_message.Message):
-    __slots__ = ("src_address", "dst_address", "protocol", "src_port", "dst_port", "bytes_total", "rate_bps", "observe_time", "ingress_leaf", "ingress_egress_port")
+    __slots__ = ("src_address", "dst_address", "protocol", "src_port", "dst_port", "bytes_total", "rate_bps", "observe_time", "ingress_leaf", "ingress_egress_port", "transit_switch", "transit_egress_port")
     SRC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DST_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     PROTOCOL_FIELD_NUMBER: _ClassVar[int]
@@ -62,6 +62,8 @@ class FlowRecord(_message.Message):
     OBSERVE_TIME_FIELD_NUMBER: _ClassVar[int]
     INGRESS_LEAF_FIELD_NUMBER: _ClassVar[int]
     INGRESS_EGRESS_PORT_FIELD_NUMBER: _ClassVar[int]
+    TRANSIT_SWITCH_FIELD_NUMBER: _ClassVar[int]
+    TRANSIT_EGRESS_PORT_FIELD_NUMBER: _ClassVar[int]
     src_address: str
     dst_address: str
     protocol: _common_pb2.Protocol
@@ -72,7 +74,9 @@ class FlowRecord(_message.Message):
     observe_time: _timestamp_pb2.Timestamp
     ingress_leaf: str
     ingress_egress_port: int
-    def __init__(self, src_address: _Optional[str] = ..., dst_address: _Optional[str] = ..., protocol: _Optional[_Union[_common_pb2.Protocol, str]] = ..., src_port: _Optional[int] = ..., dst_port: _Optional[int] = ..., bytes_total: _Optional[int] = ..., rate_bps: _Optional[float] = ..., observe_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ingress_leaf: _Optional[str] = ..., ingress_egress_port: _Optional[int] = ...) -> None: ...
+    transit_switch: str
+    transit_egress_port: int
+    def __init__(self, src_address: _Optional[str] = ..., dst_address: _Optional[str] = ..., protocol: _Optional[_Union[_common_pb2.Protocol, str]] = ..., src_port: _Optional[int] = ..., dst_port: _Optional[int] = ..., bytes_total: _Optional[int] = ..., rate_bps: _Optional[float] = ..., observe_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ingress_leaf: _Optional[str] = ..., ingress_egress_port: _Optional[int] = ..., transit_switch: _Optional[str] = ..., transit_egress_port: _Optional[int] = ...) -> None: ...
 
 class TelemetryBatch(_message.Message):
     __slots__ = ("hops", "paths", "flows")
