@@ -34,6 +34,7 @@ from emulation.simulate.run import STEADY_CYCLES, simulate
 from emulation.workload import load_workload
 
 FABRICS = ("rail-2k", "ft2-16k")
+THREE_TIER = ("meta-32k",)  # make bench-three-tier
 WORKLOADS = ("elephant", "job-mix-large")
 SETTLE_CYCLES = 25  # before the steady window
 
@@ -106,7 +107,9 @@ def summary_line(r: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--fabric", action="append", choices=FABRICS, help=f"repeatable; default: {' '.join(FABRICS)}")
+    parser.add_argument(
+        "--fabric", action="append", choices=FABRICS + THREE_TIER, help=f"repeatable; default: {' '.join(FABRICS)}"
+    )
     parser.add_argument("--workload", action="append", help=f"repeatable; default: {' '.join(WORKLOADS)}")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument(

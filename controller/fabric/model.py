@@ -33,6 +33,14 @@ class Tier(str, enum.Enum):
     SPINE = "spine"  # spine (of a cluster, in three tiers); a fat tree's core switch
     CORE = "core"  # a three-tier rail fabric's core: it joins the clusters' spines
 
+    @property
+    def level(self) -> int:
+        """Height in the fabric: leaves 0, and each tier above one more."""
+        return _LEVELS[self]
+
+
+_LEVELS = {Tier.LEAF: 0, Tier.AGG: 1, Tier.SPINE: 2, Tier.CORE: 3}
+
 
 @dataclass(frozen=True)
 class Switch:

@@ -15,13 +15,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from controller.fabric import Fabric, Tier
+from controller.fabric import Fabric
 from controller.southbound.overlay import EntryKey, Match, OverlayEntry, OverlayMeter
 
 Table = Mapping[EntryKey, OverlayEntry]
-
-# Distance from the ingress leaf, furthest first.
-_DOWNSTREAM_FIRST = {Tier.SPINE: 0, Tier.AGG: 1, Tier.LEAF: 2}
 
 
 @dataclass(frozen=True)
@@ -75,11 +72,12 @@ def apply_delta(table: dict[EntryKey, OverlayEntry], delta: SwitchDelta) -> None
 
 
 def order_for_adds(fabric: Fabric, switches: Iterable[str]) -> list[str]:
-    return sorted(switches, key=lambda s: (_DOWNSTREAM_FIRST[fabric.switch(s).tier], s))
+    # Distance from the ingress leaf, furthest first: the highest tier first.
+    return sorted(switches, key=lambda s: (-fabric.switch(s).tier.level, s))
 
 
 def order_for_deletes(fabric: Fabric, switches: Iterable[str]) -> list[str]:
-    return sorted(switches, key=lambda s: (-_DOWNSTREAM_FIRST[fabric.switch(s).tier], s))
+    return sorted(switches, key=lambda s: (fabric.switch(s).tier.level, s))
 
 
 def tiers(fabric: Fabric, ordered: list[str]) -> list[list[str]]:

@@ -140,7 +140,6 @@ class FabricSampler:
         # from below, and out of it further up (a three-tier spine towards a
         # core, a fat tree's aggregation switch towards a core). Its choice
         # there is what the ingress leaf's port cannot tell.
-        rank = {Tier.LEAF: 0, Tier.AGG: 1, Tier.SPINE: 2, Tier.CORE: 3}
         self.transit_in: set[str] = set()
         self.transit_out: set[str] = set()
         for egress, intf in self.ports.items():
@@ -149,7 +148,7 @@ class FabricSampler:
             if here.tier is Tier.LEAF or link.is_access:
                 continue
             there = fabric.switch(link.peer(egress.node).node)
-            (self.transit_in if rank[there.tier] < rank[here.tier] else self.transit_out).add(intf)
+            (self.transit_in if there.tier.level < here.tier.level else self.transit_out).add(intf)
         self._dp_ports: dict[int, str] = {}
 
     def ports_now(self) -> dict[Endpoint, PortCounters]:

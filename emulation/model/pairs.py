@@ -14,11 +14,14 @@ from controller.fabric import Fabric, NicId
 
 
 def permutation_pairs(fabric: Fabric, error: type[FieldError] = FieldError) -> list[tuple[NicId, NicId]]:
-    """Every NIC sends to the same server slot, same rail, in the next pod."""
+    """Every NIC sends to the same server slot, same rail, in the next pod;
+    on a fabric of clusters, in the same pod of the next cluster, so every
+    flow crosses the core (a full cross-cluster permutation)."""
     pods = sorted({n.pod for n in fabric.nics})
     if len(pods) < 2:
         raise error("traffic.pattern", f"fabric {fabric.spec.name!r} has one pod", "a fabric with 2+ pods")
-    return [(n, NicId(n.rail, pods[(pods.index(n.pod) + 1) % len(pods)], n.server)) for n in fabric.nics]
+    step = fabric.spec.pods_per_cluster if fabric.spec.clusters > 1 else 1
+    return [(n, NicId(n.rail, pods[(pods.index(n.pod) + step) % len(pods)], n.server)) for n in fabric.nics]
 
 
 def incast_pairs(

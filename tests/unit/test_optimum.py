@@ -282,3 +282,30 @@ def test_equal_where_the_splittable_optimum_is_integral():
         assert bounds.single_path is not None
         assert bounds.single_path.rates_bps == pytest.approx(bounds.splittable.rates_bps)
         assert throughput_bound_bps(fabric, permutation(fabric)) == pytest.approx(len(fabric.nics) * NIC)
+
+
+def test_the_optimum_on_a_three_tier_toy_equals_the_hand_computed_one():
+    """Two clusters of one leaf (2 NICs, rail 0) and one spine; the spine's
+    plane has two cores. Leaf uplinks carry 2 NICs' worth; the core is 2:1
+    oversubscribed, so each spine-core link carries 2 / 2 / 2 = 0.5 NIC.
+
+    Flows A, B: cluster 0 -> 1, C: cluster 1 -> 0 (the other direction). A
+    and B share the two 0.5-NIC core links up (and down): 0.5 NIC each, split
+    or not. C alone in its direction splits over both cores for a whole NIC;
+    on one path it gets one core link, 0.5 NIC."""
+    fabric = build_fabric(
+        parse_spec(
+            "name: toy\nclusters: 2\npods: 1\nservers_per_pod: 2\nrails: 1\nspines: 1\n"
+            "core: {switches: 2, oversubscription: 2}\nrates: {nic_gbps: 400, emulated_nic_mbps: 50}\n"
+        )
+    )
+    a, b = ModelFlow(NicId(0, 0, 0), NicId(0, 1, 0)), ModelFlow(NicId(0, 0, 1), NicId(0, 1, 1))
+    c = ModelFlow(NicId(0, 1, 0), NicId(0, 0, 0))
+    assert fabric.vias(a.src, a.dst) == ("ryk0", "ryk1")
+    splittable = splittable_optimum(fabric, [a, b, c])
+    assert splittable.rates_bps == pytest.approx([0.5 * NIC, 0.5 * NIC, 1.0 * NIC], rel=1e-6)
+    assert {via for via, _ in splittable.routes[2]} == {"ryk0", "ryk1"}  # C splits over both cores
+    single = single_path_optimum(fabric, [a, b, c])
+    assert single is not None and single.rates_bps == pytest.approx([0.5 * NIC] * 3, rel=1e-6)
+    assert {single.routes[0][0][0], single.routes[1][0][0]} == {"ryk0", "ryk1"}  # A and B take a core each
+    assert throughput_bound_bps(fabric, [a, b, c]) == pytest.approx(2.0 * NIC, rel=1e-6)

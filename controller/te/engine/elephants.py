@@ -66,12 +66,18 @@ def find_elephants(
         senders.append((src, dst))
         if not found.vias:
             continue  # same leaf: nothing to steer
-        if sample.rate_bps < cfg.elephant_fraction * min(nic_bps, found.bottleneck_bps):
+        last = recent.get(key)
+        rate = sample.rate_bps if last is None else (1 - a) * last.elephant.rate_bps + a * sample.rate_bps
+        # Hysteresis: a known elephant stays one until its smoothed rate falls
+        # to half the threshold. Behind an oversubscribed core a flow's fair
+        # share sits near the threshold (1/7 of a NIC at 7:1), and noisy
+        # samples dropping it in and out each cycle swing every path's load
+        # by demand, which reads as collisions that move flows forever.
+        threshold = cfg.elephant_fraction * min(nic_bps, found.bottleneck_bps)
+        if (rate < threshold / 2) if last is not None else (sample.rate_bps < threshold):
             continue
         move = moves.get(key)
         via = move.via if move is not None else index.via_of(found, sample.ingress, sample.transit)
-        last = recent.get(key)
-        rate = sample.rate_bps if last is None else (1 - a) * last.elephant.rate_bps + a * sample.rate_bps
         seen.append((key, src, dst, rate, via))
         sender_of.append(len(senders) - 1)
         routes.append(found)

@@ -20,7 +20,7 @@ link over capacity are looked at one by one. Pure."""
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,6 +31,7 @@ from controller.te.engine.state import Decision, DecisionKind, Elephant, EngineC
 from controller.te.view import FlowKey
 
 TOLERANCE = 1e-6  # of capacity: a link at exactly its capacity is full, not over
+BATCH_ELEPHANTS = 4096  # elephants per array pass of best_of: bounds its temporaries to tens of MB
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,9 @@ class _Fleet:
             dtype=np.int64,
         )
         self.both = np.stack([background, background])
+        self.base = np.array([r.base for r in routes], dtype=np.int64)
+        self.nroutes = np.array([len(r.vias) for r in routes], dtype=np.int64)
+        self.disjoint = np.array([r.disjoint for r in routes], dtype=np.int64)
         self._members: dict[int, set[int]] = {}
         placed = np.flatnonzero(self.rows >= 0)
         table = index.table()
@@ -97,6 +101,29 @@ class _Fleet:
             lo, hi = np.searchsorted(self._links, [link, link + 1])
             found = self._members[link] = set(self._owners[lo:hi].tolist())
         return found
+
+    def limiting(self) -> np.ndarray:
+        """Per egress: the bottleneck, by demand, of some placed elephant (ties
+        count). A link over capacity that limits none of its elephants (they
+        are all held harder elsewhere: behind an oversubscribed core, every
+        leaf link they cross) is no collision, and no move made for it can
+        lower their bottleneck that a move made for their bottleneck could not."""
+        mask = np.zeros(len(self.capacity), dtype=bool)
+        placed = np.flatnonzero(self.rows >= 0)
+        if len(placed):
+            links = self.index.table()[self.rows[placed]]
+            util = self.both[0, links] / self.capacity[links]
+            mask[links[util >= util.max(axis=1, keepdims=True) * (1 - TOLERANCE)]] = True
+        mask[self.index.pad] = False
+        return mask
+
+    def limits_a_member(self, link: int) -> bool:
+        members = list(self.members(link))
+        if not members:
+            return False
+        links = self.index.table()[self.rows[members]]
+        peaks = (self.both[0, links] / self.capacity[links]).max(axis=1)
+        return bool((peaks <= self.utilization(link) * (1 + TOLERANCE)).any())
 
     def over_mask(self) -> np.ndarray:
         return self.both[0] > self.capacity * (1 + TOLERANCE)
@@ -132,46 +159,79 @@ class _Fleet:
             count[link] += 1
         self.rows[i] = self.routes[i].base + row
 
-    def gains(self, i: int, dead: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(2, routes): what moving elephant i to each of its routes saves on its
-        bottleneck, by demand and as measured (-inf for its own route and dead
-        ones); only the links the two paths do not share count. And (routes,):
-        each route's peak utilization by demand with elephant i moved onto it."""
-        routes, here = self.routes[i], self.row(i)
-        hops, old = routes.hops, routes.hops[here]
-        bps = self.bps[i]
-        new_load = (self.both[:, hops] + bps[:, None, None]) / routes.capacity  # (2, routes, hops)
-        old_load = self.both[:, old] / routes.capacity[here]  # (2, old hops)
-        if routes.disjoint:
-            gain = old_load.max(axis=1)[:, None] - new_load.max(axis=2)
-            peak = new_load[0].max(axis=1)
+    def best_of(
+        self, members: Sequence[int], dead: np.ndarray, cfg: EngineConfig, metered: np.ndarray
+    ) -> dict[int, tuple[float, int, float]]:
+        """Per elephant of `members` that has one, the route that saves most on
+        its bottleneck by demand, among those saving `min_gain` by demand and
+        something as measured (a metered flow's rate is its meter's, known
+        without noise: its demand gain is enough): (gain, route, the route's
+        peak utilization by demand once the elephant is on it). Only links the
+        two routes do not share count. `metered`: per elephant.
+
+        Elephants whose route sets have one shape (every cross-cluster pair of
+        a three-tier fabric, every cross-pod pair of a two-tier one) go in one
+        array pass: an oversubscribed core keeps hundreds of elephants on each
+        link over capacity, and a pass per elephant was most of a cycle there."""
+        idx = np.asarray(members, dtype=np.int64)
+        out: dict[int, tuple[float, int, float]] = {}
+        if not len(idx):
+            return out
+        shapes, which = np.unique(self.nroutes[idx] * 2 + self.disjoint[idx], return_inverse=True)
+        for g, shape in enumerate(shapes.tolist()):
+            group = idx[which == g]
+            for start in range(0, len(group), BATCH_ELEPHANTS):
+                chunk = group[start : start + BATCH_ELEPHANTS]
+                gain, peak, fair = self._gains(chunk, shape // 2, bool(shape % 2), dead)
+                # As measured: the route's load falls, or its fair share beats
+                # what the flow gets now. Behind an oversubscribed core every
+                # link is full as measured, a lone TCP flow filling its own:
+                # only the shares tell a move from a link of three to a link
+                # of one from a move that gains nothing.
+                fairer = fair >= self.bps[chunk, 1][:, None] * (1 + cfg.min_gain)
+                ok = (gain[0] >= cfg.min_gain) & ((gain[1] > 0) | fairer | metered[chunk][:, None])
+                rows = np.argmax(np.where(ok, gain[0], -np.inf), axis=1)
+                for m in np.flatnonzero(ok.any(axis=1)).tolist():
+                    row = int(rows[m])
+                    out[int(chunk[m])] = (float(gain[0, m, row]), row, float(peak[m, row]))
+        return out
+
+    def _gains(
+        self, idx: np.ndarray, nroutes: int, disjoint: bool, dead: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(2, M, routes): what moving each elephant of `idx` (all with
+        `nroutes` routes) to each of its routes saves on its bottleneck, by
+        demand and as measured (-inf for its own route and dead ones); and,
+        (M, routes) each: each route's peak utilization by demand with it
+        moved there, and its fair share there by count (the narrowest hop's
+        capacity over its elephants, this one included: a floor on its
+        max-min rate, as elephants held elsewhere leave it more)."""
+        hops = self.index.table()[self.base[idx, None] + np.arange(nroutes)]  # (M, R, H), pad-filled
+        cap = self.capacity[hops]
+        here = self.rows[idx] - self.base[idx]
+        m = np.arange(len(idx))
+        bps = self.bps[idx].T  # (2, M)
+        new_load = (self.both[:, hops] + bps[:, :, None, None]) / cap  # (2, M, R, H)
+        old = hops[m, here]  # (M, H)
+        old_load = self.both[:, old] / cap[m, here]  # (2, M, H)
+        if disjoint:
+            gain = old_load.max(axis=2)[:, :, None] - new_load.max(axis=3)
+            peak = new_load[0].max(axis=2)
+            fair = (cap / (self.count[hops] + 1)).min(axis=2)
         else:
-            shared = (hops[:, :, None] == old[None, None, :]).any(axis=2)  # on the old path too
-            kept = (old[None, :, None] == hops[:, None, :]).any(axis=2)  # old link still used there
-            new_peak = np.where(shared, -np.inf, new_load).max(axis=2)
-            old_peak = np.where(kept, -np.inf, old_load[:, None, :]).max(axis=2)
+            shared = (hops[:, :, :, None] == old[:, None, None, :]).any(axis=3)  # on the old route too
+            kept = (old[:, None, :, None] == hops[:, :, None, :]).any(axis=3)  # old link still used there
+            new_peak = np.where(shared, -np.inf, new_load).max(axis=3)
+            old_peak = np.where(kept, -np.inf, old_load[:, :, None, :]).max(axis=3)
             with np.errstate(invalid="ignore"):  # its own route: nothing differs, -inf - -inf
                 gain = old_peak - new_peak
             # A link both routes share carries the elephant already.
-            peak = np.where(shared, self.both[0, hops] / routes.capacity, new_load[0]).max(axis=1)
-        gain[:, here] = -np.inf
+            peak = np.where(shared, self.both[0, hops] / cap, new_load[0]).max(axis=2)
+            fair = (cap / (self.count[hops] + ~shared)).min(axis=2)
+        gain[:, m, here] = -np.inf
         if dead.any():
-            gain[:, dead[hops].any(axis=1)] = -np.inf
-        return gain, peak
-
-    def best(
-        self, i: int, dead: np.ndarray, cfg: EngineConfig, metered: bool = False
-    ) -> tuple[float, int, float] | None:
-        """The route that saves most by demand, among those saving `min_gain` by
-        demand and something as measured (a metered flow's rate is its meter's,
-        known without noise: its demand gain is enough): (gain, route, the
-        route's peak utilization by demand once the elephant is on it)."""
-        gain, peak = self.gains(i, dead)
-        ok = (gain[0] >= cfg.min_gain) & ((gain[1] > 0) | metered)
-        if not ok.any():
-            return None
-        row = int(np.argmax(np.where(ok, gain[0], -np.inf)))
-        return float(gain[0, row]), row, float(peak[row])
+            gain[:, dead[hops].any(axis=2)] = -np.inf
+        return gain, peak, fair
 
     def least_loaded(self, i: int, dead: np.ndarray) -> int | None:
         """The live route whose peak would be lowest with elephant i on it."""
@@ -208,11 +268,6 @@ def rebalance(
         fleet.place(i, fleet.least_loaded(i, dead) or 0)
     decisions: list[Decision] = []
 
-    def movable(i: int) -> bool:
-        e = elephants[i]
-        move = moves.get(e.key)
-        return bool(located[i]) and (e.src, e.dst) not in steered and not (move is not None and move.held)
-
     def moved(i: int, row: int, why: str) -> None:
         e = elephants[i]
         before, after = routes[i].vias[fleet.row(i)], routes[i].vias[row]
@@ -223,76 +278,126 @@ def rebalance(
     if dead.any():
         _off_dead_links(fleet, dead, moves, now, steered, moved, decisions)
 
-    over = fleet.over_mask()
+    # Per elephant, as arrays: what may move at all, and what may move now.
+    found = [moves.get(e.key) for e in elephants]
+    movable = located & ~np.array([m is not None and m.held for m in found], dtype=bool)
+    if steered:
+        movable &= ~np.array([(e.src, e.dst) in steered for e in elephants], dtype=bool)
+    is_metered = np.array([e.key in metered for e in elephants], dtype=bool)
+    # A flow getting most of its demand gains nothing from a move; a metered
+    # one's rate is ours to set, and moving it may relieve others.
+    satisfied = (fleet.bps[:, 1] >= cfg.satisfied * fleet.bps[:, 0]) & ~is_metered
+    resting = np.array([_resting(m, now, cfg) for m in found], dtype=bool)
+    eligible = movable & ~resting & ~satisfied
+    leaves: dict[int, str] = {}
+
+    def leaf_of(i: int) -> str:
+        if i not in leaves:
+            leaves[i] = fabric.attachment(elephants[i].src).node
+        return leaves[i]
+
+    over = fleet.over_mask() & fleet.limiting()
     hot_at_start = set(np.flatnonzero(over & (fleet.count >= 2)).tolist())
     budget: dict[str, int] = {}
     relieved: set[int] = set()
     stuck: set[int] = set()
-    heap = [(-fleet.utilization(link), link) for link in np.flatnonzero(over & (fleet.count >= 1)).tolist()]
+    # One live heap entry per link, at the utilization it was queued with: a
+    # link touched by many moves is evaluated once per change, not once per push.
+    queued = {link: fleet.utilization(link) for link in np.flatnonzero(over & (fleet.count >= 1)).tolist()}
+    # One array pass over every elephant on those links: the move each could
+    # make now. A link none of whose elephants could move (the steady state
+    # behind an oversubscribed core: hundreds of links over capacity by
+    # demand, all alike) is stuck without a turn of its own, unless a move of
+    # this pass touches it.
+    on_queued = np.array(sorted({i for link in queued for i in fleet.members(link)}), dtype=np.int64)
+    could = np.zeros(len(elephants), dtype=bool)
+    could[list(fleet.best_of(on_queued[movable[on_queued]], dead, cfg, is_metered))] = True
+    for link in list(queued):
+        on_link = np.fromiter(fleet.members(link), dtype=np.int64)
+        if not (could[on_link] & eligible[on_link]).any():
+            del queued[link]
+            stuck.add(link)
+    heap = [(-u, link) for link, u in queued.items()]
     heapq.heapify(heap)
+    touched: set[int] = set()
+
+    def queue(link: int) -> None:
+        touched.add(link)
+        if fleet.over(link) and queued.get(link) != (u := fleet.utilization(link)):
+            queued[link] = u
+            heapq.heappush(heap, (-u, link))
+
     while heap:
-        _, link = heapq.heappop(heap)
-        if not fleet.over(link):
+        minus_u, link = heapq.heappop(heap)
+        if queued.get(link) != -minus_u:
+            continue  # a later entry of this link is queued
+        del queued[link]
+        if not fleet.over(link) or not fleet.limits_a_member(link):
             continue
         # Of the moves that pass, the one leaving the lower peak on the link
         # it relieves and the route it takes: the lowest peak, not the largest
         # gain, which would favour the smallest elephants and can leave the
         # big ones stuck where only a swap would free them.
         best: tuple[float, float, int, int] | None = None  # peak after, -gain, elephant, route
-        for i in sorted(fleet.members(link), key=lambda i: elephants[i].key):
-            e = elephants[i]
-            # A flow getting most of its demand gains nothing from a move; a
-            # metered one's rate is ours to set, and moving it may relieve others.
-            satisfied = e.rate_bps >= cfg.satisfied * e.demand_bps and e.key not in metered
-            if not movable(i) or _resting(moves.get(e.key), now, cfg) or satisfied:
-                continue
-            leaf = fabric.attachment(elephants[i].src).node
-            if budget.get(leaf, cfg.max_moves_per_leaf or len(routes[i].vias)) <= 0:
-                continue
-            found = fleet.best(i, dead, cfg, e.key in metered)
-            if found is not None:
-                gain, row, peak = found
-                left = (fleet.both[0, link] - fleet.bps[i, 0]) / fleet.capacity[link]
-                candidate = (max(left, peak), -gain, i, row)
-                best = candidate if best is None else min(best, candidate)
+        candidates = [
+            i
+            for i in fleet.members(link)
+            if eligible[i] and budget.get(leaf_of(i), cfg.max_moves_per_leaf or len(routes[i].vias)) > 0
+        ]
+        for i, (gain, row, peak) in fleet.best_of(candidates, dead, cfg, is_metered).items():
+            left = (fleet.both[0, link] - fleet.bps[i, 0]) / fleet.capacity[link]
+            candidate = (max(left, peak), -gain, i, row)
+            best = candidate if best is None else min(best, candidate)
         if best is None:
             stuck.add(link)
             continue
         _, minus_gain, i, row = best
         gain = -minus_gain
         e = elephants[i]
-        leaf = fabric.attachment(e.src).node
+        leaf = leaf_of(i)
         budget[leaf] = budget.get(leaf, cfg.max_moves_per_leaf or len(routes[i].vias)) - 1
         why = (
             f"its bottleneck -{gain:.2f} of capacity (demand {e.demand_bps / 1e9:.0f} Gb/s, "
             f"measured {e.rate_bps / 1e9:.0f})"
         )
+        left_hops = fleet.hops(i).tolist()
         moved(i, row, why)
+        eligible[i] = False  # it rests now
         relieved.add(link)
-        for changed in (link, *routes[i].hops[row].tolist()):
-            if fleet.over(changed):
-                heapq.heappush(heap, (-fleet.utilization(changed), changed))
+        for changed in (link, *left_hops, *routes[i].hops[row].tolist()):
+            queue(changed)
 
     collisions, unfixable = {}, {}
     for link in sorted(hot_at_start | {link for link in stuck if fleet.count[link] >= 2}):
         members = sorted(fleet.members(link))
-        sources = {fabric.attachment(elephants[i].src).node for i in members}
         egress = index.egresses[link]
-        if egress.node not in sources and len(sources) < 2:
+        if not _own_or_shared(egress.node, map(leaf_of, members)):
             continue  # downstream of one leaf's collision: the same flows, reported at its uplink
         name = f"{egress.node}:{egress.port}"
         why = f"{len(members)} elephants, demand {fleet.utilization(link):.2f} of the link"
-        # Fixable: relieved now, or a move would relieve it but for hysteresis or budget.
-        if (
-            link in relieved
-            or not fleet.over(link)
-            or any(movable(i) and fleet.best(i, dead, cfg, elephants[i].key in metered) for i in members)
-        ):
+        # Fixable: relieved now, or a move would relieve it but for hysteresis
+        # or budget (as the pass began, where no move of it touched the link).
+        if link in touched:
+            fixable = bool(fleet.best_of([i for i in members if movable[i]], dead, cfg, is_metered))
+        else:
+            fixable = bool(could[members].any())
+        if link in relieved or not fleet.over(link) or fixable:
             collisions[name] = why
         else:
             unfixable[name] = why
     names = frozenset(f"{index.egresses[link].node}:{index.egresses[link].port}" for link in relieved)
     return Outcome(decisions, collisions, unfixable, names)
+
+
+def _own_or_shared(node: str, sources: Iterator[str]) -> bool:
+    """The link's own switch is a source leaf, or its elephants come from two
+    leaves or more; reading only as many sources as it takes to tell."""
+    first = None
+    for leaf in sources:
+        if leaf == node or (first is not None and leaf != first):
+            return True
+        first = leaf
+    return False
 
 
 def _off_dead_links(
