@@ -8,7 +8,7 @@ PYTHON_SYSTEM := /usr/bin/python3.11
 SEED ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-fabric bench-crossval observe fabric-down clean
+.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-fabric bench-crossval bench-three-tier observe fabric-down clean
 
 setup: host venv
 
@@ -57,7 +57,7 @@ proto: venv
 controller: setup
 	$(VENV)/bin/railyard controller run --store $(CURDIR)/.state/intent.db
 
-bench: bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-crossval
+bench: bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-crossval bench-three-tier
 
 bench-calibrate: setup
 	$(PY) -m bench.calibrate --out bench/results/calibration.json
@@ -92,6 +92,14 @@ bench-fabric: venv
 # The simulator against the emulation: default and three-pod, elephant and link-failure, 5 seeds (~25 min).
 bench-crossval: setup
 	$(PY) -m bench.crossval --out bench/results/crossval.json
+
+# The third tier: the simulator on meta-32k (cross-cluster permutation, a
+# training mix), then the emulated three-tier spec (elephant and a core-link
+# failure, 5 seeds) and the simulator against it (~35 min).
+bench-three-tier: setup
+	$(PY) -m bench.three_tier --out bench/results/three-tier.json
+	$(PY) -m bench.scenarios --spec three-tier.yaml --scenario elephant --scenario core-link-failure --out bench/results/scenarios-three-tier.json
+	$(PY) -m bench.crossval --spec three-tier.yaml --scenario elephant --scenario core-link-failure --out bench/results/crossval-three-tier.json
 
 fabric-down: venv
 	$(VENV)/bin/railyard fabric down

@@ -78,7 +78,7 @@ def naive(fabric, state: FabricState, request: JobRequest, tier) -> tuple[float,
     if len(servers) < request.gpu_count // k:
         return None
     base = state.base_load(fabric)
-    flows = planned_flows(request, servers, k, fabric.spec.rates.nic_gbps * 1e9)
+    flows = planned_flows(request, servers, k, fabric.spec.rates.nic_gbps * 1e9, None, fabric.spec.pods_per_cluster)
     _, layer = assign_hashed(fabric, Drains(), base, flows)
     return max(max_utilization(fabric, base), layer.touched_peak()), tier_peak(fabric, layer, tier)
 

@@ -77,6 +77,7 @@ def job_to_proto(fabric: Fabric, job: Job, hosts: HostMap | None = None) -> pb.J
         request=request,
         pods=list(job.pods),
         predicted_max_utilization_ratio=job.predicted_max_utilization,
+        cross_cluster_share=job.cross_cluster_share,
     )
     out.place_time.FromNanoseconds(int(job.placed_at * 1e9))
     for gpu in job.gpus:

@@ -152,6 +152,7 @@ def _job_row(job) -> dict:
         "pods": ",".join(map(str, job.pods)),
         "flows": job.flow_count,
         "predicted_max_util": f"{job.predicted_max_utilization_ratio:.3f}",
+        "cross_cluster": f"{job.cross_cluster_share:.3f}",
         "programmed_at": job.programmed_revision or "-",
     }
 

@@ -188,9 +188,17 @@ class Fabric:
 
     @cached_property
     def spine_tier(self) -> tuple[Endpoint, ...]:
-        """Egresses between the pods and the tier above, both directions: every
-        pod uplink, then the port that faces it back. Where path choices show."""
+        """Egresses above the pods, both directions: every pod uplink and, in
+        three tiers, every cluster spine's core uplink, then the port that
+        faces each back. Where path choices show."""
         ups = [e for egresses in self.pod_uplinks.values() for e in egresses]
+        ups += [
+            Endpoint(sw.name, port)
+            for sw in self.switches.values()
+            if sw.tier is Tier.SPINE and sw.cluster is not None
+            for port, link in sorted(self._ports[sw.name].items())
+            if self.switches[link.peer(sw.name).node].tier is Tier.CORE
+        ]
         return (*ups, *(self.link_at(e).peer(e.node) for e in ups))
 
     @cached_property

@@ -21,6 +21,7 @@ HOSTNAME = "kubernetes.io/hostname"
 # Railyard's own node labels, coarsest first: the domains Kueue levels name.
 SPINE_BLOCK = "railyard.io/spine-block"
 POD = "railyard.io/pod"  # a fat tree's pods only
+CLUSTER = "railyard.io/cluster"  # a three-tier fabric's clusters only
 LEAF_GROUP = "railyard.io/leaf-group"
 
 
@@ -36,7 +37,10 @@ def _spine_block(fabric: Fabric) -> str:
 def slurm_tree(fabric: Fabric, hosts: HostMap) -> str:
     """Slurm topology.conf for topology/tree (https://slurm.schedmd.com/topology.conf.html):
     one line per switch, `SwitchName=NAME Nodes=HOSTLIST` for leaves and
-    `SwitchName=NAME Switches=HOSTLIST` above them."""
+    `SwitchName=NAME Switches=HOSTLIST` above them. Three tiers: a cluster's
+    spines count as one switch (`ryc<c>`) over its leaf groups, as a pod's
+    rail leaves count as one leaf, and each core lists the clusters, as each
+    spine of two tiers lists the leaf groups."""
     tree = fabric_tree(fabric)
     lines = [
         f"# Slurm topology/tree for fabric {fabric.spec.name} (railyard export slurm-tree).",
@@ -47,7 +51,11 @@ def slurm_tree(fabric: Fabric, hosts: HostMap) -> str:
         nodes = compress(hosts.node(s) for s in group.servers)
         note = f"  # rail leaves {compress(group.leaves)}" if len(group.leaves) > 1 else ""
         lines.append(f"SwitchName={group.name} Nodes={nodes}{note}")
-    for switch in (*tree.aggs, *tree.spines):
+    for cluster in tree.clusters:
+        lines.append(
+            f"SwitchName={cluster.name} Switches={compress(cluster.groups)}  # spines {compress(cluster.spines)}"
+        )
+    for switch in (*tree.aggs, *tree.top):
         if switch.children:
             lines.append(f"SwitchName={switch.name} Switches={compress(switch.children)}")
     return "\n".join(lines) + "\n"
@@ -58,15 +66,21 @@ def slurm_block(fabric: Fabric, hosts: HostMap) -> str:
     one block per pod (a rail-optimized pod's servers share all its rail
     leaves; a fat tree's pod its aggregation switches). Block sizes: the
     smallest pod, doubled up to the whole fabric (any set of pods is one
-    spine hop apart)."""
+    spine hop apart).
+
+    Three tiers keep a block per pod, not per cluster: Slurm builds larger
+    blocks only by joining adjacent base blocks
+    (https://slurm.schedmd.com/topology.html#block), so a cluster-wide base
+    block would lose the pod, the closest domain. It joins aligned runs of
+    2, 4, ... blocks in listed order (block 4i..4i+3 for size 4, in its
+    block_record.c); pods are listed cluster by cluster, and only the sizes
+    whose runs never mix part of a cluster with another are kept."""
     tree = fabric_tree(fabric)
     blocks = _pod_blocks(tree)
     smallest = min(len(servers) for servers in blocks.values())
-    sizes, size = [], smallest
     total = sum(len(servers) for servers in blocks.values())
-    while size <= total:
-        sizes.append(size)
-        size *= 2
+    per_cluster = len(tree.clusters[0].groups) if tree.clusters else None  # the spec sizes every cluster alike
+    sizes = _block_sizes(smallest, total, per_cluster)
     doc = [
         {
             "topology": _dns_name(fabric.spec.name),
@@ -85,22 +99,43 @@ def slurm_block(fabric: Fabric, hosts: HostMap) -> str:
 
 
 def _pod_blocks(tree: FabricTree) -> dict[str, tuple[str, ...]]:
-    """Pod -> its servers: a fat tree's pods, or else the leaf groups."""
+    """Pod -> its servers: a fat tree's pods, or else the leaf groups
+    (three tiers: cluster by cluster, so a cluster's blocks are contiguous)."""
     servers_of = {g.name: g.servers for g in tree.groups}
     if tree.pods:
         return {pod: tuple(s for g in groups for s in servers_of[g]) for pod, groups in tree.pods.items()}
+    if tree.clusters:
+        return {g: servers_of[g] for cluster in tree.clusters for g in cluster.groups}
     return dict(servers_of)
+
+
+def _block_sizes(smallest: int, total: int, pods_per_cluster: int | None) -> list[int]:
+    """`smallest` times runs of 1, 2, 4, ... base blocks, up to `total` nodes.
+    With clusters, only runs that stay in one cluster (the run divides a
+    cluster's pods) or take whole clusters (a cluster's pods divide the run):
+    a run across a cluster's edge is a core hop wide, not a block. Dropping
+    the others loses nothing above them: Slurm places a job larger than the
+    largest size across the whole fabric, as the top size would."""
+    sizes, run = [], 1
+    while smallest * run <= total:
+        if pods_per_cluster is None or pods_per_cluster % run == 0 or run % pods_per_cluster == 0:
+            sizes.append(smallest * run)
+        run *= 2
+    return sizes
 
 
 def _labels(fabric: Fabric, tree: FabricTree) -> dict[str, dict[str, str]]:
     """Railyard server -> its domain labels, coarsest first."""
     pod_of = {g: pod for pod, groups in tree.pods.items() for g in groups}
+    cluster_of = {g: cluster.name for cluster in tree.clusters for g in cluster.groups}
     out = {}
     for group in tree.groups:
         for server in group.servers:
             labels = {SPINE_BLOCK: _spine_block(fabric)}
             if group.name in pod_of:
                 labels[POD] = pod_of[group.name]
+            if group.name in cluster_of:
+                labels[CLUSTER] = cluster_of[group.name]
             labels[LEAF_GROUP] = group.name
             out[server] = labels
     return out
@@ -117,9 +152,10 @@ def _nodes(hosts: HostMap, labels_of: dict[str, dict[str, str]]) -> list[dict]:
 def kueue(fabric: Fabric, hosts: HostMap) -> str:
     """Kueue Topology Aware Scheduling: a `Topology` (kueue.x-k8s.io/v1beta2,
     https://kueue.sigs.k8s.io/docs/concepts/topology/) whose levels, coarsest
-    first, are node labels, and the nodes labelled with them."""
+    first, are node labels, and the nodes labelled with them. Three tiers add
+    a cluster level between the whole fabric and the leaf groups."""
     tree = fabric_tree(fabric)
-    levels = [SPINE_BLOCK, *([POD] if tree.pods else []), LEAF_GROUP, HOSTNAME]
+    levels = [SPINE_BLOCK, *([POD] if tree.pods else []), *([CLUSTER] if tree.clusters else []), LEAF_GROUP, HOSTNAME]
     topology = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "Topology",
@@ -132,8 +168,8 @@ def kueue(fabric: Fabric, hosts: HostMap) -> str:
 def volcano(fabric: Fabric, hosts: HostMap) -> str:
     """Volcano HyperNodes (topology.volcano.sh/v1alpha1,
     https://volcano.sh/en/docs/network_topology_aware_scheduling/): tier 1 a
-    leaf group's nodes, then (fat tree) a pod's leaf groups, then every
-    domain under the spines."""
+    leaf group's nodes, then a fat tree's pod or a three-tier fabric's
+    cluster (its leaf groups), then every domain under the top switches."""
     tree = fabric_tree(fabric)
 
     def hypernode(name: str, tier: int, kind: str, members: list[str]) -> dict:
@@ -149,16 +185,19 @@ def volcano(fabric: Fabric, hosts: HostMap) -> str:
 
     docs = [hypernode(g.name, 1, "Node", [hosts.node(s) for s in g.servers]) for g in tree.groups]
     below = [g.name for g in tree.groups]
-    if tree.pods:
-        docs += [hypernode(pod, 2, "HyperNode", list(groups)) for pod, groups in tree.pods.items()]
-        below = list(tree.pods)
-    if tree.spines:
-        docs.append(hypernode(_spine_block(fabric), 3 if tree.pods else 2, "HyperNode", below))
+    middle = dict(tree.pods) or {cluster.name: cluster.groups for cluster in tree.clusters}
+    if middle:
+        docs += [hypernode(name, 2, "HyperNode", list(groups)) for name, groups in middle.items()]
+        below = list(middle)
+    if tree.top:
+        docs.append(hypernode(_spine_block(fabric), 3 if middle else 2, "HyperNode", below))
     return _stream(docs)
 
 
 # Topograph's node labels (https://docs.nvidia.com/topograph/engines/kubernetes):
-# the switch a node connects to, the tier above it, and the top tier.
+# the switch a node connects to, the tier above it, and the top tier. So a
+# three-tier fabric's cluster is `spine` (its spines are the tier above the
+# leaves) and `core` the whole fabric, as a fat tree's pod and cores are.
 TOPOGRAPH_LEAF = "network.topology.nvidia.com/leaf"
 TOPOGRAPH_SPINE = "network.topology.nvidia.com/spine"
 TOPOGRAPH_CORE = "network.topology.nvidia.com/core"
@@ -170,10 +209,11 @@ def topograph_labels(fabric: Fabric, hosts: HostMap) -> str:
     tree = fabric_tree(fabric)
     out = {}
     for server, labels in _labels(fabric, tree).items():
-        if POD in labels:  # a fat tree: edge, pod, cores
+        middle = labels.get(POD) or labels.get(CLUSTER)
+        if middle:  # a fat tree (edge, pod, cores) or three tiers (leaves, cluster, cores)
             out[server] = {
                 TOPOGRAPH_LEAF: labels[LEAF_GROUP],
-                TOPOGRAPH_SPINE: labels[POD],
+                TOPOGRAPH_SPINE: middle,
                 TOPOGRAPH_CORE: labels[SPINE_BLOCK],
             }
         else:

@@ -7,6 +7,10 @@ topology format takes:
   (`ryl<pod>`). A fat tree's edge switch is a group of its own.
 - above it, each switch of the next tier lists the groups (or, in a fat
   tree, the aggregation switches) it connects.
+- a three-tier rail fabric adds a *cluster* between them: every spine of a
+  cluster reaches every leaf group of it, so the spines are one domain
+  (`ryc<c>`), as a pod's rail leaves are; each core takes one uplink from
+  every cluster (from the spine of its plane), so it joins the clusters.
 
 Schedulers only need "which nodes are close". Rail leaves are listed for
 people (comments), not as separate Slurm leaves: Slurm warns when one node
@@ -32,8 +36,16 @@ class LeafGroup:
 class UpperSwitch:
     name: str
     tier: Tier
-    children: tuple[str, ...]  # leaf groups, or (a fat tree's cores) aggregation switches
+    children: tuple[str, ...]  # leaf groups; a fat tree's cores: aggregation switches; three tiers' cores: clusters
     pod: int | None = None  # a fat tree's aggregation switch: its pod
+    cluster: int | None = None  # a three-tier fabric's spine: its cluster
+
+
+@dataclass(frozen=True)
+class Cluster:
+    name: str
+    spines: tuple[str, ...]  # the switches, by name
+    groups: tuple[str, ...]  # its leaf groups, in pod order
 
 
 @dataclass(frozen=True)
@@ -41,6 +53,13 @@ class FabricTree:
     groups: tuple[LeafGroup, ...]
     aggs: tuple[UpperSwitch, ...]  # a fat tree's aggregation switches; empty otherwise
     spines: tuple[UpperSwitch, ...]
+    clusters: tuple[Cluster, ...] = ()  # a three-tier fabric's clusters; empty otherwise
+    cores: tuple[UpperSwitch, ...] = ()  # a three-tier fabric's cores, over clusters; empty otherwise
+
+    @property
+    def top(self) -> tuple[UpperSwitch, ...]:
+        """The switches that join every domain below them: the cores in three tiers, else the spines."""
+        return self.cores or self.spines
 
     @property
     def pods(self) -> dict[str, tuple[str, ...]]:
@@ -67,7 +86,13 @@ def fabric_tree(fabric: Fabric) -> FabricTree:
         group_of.update((leaf, name) for leaf in leaves)
     aggs = tuple(_upper(fabric, Tier.AGG, group_of))
     below_spines = {a.name: a.name for a in aggs} if aggs else group_of
-    return FabricTree(tuple(groups), aggs, tuple(_upper(fabric, Tier.SPINE, below_spines)))
+    spines = tuple(_upper(fabric, Tier.SPINE, below_spines))
+    clusters = _clusters(spines, [g.name for g in groups])
+    # A core reaches one spine of each cluster, but which one says nothing of
+    # locality: any spine of a cluster reaches all of it. So its children are clusters.
+    cluster_of = {spine: cluster.name for cluster in clusters for spine in cluster.spines}
+    cores = tuple(_upper(fabric, Tier.CORE, cluster_of))
+    return FabricTree(tuple(groups), aggs, spines, clusters, cores)
 
 
 def _group_name(fabric: Fabric, leaves: frozenset[str]) -> str:
@@ -84,5 +109,22 @@ def _upper(fabric: Fabric, tier: Tier, below: dict[str, str]) -> list[UpperSwitc
     for switch in fabric.switches_in(tier):
         peers = {link.peer(switch.name).node for link in fabric.ports(switch.name).values()}
         children = sorted({below[peer] for peer in peers if peer in below})
-        out.append(UpperSwitch(switch.name, tier, tuple(children), switch.pod if tier is Tier.AGG else None))
+        pod = switch.pod if tier is Tier.AGG else None
+        cluster = switch.cluster if tier is Tier.SPINE else None
+        out.append(UpperSwitch(switch.name, tier, tuple(children), pod, cluster))
     return out
+
+
+def _clusters(spines: tuple[UpperSwitch, ...], group_order: list[str]) -> tuple[Cluster, ...]:
+    """A three-tier fabric's clusters, in cluster order; none without cluster spines.
+    Leaf groups keep pod order, the order Slurm's blocks aggregate in."""
+    spines_of: dict[int, list[UpperSwitch]] = {}
+    for spine in spines:
+        if spine.cluster is not None:
+            spines_of.setdefault(spine.cluster, []).append(spine)
+    out = []
+    for cluster, members in sorted(spines_of.items()):
+        below = {child for spine in members for child in spine.children}
+        groups = tuple(g for g in group_order if g in below)
+        out.append(Cluster(ad.cluster_group_name(cluster), tuple(s.name for s in members), groups))
+    return tuple(out)

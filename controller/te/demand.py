@@ -21,10 +21,11 @@ def planned_flows(
     rails: int | Sequence[int],
     nic_bps: float,
     nics: Mapping[tuple[int, int, int], NicId] | None = None,
+    pods_per_cluster: int = 0,
 ) -> list[JobFlow]:
     """The flows a job's collective puts on these servers and rails, each at
     the rate placement predicts for it (`predicted_rates`)."""
-    flows = pattern_flows(request.pattern, servers, rails, 0.0, nics)
+    flows = pattern_flows(request.pattern, servers, rails, 0.0, nics, pods_per_cluster)
     return predicted_rates(flows, nic_bps, request.flow_gbps * 1e9)
 
 

@@ -72,6 +72,9 @@ class Job:
     flows: tuple[JobFlow, ...]
     predicted_max_utilization: float
     placed_at: float  # unix seconds, given by the caller (the core never reads a clock)
+    # Of the flows' demand (bps), the share between clusters: on the thin
+    # core of a three-tier fabric. 0 with one cluster.
+    cross_cluster_share: float = 0.0
 
     @property
     def job_id(self) -> str:
@@ -159,6 +162,7 @@ def job_to_doc(job: Job) -> dict:
         "flows": [[ad.nic_ip(f.src), ad.nic_ip(f.dst), f.demand_bps, f.via] for f in job.flows],
         "predicted_max_utilization": job.predicted_max_utilization,
         "placed_at": job.placed_at,
+        "cross_cluster_share": job.cross_cluster_share,
     }
 
 
@@ -185,6 +189,7 @@ def job_from_doc(job_id: str, doc: Mapping) -> Job:
         ),
         float(doc["predicted_max_utilization"]),
         float(doc["placed_at"]),
+        float(doc.get("cross_cluster_share", 0.0)),  # stores from before three tiers: one cluster
     )
 
 

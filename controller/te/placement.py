@@ -15,6 +15,12 @@ unless a candidate already sits at the floor (the peak the fabric has
 before this job, which no placement goes below), so a placement is never
 predicted worse than that naive one.
 
+On a three-tier fabric the cluster comes first (te/clusters.py): a job that
+one cluster has room for is placed inside it, the cluster chosen as pods
+are, and everything above is done within it (first-fit included); a job no
+cluster holds spans as few clusters as can, on servers chosen there. The
+share of the job's demand that crosses clusters is on the Job.
+
 Cost per request on a 16k-GPU fabric: free rails are read as arrays over the
 servers (te/capacity.py); with the ledgers the intent service keeps
 (FabricState.usage and .ledger) the peak and the pods' uplink loads are read
@@ -33,6 +39,7 @@ import numpy as np
 
 from controller.fabric import Endpoint, Fabric
 from controller.te.capacity import Usage, free_capacity, free_masks, server_table
+from controller.te.clusters import ClusterView, cross_cluster_share, plan_clusters
 from controller.te.demand import planned_flows
 from controller.te.jobs import Drains, Gpu, Job, JobFlow, JobRequest, validate_request
 from controller.te.load import LoadLedger, drained, jobs_load, max_utilization, merged
@@ -154,13 +161,20 @@ class _Choice:
     rails: tuple[int, ...]
     avail: dict[int, list[ServerKey]]  # per pod, servers with the rails free, tightest fit first
     free: Mapping[ServerKey, int]  # free GPUs on those servers before this job
+    # Three tiers: the clusters avail is confined to. Across more than one,
+    # avail holds exactly the job's servers.
+    clusters: tuple[int, ...] = ()
 
 
-def _choose(fabric: Fabric, state: FabricState, request: JobRequest) -> _Choice:
+def _choose(
+    fabric: Fabric, state: FabricState, request: JobRequest, pod_load: Mapping[int, float] | None = None
+) -> _Choice:
     rails, k, m = fabric.rails, request.per_server(fabric.rails), request.server_count(fabric.rails)
     table = server_table(fabric)
     masks = free_masks(fabric, state.gpu_ledger(), state.drains, request.exclusive)
     free_count = table.popcount(masks)
+    spec = fabric.spec
+    view = ClusterView.of(spec, table.pods, free_count, pod_load or {}) if spec.clusters > 1 else None
     # Only servers with k rails free can take any rail set: the loop below runs over those.
     rows = np.flatnonzero(free_count >= k)
     free, count, pods = masks[rows], free_count[rows], table.pods[rows]
@@ -170,7 +184,7 @@ def _choose(fabric: Fabric, state: FabricState, request: JobRequest) -> _Choice:
         sets = list(itertools.combinations(range(rails), k))
         if len(sets) > RAIL_SET_LIMIT:
             sets = [tuple(range(s, s + k)) for s in range(rails - k + 1)]
-    best: tuple[tuple, tuple[int, ...], np.ndarray] | None = None
+    best: tuple[tuple, tuple[int, ...], np.ndarray, tuple[int, ...]] | None = None
     for chosen in sets:
         want = sum(1 << r for r in chosen)
         fits = np.flatnonzero((free & want) == want)
@@ -180,12 +194,20 @@ def _choose(fabric: Fabric, state: FabricState, request: JobRequest) -> _Choice:
             per_pod = np.bincount(pods[fits])
             if np.sort(per_pod)[::-1][: request.max_pods].sum() < m:
                 continue
-        # Tightest fit first: the free GPUs the job's m best servers would leave.
-        leftover = int(np.sort(count[fits])[:m].sum())
         aligned = chosen[0] % k == 0 and chosen == tuple(range(chosen[0], chosen[0] + k))
-        score = (leftover, not aligned, chosen)
+        clusters: tuple[int, ...] = ()
+        if view is None:
+            # Tightest fit first: the free GPUs the job's m best servers would leave.
+            score: tuple = (int(np.sort(count[fits])[:m].sum()), not aligned, chosen)
+        else:
+            # Fewest clusters first (the rails that keep the job in one), then as for pods.
+            plan = plan_clusters(view, pods[fits], count[fits], m, request.max_pods)
+            if plan is None:
+                continue
+            fits, clusters = fits[list(plan.members)], plan.clusters
+            score = (*plan.key, not aligned, chosen)
         if best is None or score < best[0]:
-            best = (score, chosen, fits)
+            best = (score, chosen, fits, clusters)
     if best is None:
         return _Choice(tuple(range(k)), {}, {})
     keys = table.keys
@@ -194,7 +216,7 @@ def _choose(fabric: Fabric, state: FabricState, request: JobRequest) -> _Choice:
     avail: dict[int, list[ServerKey]] = defaultdict(list)
     for key in sorted(free_of, key=lambda key: (free_of[key], key)):
         avail[key[0]].append(key)
-    return _Choice(best[1], dict(avail), free_of)
+    return _Choice(best[1], dict(avail), free_of, best[3])
 
 
 def choose_rails(
@@ -285,12 +307,12 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
     validate_request(fabric, request)
     rails = fabric.rails
     k, m = request.per_server(rails), request.server_count(rails)
+    base, floor, pod_load = base_loads(fabric, state)
     if request.servers:
         choice = _Choice(tuple(range(k)), available_servers(fabric, state, request), {})
     else:
-        choice = _choose(fabric, state, request)
+        choice = _choose(fabric, state, request, pod_load)
     job_rails, avail = choice.rails, choice.avail
-    base, floor, pod_load = base_loads(fabric, state)
     wanted = f"{request.gpu_count} GPUs as {m} server(s) x {k}"
 
     if request.servers:
@@ -304,6 +326,11 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
                 + _free_summary(fabric, state, avail, k)
             )
         candidates, first_fit = [keys], None
+    elif len(choice.clusters) > 1:
+        # Across clusters the servers are already chosen (te/clusters.py):
+        # routed both ways, so never worse than hashing them.
+        spread = sorted(key for servers in avail.values() for key in servers)
+        candidates, first_fit = [spread], spread
     else:
         candidates, first_fit = _candidates(choice, m, request.max_pods, pod_load, bool(state.measured_bps))
         if not candidates:
@@ -327,7 +354,7 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
         )
         if not _may_win(best, lowest, rest):
             continue
-        flows = planned_flows(request, servers, job_rails, nic_bps, nics)
+        flows = planned_flows(request, servers, job_rails, nic_bps, nics, fabric.spec.pods_per_cluster)
         # First-fit with ECMP hashing is the naive placement; evaluating it
         # guarantees the answer is never predicted worse than that.
         routings = _routings(fabric, state.drains, base, flows, hashed_too=servers == first_fit)
@@ -351,7 +378,7 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
         for j, (pod, idx) in enumerate(sorted(servers))
         for local, rail in enumerate(job_rails)
     )
-    return Job(request, gpus, tuple(flows), peak, now)
+    return Job(request, gpus, tuple(flows), peak, now, cross_cluster_share(fabric.spec, flows))
 
 
 def _may_win(best: tuple | None, lowest: float, rest: tuple) -> bool:

@@ -132,7 +132,7 @@ def simulate(
                 "cycles": cycle_rows(loop, judged),
             }
         )
-    result["placement"] = _placement(arms, loop, fabric.gpu_count)
+    result["placement"] = _placement(arms, loop, fabric)
     result["setup_s"] = timings
     return result
 
@@ -206,20 +206,47 @@ def _judged_by_time(
     return {"arms": arms, "te": loop_summary(loop, settings), "cycles": cycle_rows(loop, None)}
 
 
-def _placement(arms: dict[str, Arm], loop: LoopResult, gpus: int) -> dict:
+def _placement(arms: dict[str, Arm], loop: LoopResult, fabric: Fabric) -> dict:
     if len(arms) == 1:
         return {}
     out = {}
     for name, arm in arms.items():
-        row = {
+        row: dict = {
             "gpus_used": arm.gpus_used,
-            "fill": arm.gpus_used / gpus,
+            "fill": arm.gpus_used / fabric.gpu_count,
             "refused_jobs": arm.refused,
             "jobs": len(arm.jobs),
             "flows": len(arm.flows),
         }
+        if fabric.spec.clusters > 1:
+            row.update(_clusters_of_jobs(arm, fabric))
         if name == RAILYARD:
             row["steered_flows"] = sum(1 for f in arm.flows if f.via)
             row["placement_flow_mods"] = loop.placement_flow_mods
         out[name] = row
     return out
+
+
+def _clusters_of_jobs(arm: Arm, fabric: Fabric) -> dict:
+    """How well a placement keeps jobs inside a cluster: of the jobs that fit
+    one (at most a cluster's GPUs), the fraction whose collectives never
+    cross the core; and, over every job, the share of collective flows
+    (by bytes per iteration, else by count) that cross it."""
+    cluster_of = fabric.spec.cluster_of
+    per_cluster = fabric.gpu_count // fabric.spec.clusters
+    fitting = inside = 0
+    crossing = total = 0.0
+    for job in arm.jobs:
+        flows = [arm.flows[t] for t in job.transfers]
+        across = [cluster_of(f.src.pod) != cluster_of(f.dst.pod) for f in flows]
+        weights = [f.bytes or 1 for f in flows]
+        crossing += sum(w for w, a in zip(weights, across) if a)
+        total += sum(weights)
+        if job.gpus <= per_cluster:
+            fitting += 1
+            inside += not any(across)
+    return {
+        "jobs_fitting_a_cluster": fitting,
+        "jobs_fitting_a_cluster_kept_inside": inside / fitting if fitting else None,
+        "cross_cluster_flow_share": crossing / total if total else 0.0,
+    }

@@ -41,15 +41,19 @@ class World:
             share = min(self.fabric.capacity_bps[e] / len(load[e]) for e in self.fabric.egress_path(s, d, via or None))
             jitter = 1 + (rng.uniform(-noise, noise) if rng else 0.0)
             rates[k] = share * jitter
-        flows = {
-            k: FlowSample(rates[k], 0, now, self.fabric.egress_path(s, d, via or None)[1])
-            for k, (s, d, via) in paths.items()
-        }
+        flows = {k: self.sample(rates[k], now, s, d, via) for k, (s, d, via) in paths.items()}
         ports = {}
         for e, _users in load.items():
             tx = sum(rates[k] for k, (s, d, v) in paths.items() if e in self.fabric.egress_path(s, d, v or None))
             ports[e] = PortSample(tx, 0, 0, now)
         return flows, ports
+
+    def sample(self, rate, now, src, dst, via) -> FlowSample:
+        """As the agent reports it: the ingress leaf's uplink and, on a path
+        that hashes twice (across a three-tier core, a fat tree's core), the
+        second switch's uplink."""
+        hops = self.fabric.egress_path(src, dst, via or None)[1:-1]
+        return FlowSample(rate, 0, now, hops[0] if hops else None, hops[1] if len(hops) > 2 else None)
 
 
 def collided_world():

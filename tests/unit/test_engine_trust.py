@@ -400,3 +400,54 @@ def test_the_records_are_smoothed_once_per_port_sample_as_the_linkview_does():
     ((src, dst, _),) = world.flows.values()
     uplinks = link_index(WIDE).routes(src, dst).hops.ravel()
     assert again.residual is not None and float(abs(again.residual[uplinks]).max()) < 1e-3 * 400e9
+
+
+THREE_TIER = build_fabric(
+    parse_spec(
+        "clusters: 2\npods: 2\nservers_per_pod: 2\nrails: 2\nspines: 2\n"
+        "core: {switches: 4, oversubscription: 2}\n" + RATES
+    )
+)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_behind_an_oversubscribed_core_te_balances_the_cores_and_settles(seed):
+    """Every NIC to its twin in the other cluster, on a seeded random core:
+    each direction's 8 flows share 4 core links of one NIC, so at best every
+    flow gets half a NIC. Every core link is full as measured whatever the
+    routing (a lone flow fills its own), so only fair shares can say a move
+    helps: TE must still even the cores out, then stop."""
+    rng = random.Random(seed)
+    flows: dict[tuple, tuple[NicId, NicId, str]] = {}
+    for nic in THREE_TIER.nics:
+        dst = NicId(nic.rail, (nic.pod + 2) % 4, nic.server)
+        flows[flow_key(nic, dst, 40000 + len(flows))] = (nic, dst, rng.choice(THREE_TIER.vias(nic, dst)))
+    world = World(THREE_TIER, flows)
+    state, moves_at = run(world, cycles=50, noise=0.3, seed=seed)
+    half_nic = THREE_TIER.spec.rates.nic_gbps * 1e9 / 2
+    hashed, _ = world.telemetry(0.0, {})
+    settled, _ = world.telemetry(0.0, state.moves)
+    assert min(s.rate_bps for s in settled.values()) == pytest.approx(half_nic)
+    assert sum(s.rate_bps for s in settled.values()) >= sum(s.rate_bps for s in hashed.values()) * (1 - 1e-9)
+    assert [t for t in moves_at if t >= 2.0] == [], "moves after the first 2 s of steady traffic"
+
+
+def test_a_known_elephant_stays_one_until_it_falls_below_half_the_threshold():
+    # Behind a 7:1 core a flow's fair share is 1/7 of a NIC, at the 10%
+    # threshold: a noisy sample below it must not drop a known elephant.
+    from controller.te.engine.state import Elephant, Seen
+
+    src, dst = NicId(0, 0, 0), NicId(0, 1, 0)
+    key = flow_key(src, dst, 42000)
+    index, cfg = link_index(FABRIC), EngineConfig()
+    uplink = FABRIC.egress_path(src, dst, "rys0")[1]
+    nic = FABRIC.spec.rates.nic_gbps * 1e9
+
+    def found(rate, recent):
+        flows = {key: FlowSample(rate, 0, 100.0, uplink)}
+        return [e.key for e in find_elephants(FABRIC, index, flows, {}, recent, 100.0, cfg)[0]]
+
+    known = {key: Seen(Elephant(key, src, dst, 0.12 * nic, "rys0"), 99.8)}
+    assert found(0.08 * nic, {}) == []  # new, under the threshold: a mouse
+    assert found(0.08 * nic, known) == [key]  # smoothed to 0.10 of the NIC: still one
+    assert found(0.0 * nic, {key: Seen(Elephant(key, src, dst, 0.08 * nic, "rys0"), 99.8)}) == []  # 0.04: gone

@@ -1,5 +1,6 @@
-"""Scheduler exports against golden files written by hand for the demo spec
-and a host map, the host map's validation, and Slurm hostlist expressions."""
+"""Scheduler exports against golden files written by hand for the demo and
+three-tier specs and their host maps, the host map's validation, and Slurm
+hostlist expressions."""
 
 from pathlib import Path
 
@@ -15,6 +16,11 @@ from controller.schedulers.hosts import HostMap, HostsError, hosts_from_doc, loa
 DATA = Path(__file__).parent.parent / "data" / "exports"
 DEMO = load_fabric()
 HOSTS = load_hosts(DEMO, DATA / "demo-hosts.yaml")
+THREE_TIER = load_fabric(SPECS_DIR / "three-tier.yaml")
+GOLDEN = {  # golden file prefix -> the fabric and host map they were written from
+    "demo": (DEMO, HOSTS),
+    "three-tier": (THREE_TIER, load_hosts(THREE_TIER, DATA / "three-tier-hosts.yaml")),
+}
 
 
 def slurm_lines(text: str) -> list[str]:
@@ -22,14 +28,19 @@ def slurm_lines(text: str) -> list[str]:
     return [line.split("#")[0].strip() for line in text.splitlines() if line.split("#")[0].strip()]
 
 
-def test_the_slurm_tree_matches_the_golden_file():
-    assert slurm_lines(EXPORTERS["slurm-tree"](DEMO, HOSTS)) == slurm_lines((DATA / "demo-slurm-tree.conf").read_text())
+@pytest.mark.parametrize("name", list(GOLDEN))
+def test_the_slurm_tree_matches_the_golden_file(name):
+    fabric, hosts = GOLDEN[name]
+    golden = (DATA / f"{name}-slurm-tree.conf").read_text()
+    assert slurm_lines(EXPORTERS["slurm-tree"](fabric, hosts)) == slurm_lines(golden)
 
 
+@pytest.mark.parametrize("name", list(GOLDEN))
 @pytest.mark.parametrize("kind", ["slurm-block", "kueue", "volcano", "topograph-labels"])
-def test_the_yaml_exports_parse_and_match_the_golden_files(kind):
-    made = list(yaml.safe_load_all(EXPORTERS[kind](DEMO, HOSTS)))
-    golden = list(yaml.safe_load_all((DATA / f"demo-{kind}.yaml").read_text()))
+def test_the_yaml_exports_parse_and_match_the_golden_files(name, kind):
+    fabric, hosts = GOLDEN[name]
+    made = list(yaml.safe_load_all(EXPORTERS[kind](fabric, hosts)))
+    golden = list(yaml.safe_load_all((DATA / f"{name}-{kind}.yaml").read_text()))
     assert made == golden
 
 
@@ -48,6 +59,15 @@ def test_a_fat_tree_exports_its_pods_as_a_level_of_their_own():
     assert sorted({h["spec"]["tier"] for h in hypernodes}) == [1, 2, 3]
     block = yaml.safe_load(EXPORTERS["slurm-block"](fabric, hosts))[0]["block"]
     assert block["block_sizes"] == [4, 8, 16] and len(block["blocks"]) == 4
+
+
+def test_slurm_blocks_of_a_large_three_tier_fabric_never_straddle_a_cluster():
+    # 14 pods a cluster: Slurm's runs of 4 aligned pods (blocks 12-15) would
+    # take 2 pods of cluster 0 and 2 of cluster 1, so sizes stop at 2 pods.
+    fabric = load_fabric(SPECS_DIR / "meta-32k.yaml")
+    block = yaml.safe_load(EXPORTERS["slurm-block"](fabric, HostMap.identity(fabric)))[0]["block"]
+    assert block["block_sizes"] == [36, 72]
+    assert [b["block"] for b in block["blocks"]] == [f"ryl{pod}" for pod in range(fabric.spec.pods)]
 
 
 def test_every_exporter_covers_every_server_of_a_large_fabric():

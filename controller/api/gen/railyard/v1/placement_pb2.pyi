@@ -89,7 +89,7 @@ class JobFlow(_message.Message):
     def __init__(self, src_address: _Optional[str] = ..., dst_address: _Optional[str] = ..., bandwidth_gbps: _Optional[float] = ..., spine: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
-    __slots__ = ("job_id", "request", "gpus", "flows", "pods", "predicted_max_utilization_ratio", "place_time", "flow_count", "programmed_revision")
+    __slots__ = ("job_id", "request", "gpus", "flows", "pods", "predicted_max_utilization_ratio", "place_time", "flow_count", "programmed_revision", "cross_cluster_share")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     GPUS_FIELD_NUMBER: _ClassVar[int]
@@ -99,6 +99,7 @@ class Job(_message.Message):
     PLACE_TIME_FIELD_NUMBER: _ClassVar[int]
     FLOW_COUNT_FIELD_NUMBER: _ClassVar[int]
     PROGRAMMED_REVISION_FIELD_NUMBER: _ClassVar[int]
+    CROSS_CLUSTER_SHARE_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     request: PlaceJobRequest
     gpus: _containers.RepeatedCompositeFieldContainer[Gpu]
@@ -108,7 +109,8 @@ class Job(_message.Message):
     place_time: _timestamp_pb2.Timestamp
     flow_count: int
     programmed_revision: int
-    def __init__(self, job_id: _Optional[str] = ..., request: _Optional[_Union[PlaceJobRequest, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., flows: _Optional[_Iterable[_Union[JobFlow, _Mapping]]] = ..., pods: _Optional[_Iterable[int]] = ..., predicted_max_utilization_ratio: _Optional[float] = ..., place_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., flow_count: _Optional[int] = ..., programmed_revision: _Optional[int] = ...) -> None: ...
+    cross_cluster_share: float
+    def __init__(self, job_id: _Optional[str] = ..., request: _Optional[_Union[PlaceJobRequest, _Mapping]] = ..., gpus: _Optional[_Iterable[_Union[Gpu, _Mapping]]] = ..., flows: _Optional[_Iterable[_Union[JobFlow, _Mapping]]] = ..., pods: _Optional[_Iterable[int]] = ..., predicted_max_utilization_ratio: _Optional[float] = ..., place_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., flow_count: _Optional[int] = ..., programmed_revision: _Optional[int] = ..., cross_cluster_share: _Optional[float] = ...) -> None: ...
 
 class PlaceJobResponse(_message.Message):
     __slots__ = ("job", "created", "oversubscribed", "validated_only")
