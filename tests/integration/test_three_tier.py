@@ -93,6 +93,7 @@ def test_a_pin_across_a_core_is_held_at_the_ingress_leaf_and_spine(emu, three_ti
     flow = FlowSpec(NicId(0, 0, 0), NicId(0, 2, 0), "tcp", 40011, 5311)  # cluster 0 -> cluster 1
     cores = fabric.vias(flow.src, flow.dst)
     assert cores == ("ryk0", "ryk1", "ryk2", "ryk3")
+    nic_bps = fabric.access_link(flow.src).emulated_bps
     run = TrafficRun(emu.popen, [flow], duration_s=8).start()
     try:
         for core in ("ryk3", "ryk0"):  # plane 1, then plane 0: both choice points change
@@ -110,10 +111,10 @@ def test_a_pin_across_a_core_is_held_at_the_ingress_leaf_and_spine(emu, three_ti
             before, after = window(fabric, 1.5)
             delta = counter_delta(before, after)
             carried = {c: delta[Endpoint(c, 2)].tx_bytes for c in cores}  # each core's port down to cluster 1
-            assert carried[core] > 5e6, carried  # ~9 MB in 1.5 s at 50 Mb/s
+            assert carried[core] > 0.5 * nic_bps * 1.5 / 8, carried  # at least half the NIC's rate crossed it
             assert all(v < carried[core] * 0.02 for c, v in carried.items() if c != core), carried
             assert core_down == Endpoint(core, 2)
     finally:
         (result,) = run.wait()
     assert not result.error and min(result.interval_bps) > 0
-    assert np.mean(result.interval_bps) > 30e6
+    assert np.mean(result.interval_bps) > 0.6 * nic_bps
