@@ -1,11 +1,14 @@
 """Builders: FabricSpec -> Fabric, one per fabric kind.
 
 Each builder cables its switches with the port numbering of its topology
-(topology.py, where the numbering is written down) and hands the Fabric that
-topology, which routes by the same formulas.
+(topology.py, and cluster_topology.py for three tiers, where the numbering
+is written down) and hands the Fabric that topology, which routes by the
+same formulas.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from controller.fabric import addressing as ad
 from controller.fabric.addressing import NicId
@@ -50,7 +53,12 @@ def _servers(spec: FabricSpec) -> tuple[Server, ...]:
     )
 
 
-def _leaves(spec: FabricSpec, rates: _Rates, access_port, cluster_of=None) -> tuple[list[Switch], list[Link]]:
+def _leaves(
+    spec: FabricSpec,
+    rates: _Rates,
+    access_port: Callable[[int], int],
+    cluster_of: Callable[[int], int] | None = None,
+) -> tuple[list[Switch], list[Link]]:
     """Every rail leaf, cabled to its NICs."""
     switches: list[Switch] = []
     links: list[Link] = []
