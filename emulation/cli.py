@@ -98,7 +98,7 @@ def demo(args) -> int:
 
 
 def scenario(args) -> int:
-    from emulation.scenarios.judge import OptimumExceeded
+    from emulation.scenarios.judge import RunInvalid
     from emulation.scenarios.output import report_stem, write
     from emulation.scenarios.report import build_report
     from emulation.scenarios.runner import check_emulable, run_scenario
@@ -128,7 +128,7 @@ def scenario(args) -> int:
     print()
     try:
         report = build_report(fabric, workload, args.seed, runs)
-    except OptimumExceeded as exc:  # a bug: keep the evidence, then fail
+    except RunInvalid as exc:  # a bug: keep the evidence, then fail
         if exc.report is not None:
             print(f"report kept for inspection: {write(exc.report, runs, fabric, Path(args.out))}")
         raise

@@ -45,11 +45,20 @@ OPTIMUM_NOTE = (
 )
 
 
-class OptimumExceeded(RuntimeError):
-    """Goodput above the bound: the optimum or the measurement is wrong.
-    `report` carries the figures that show it, for whoever writes them down."""
+class RunInvalid(RuntimeError):
+    """A run whose figures are not what they claim to be. `report` carries
+    the figures that show it, for whoever writes them down."""
 
     report: dict | None = None
+
+
+class OptimumExceeded(RunInvalid):
+    """Goodput above the bound: the optimum or the measurement is wrong."""
+
+
+class ControllerFailed(RunInvalid):
+    """The controller's reconcile passes failed during a TE run: what was
+    measured is not what TE would have done."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from emulation.scenarios.iterations import burst_figures, job_figures, on_off_fi
 from emulation.scenarios.judge import (
     OPTIMUM_NOTE,
     TOLERANCE,
+    ControllerFailed,
     OptimumExceeded,
     Phase,
     check,
@@ -115,6 +116,7 @@ def mode_figures(fabric: Fabric, run: ModeRun, phases_: Sequence[Phase], workloa
         "te_decisions": run.te_decisions,
         **te,
         "flow_mods": run.flow_mods,
+        "reconcile_failures": run.reconcile_failures,
     }
 
 
@@ -209,7 +211,9 @@ def build_report(fabric: Fabric, workload: Workload, seed: int, runs: dict[str, 
     """Both runs judged against the exact optimum, phase by phase around the
     failures: the unbounded flows by goodput, each job's iterations against
     its own lower bound. Raises OptimumExceeded (with the report attached)
-    when a run beats the bound."""
+    when a run beats the bound, ControllerFailed when the TE run's
+    controller failed a reconcile pass (its figures would not be TE's: a
+    crash on a new fabric shape once read as TE losing to ECMP)."""
     workload = check_events(workload, fabric)
     # Each run against the optimum of its own flows (the same pairs in both runs
     # by construction; placed jobs could in principle differ).
@@ -232,6 +236,13 @@ def build_report(fabric: Fabric, workload: Workload, seed: int, runs: dict[str, 
         "modes": {mode: mode_figures(fabric, run, phase_of[mode], workload) for mode, run in runs.items()},
     }
     for mode, figures in report["modes"].items():
+        if figures["reconcile_failures"]:
+            failed = ControllerFailed(
+                f"{mode} run: the controller failed {figures['reconcile_failures']:g} reconcile pass(es); "
+                "the run measured a fabric TE did not program (see the controller log)"
+            )
+            failed.report = report
+            raise failed
         if any(f["error"] for f in figures["flows"]) or figures["transfer_errors"]:
             # A flow that did not run (an iperf3 error, reported per flow) leaves
             # its share to the others: the optimum of the flows that were meant

@@ -77,6 +77,7 @@ class ModeRun:
     # exports no per-decision commit time); None when nothing was committed.
     commit_s: float | None = None
     flow_mods: float = 0.0
+    reconcile_failures: float = 0.0  # failed reconcile passes of the TE run's controller
     controller_log: str = ""  # the TE run's daemon log: every decision, with its reason
 
     def streamed(self) -> dict[int, StreamResult]:
@@ -318,6 +319,7 @@ def run_mode(
             samples = ctl.metrics()
             run.te_decisions = {k: total(samples, "railyard_te_decisions_total", kind=k) for k in TE_DECISIONS}
             run.flow_mods = total(samples, "railyard_flow_mods_total")
+            run.reconcile_failures = total(samples, "railyard_reconcile_runs_total", result="failed")
             commits = total(samples, "railyard_te_reaction_seconds_count")
             if commits:
                 run.commit_s = total(samples, "railyard_te_reaction_seconds_sum") / commits

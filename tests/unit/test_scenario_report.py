@@ -8,7 +8,7 @@ from controller.fabric import Endpoint, build_fabric, load_fabric, load_spec, pa
 from controller.fabric.spec import SPECS_DIR
 from emulation.model.pairs import incast_pairs, permutation_pairs
 from emulation.model.stats import percentile
-from emulation.scenarios.judge import OptimumExceeded, planned_intervals
+from emulation.scenarios.judge import ControllerFailed, OptimumExceeded, planned_intervals
 from emulation.scenarios.report import build_report, jain, longest_zero_run_s
 from emulation.scenarios.runner import ModeRun, steady_flows
 from emulation.scenarios.table import table
@@ -114,6 +114,14 @@ def test_the_report_raises_on_a_figure_above_the_optimum():
     assert build_report(FABRIC, scenario, 1, {"te": noisy})["modes"]["te"]["fraction_of_optimum"] == pytest.approx(
         1.005
     )
+
+
+def test_the_report_refuses_a_te_run_whose_controller_failed_a_reconcile_pass():
+    scenario = load_workload("elephant")
+    run = replace(_run(FABRIC, scenario, "te", lambda f, s: 50e6), reconcile_failures=3.0)
+    with pytest.raises(ControllerFailed, match=r"te run: the controller failed 3 reconcile pass") as err:
+        build_report(FABRIC, scenario, 1, {"te": run})
+    assert err.value.report is not None and err.value.report["modes"]["te"]["reconcile_failures"] == 3.0
 
 
 def test_goodput_counts_the_planned_duration_only():
