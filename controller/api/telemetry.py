@@ -104,28 +104,32 @@ def convert(fabric: Fabric, msg: pb.TelemetryBatch, now: float) -> Converted:
             rejected += 1
             continue
         key = (rec.src_address, rec.dst_address, PROTOCOL_NAMES[rec.protocol], rec.src_port, rec.dst_port)
-        ingress = None
-        if rec.ingress_leaf:
-            if rec.ingress_leaf not in fabric.switches or rec.ingress_egress_port not in fabric.ports(rec.ingress_leaf):
-                rejected += 1
-                continue
-            ingress = Endpoint(rec.ingress_leaf, rec.ingress_egress_port)
-        transit = None
-        if rec.transit_switch:
-            if rec.transit_switch not in fabric.switches or rec.transit_egress_port not in fabric.ports(
-                rec.transit_switch
-            ):
-                rejected += 1
-                continue
-            transit = Endpoint(rec.transit_switch, rec.transit_egress_port)
+        ingress = _named_egress(fabric, rec.ingress_leaf, rec.ingress_egress_port)
+        transit = _named_egress(fabric, rec.transit_switch, rec.transit_egress_port)
+        if ingress is _UNKNOWN or transit is _UNKNOWN:
+            rejected += 1
+            continue
         flows.append((key, FlowSample(rec.rate_bps, rec.bytes_total, observed(rec), ingress, transit)))
     return Converted(Batch(tuple(ports), tuple(paths), tuple(flows)), rejected, clamped)
 
 
+_UNKNOWN = Endpoint("", -1)  # a port the record names and the fabric has not
+
+
+def _named_egress(fabric: Fabric, switch: str, port: int) -> Endpoint | None:
+    """The egress port a flow record names ("" names none: None), or _UNKNOWN."""
+    if not switch:
+        return None
+    if switch not in fabric.switches or port not in fabric.ports(switch):
+        return _UNKNOWN
+    return Endpoint(switch, port)
+
+
 def reported_switches(batch: pb.TelemetryBatch) -> set[str]:
     """Every switch a batch reports for: hops' switches, paths' ends and
-    bottlenecks, flows' ingress leaves."""
+    bottlenecks, flows' ingress leaves and transit switches."""
     names = {h.switch for h in batch.hops} | {f.ingress_leaf for f in batch.flows}
+    names |= {f.transit_switch for f in batch.flows}
     for path in batch.paths:
         names |= {path.src_leaf, path.dst_leaf, path.bottleneck_switch}
     names.discard("")

@@ -60,3 +60,27 @@ def test_an_agent_clock_an_hour_ahead_neither_hides_honest_samples_nor_outlives_
     a_minute_later = NOW + MAX_CLOCK_SKEW_S + FORGET_AFTER_S + 1
     alone.forget_before(a_minute_later - FORGET_AFTER_S)  # as the ingest's sweep does
     assert uplink not in alone.ports
+
+
+def test_a_flow_records_ports_must_be_the_fabrics_and_name_the_switches_it_reports_for():
+    from controller.api.telemetry import reported_switches
+
+    def record(**where):
+        msg = batch(1e9, NOW)
+        for key, value in where.items():
+            setattr(msg.flows[0], key, value)
+        return msg
+
+    kept = convert(
+        FABRIC, record(ingress_leaf="ryl0r0", ingress_egress_port=3, transit_switch="rys0", transit_egress_port=2), NOW
+    )
+    ((_, sample),) = kept.batch.flows
+    assert (sample.ingress, sample.transit) == (Endpoint("ryl0r0", 3), Endpoint("rys0", 2))
+    for bad in (
+        {"transit_switch": "rys9", "transit_egress_port": 2},
+        {"transit_switch": "rys0", "transit_egress_port": 99},
+    ):
+        refused = convert(FABRIC, record(ingress_leaf="ryl0r0", ingress_egress_port=3, **bad), NOW)
+        assert refused.rejected == 1 and refused.batch.flows == ()
+    # An agent is held to its own switches for every switch a record names.
+    assert reported_switches(record(transit_switch="rys1", transit_egress_port=2)) == {"ryl0r0", "rys1"}
