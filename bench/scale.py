@@ -21,16 +21,14 @@ elephants; `job-mix-large`, a job mix filling >= 90% of the GPUs):
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import platform
 import time
 from typing import Any
 
 from bench import write_result
-from controller.fabric import load_fabric
-from controller.fabric.spec import SPECS_DIR
-from emulation.simulate.run import STEADY_CYCLES, simulate
+from bench.simulated import simulated
+from emulation.simulate.run import STEADY_CYCLES
 from emulation.workload import load_workload
 
 FABRICS = ("rail-2k", "ft2-16k")
@@ -41,22 +39,8 @@ SETTLE_CYCLES = 25  # before the steady window
 
 def run_one(fabric_name: str, workload_name: str, seed: int, cycles: int) -> dict[str, Any]:
     started = time.perf_counter()
-    fabric = load_fabric(SPECS_DIR / f"{fabric_name}.yaml")
-    fabric.warm()
-    build_s = time.perf_counter() - started
-    gc.freeze()
     workload = load_workload(workload_name)
-    duration = cycles * workload.telemetry.interval_s
-
-    def progress(t: float, total: float, cycle) -> None:
-        print(
-            f"\r  {fabric_name} {workload_name}: {t:6.1f}/{total:g} s, step {cycle.step_s * 1e3:6.0f} ms ",
-            end="",
-            flush=True,
-        )
-
-    result = simulate(fabric, workload, seed, duration, progress)
-    print()
+    result, build_s = simulated(fabric_name, workload, seed, cycles * workload.telemetry.interval_s)
     te, phase = result["te"], result["phases"][-1]
     fractions = [c["fraction_of_optimum"] for c in result["cycles"]]
     return {

@@ -22,7 +22,6 @@ simulated second per wall second; >= 95% of cluster-sized jobs in one cluster.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import platform
 import time
@@ -30,9 +29,8 @@ from typing import Any
 
 from bench import write_result
 from bench.scale import SETTLE_CYCLES, run_one, summary_line
-from controller.fabric import load_fabric
-from controller.fabric.spec import SPECS_DIR
-from emulation.simulate.run import STEADY_CYCLES, simulate
+from bench.simulated import simulated
+from emulation.simulate.run import STEADY_CYCLES
 from emulation.workload import load_workload
 
 FABRIC = "meta-32k"
@@ -62,15 +60,7 @@ def permutation_targets(run: dict[str, Any]) -> dict[str, Any]:
 
 def training(seed: int, duration_s: float | None) -> dict[str, Any]:
     started = time.perf_counter()
-    fabric = load_fabric(SPECS_DIR / f"{FABRIC}.yaml")
-    fabric.warm()
-    gc.freeze()
-
-    def progress(t: float, total: float, cycle) -> None:
-        print(f"\r  {FABRIC} {TRAINING}: {t:6.1f}/{total:g} s, step {cycle.step_s * 1e3:6.0f} ms ", end="", flush=True)
-
-    result = simulate(fabric, load_workload(TRAINING), seed, duration_s, progress)
-    print()
+    result, _ = simulated(FABRIC, load_workload(TRAINING), seed, duration_s)
     arms = result["arms"]
     te, first_fit = arms["railyard+te"], arms["first-fit+ecmp"]
     inside = result["placement"]["railyard"]["jobs_fitting_a_cluster_kept_inside"]

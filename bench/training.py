@@ -26,16 +26,13 @@ the 2K spec runs seeds 1-5 (a few seconds each), the 16K spec seed 1
 from __future__ import annotations
 
 import argparse
-import gc
 import platform
 import time
 from typing import Any
 
 from bench import write_result
-from controller.fabric import load_fabric
-from controller.fabric.spec import SPECS_DIR
+from bench.simulated import simulated
 from emulation.simulate.report import table
-from emulation.simulate.run import simulate
 from emulation.workload import load_workload
 
 FABRICS = ("rail-2k", "ft2-16k")
@@ -89,15 +86,7 @@ def targets(result: dict) -> dict[str, Any]:
 
 def run_one(fabric_name: str, seed: int, duration_s: float | None) -> dict[str, Any]:
     started = time.perf_counter()
-    fabric = load_fabric(SPECS_DIR / f"{fabric_name}.yaml")
-    fabric.warm()
-    gc.freeze()
-
-    def progress(t: float, total: float, cycle) -> None:
-        print(f"\r  {fabric_name}: {t:6.1f}/{total:g} s, step {cycle.step_s * 1e3:6.0f} ms ", end="", flush=True)
-
-    result = simulate(fabric, load_workload(SCENARIO), seed, duration_s, progress)
-    print()
+    result, _ = simulated(fabric_name, load_workload(SCENARIO), seed, duration_s)
     result["wall_s"] = time.perf_counter() - started
     result["targets"] = targets(result)
     return result
