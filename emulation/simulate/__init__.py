@@ -7,6 +7,7 @@ and the real TE engine in a closed loop, each judged against the optimum.
 - traffic.py     the scenario -> each placement's flows (emulation.workload.expand)
 - placers.py     first-fit and topology-aware placement (Railyard's is the real one)
 - routes.py      links by index, every flow's candidate routes, the ECMP hash
+- acks.py        where TCP's ACKs go: hashed at the far leaf, or steered
 - prepared.py    an arm's routes, hashes and ACKs; ECMP and spraying as routings
 - conditions.py  the fabric over time: dead links and switches, drains; phases
 - timeline.py    the fluid model over time: windows, bursts, iterations, completions

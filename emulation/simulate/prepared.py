@@ -11,17 +11,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from emulation.model.fluid import max_min_rates
+from emulation.simulate.acks import AckRoutes, ack_routes, ack_steering
 from emulation.simulate.conditions import Condition
-from emulation.simulate.routes import (
-    AckRoutes,
-    Network,
-    Routes,
-    ack_routes,
-    ack_steering,
-    build_routes,
-    ecmp_routes,
-    tier_hashes,
-)
+from emulation.simulate.routes import Network, Routes, build_routes, ecmp_routes, tier_hashes
 from emulation.simulate.traffic import Arm
 
 

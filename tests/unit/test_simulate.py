@@ -18,13 +18,14 @@ from controller.fabric import addressing as ad
 from controller.intent.model import Intent
 from controller.te.engine import Move
 from emulation.model.pairs import permutation_pairs
+from emulation.simulate.acks import ack_routes, ack_steering
 from emulation.simulate.arms import run_static
 from emulation.simulate.conditions import conditions
 from emulation.simulate.flowmods import FlowModCounter
 from emulation.simulate.iterations import Bounds, OptimumBeaten, arm_figures
 from emulation.simulate.jobbound import Cuts, JobBound, lp_time_s
 from emulation.simulate.prepared import ecmp_routing, prepare, spray_routing
-from emulation.simulate.routes import Network, ack_routes, ack_steering, build_routes, ecmp_routes, flow_hash
+from emulation.simulate.routes import Network, build_routes, ecmp_routes, flow_hash
 from emulation.simulate.run import RESOLVE_S, simulate
 from emulation.simulate.timeline import Iteration
 from emulation.simulate.traffic import arm_of, build_arms
