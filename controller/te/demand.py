@@ -47,13 +47,18 @@ def nic_limited(srcs: list[NicId], dsts: list[NicId], nic_bps: float, rounds: in
     demand estimation. Senders split their NIC among flows not yet limited
     elsewhere; a receiver asked for more than its NIC gives every flow at
     least the max-min fair share and marks the cut ones receiver-limited;
-    repeated to a fixed point. Arithmetic over all senders at once; only
-    oversubscribed receivers (incasts) are visited one by one."""
-    if not srcs:
+    repeated to a fixed point."""
+    return nic_limited_by_number(_dense(srcs), _dense(dsts), nic_bps, rounds)
+
+
+def nic_limited_by_number(src: np.ndarray, dst: np.ndarray, nic_bps: float, rounds: int = 10) -> np.ndarray:
+    """`nic_limited` with the NICs as numbers (equal NICs equal numbers, each
+    at least 0). Arithmetic over all senders at once; only oversubscribed
+    receivers (incasts) are visited one by one."""
+    if not len(src):
         return np.zeros(0)
-    src, dst = _dense(srcs), _dense(dsts)
-    demand = np.zeros(len(srcs))
-    limited = np.zeros(len(srcs), dtype=bool)
+    demand = np.zeros(len(src))
+    limited = np.zeros(len(src), dtype=bool)
     n_src = int(src.max()) + 1
     for _ in range(rounds):
         before = demand.copy()

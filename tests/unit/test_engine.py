@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from controller.fabric import Endpoint, NicId, build_fabric, load_fabric, parse_spec
 from controller.fabric import addressing as ad
-from controller.te.engine import Elephant, EngineConfig, TeState, estimate_demands, step
+from controller.te.demand import nic_limited
+from controller.te.engine import EngineConfig, TeState, step
 from controller.te.view import FlowKey, FlowSample, PortSample
 
 FABRIC = load_fabric()  # 2 pods x 2 servers x 2 rails, spines rys0/rys1; uplinks 400G (= NIC)
@@ -128,20 +129,15 @@ def test_incast_is_recognized_and_senders_get_the_fair_share():
     # A repeated observation is the same incast, not a new event.
     _, again = step(FABRIC, state, *world.telemetry(100.2, state.moves), 100.2)
     assert not [d for d in again if d.kind == "incast"]
-    demands = estimate_demands([Elephant(k, s, d, 0, "") for k, (s, d, _) in world.flows.items()], 400 * G)
-    assert all(abs(v - 400 * G / 3) < 1 for v in demands.values())
+    demands = nic_limited([s for s, _, _ in world.flows.values()], [d for _, d, _ in world.flows.values()], 400 * G)
+    assert all(abs(v - 400 * G / 3) < 1 for v in demands)
 
 
 def test_demand_estimation_matches_hedera():
     a, b, c = NicId(0, 0, 0), NicId(0, 0, 1), NicId(0, 1, 0)
-    e = [
-        Elephant(("x", "1", "tcp", 1, 1), a, c, 0, ""),
-        Elephant(("x", "2", "tcp", 2, 2), a, b, 0, ""),
-        Elephant(("x", "3", "tcp", 3, 3), b, c, 0, ""),
-    ]
-    d = estimate_demands(e, 1.0)
+    d = nic_limited([a, a, b], [c, b, c], 1.0)
     # a splits its NIC between c and b; c's two senders are capped at 1/2 each; b sends 1/2 to c.
-    assert [round(d[x.key], 3) for x in e] == [0.5, 0.5, 0.5]
+    assert [round(x, 3) for x in d] == [0.5, 0.5, 0.5]
 
 
 FAT = build_fabric(

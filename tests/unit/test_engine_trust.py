@@ -7,14 +7,17 @@ import math
 import random
 from collections import Counter
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.fabric import NicId, build_fabric, parse_spec
-from controller.te.engine import EngineConfig, TeState, step
+from controller.te.engine import EngineConfig, FlowFrame, TeState, step
+from controller.te.engine.catalog import flow_catalog
 from controller.te.engine.elephants import find_elephants
 from controller.te.engine.links import link_index
+from controller.te.engine.state import Elephants, Recent
 from controller.te.view import FlowSample, LinkView, PortSample
 from emulation.model.fair import max_min_rates
 from emulation.model.network import ModelFlow, Units
@@ -27,6 +30,13 @@ NARROW = build_fabric(parse_spec("pods: 3\nservers_per_pod: 2\nrails: 2\nspines:
 # Per plane, 3 elephants per leaf over 2 uplinks of 1.5 NICs: two must share even at best.
 CROWDED = build_fabric(parse_spec("pods: 2\nservers_per_pod: 3\nrails: 2\nspines: 2\nplane_mode: per-rail\n" + RATES))
 WIDE = build_fabric(parse_spec("pods: 4\nservers_per_pod: 8\nrails: 2\nspines: 8\nplane_mode: per-rail\n" + RATES))
+
+
+def elephants_in(fabric, flows, recent=None, planned=frozenset(), now=100.0) -> Elephants:
+    catalog = flow_catalog(fabric)
+    frame = FlowFrame.of(catalog.index, flows)
+    cat = catalog.rows(frame.keys)
+    return find_elephants(catalog, frame, cat, {}, recent or Recent(), now, EngineConfig(), planned)[0]
 
 
 def permutation(fabric, seed):
@@ -151,10 +161,9 @@ def test_a_placed_jobs_starved_flow_still_shares_its_nic():
         fast: FlowSample(380e9, 0, 100.0, FABRIC.egress_path(src, dst, "rys0")[1]),
         starved: FlowSample(1e9, 0, 100.0, FABRIC.egress_path(src, other, "rys1")[1]),
     }
-    index, cfg, job = link_index(FABRIC), EngineConfig(), frozenset({(src, dst), (src, other)})
-    as_job, _ = find_elephants(FABRIC, index, flows, {}, {}, 100.0, cfg, job)
-    alone, _ = find_elephants(FABRIC, index, flows, {}, {}, 100.0, cfg)
-    assert [e.demand_bps for e in as_job] == [200e9] and [e.demand_bps for e in alone] == [400e9]
+    as_job = elephants_in(FABRIC, flows, planned=frozenset({(src, dst), (src, other)}))
+    alone = elephants_in(FABRIC, flows)
+    assert as_job.demand_bps.tolist() == [200e9] and alone.demand_bps.tolist() == [400e9]
 
 
 LARGE = build_fabric(parse_spec("pods: 4\nservers_per_pod: 64\nrails: 1\nspines: 64\nplane_mode: per-rail\n" + RATES))
@@ -435,19 +444,26 @@ def test_behind_an_oversubscribed_core_te_balances_the_cores_and_settles(seed):
 def test_a_known_elephant_stays_one_until_it_falls_below_half_the_threshold():
     # Behind a 7:1 core a flow's fair share is 1/7 of a NIC, at the 10%
     # threshold: a noisy sample below it must not drop a known elephant.
-    from controller.te.engine.state import Elephant, Seen
-
     src, dst = NicId(0, 0, 0), NicId(0, 1, 0)
     key = flow_key(src, dst, 42000)
-    index, cfg = link_index(FABRIC), EngineConfig()
     uplink = FABRIC.egress_path(src, dst, "rys0")[1]
     nic = FABRIC.spec.rates.nic_gbps * 1e9
 
     def found(rate, recent):
-        flows = {key: FlowSample(rate, 0, 100.0, uplink)}
-        return [e.key for e in find_elephants(FABRIC, index, flows, {}, recent, 100.0, cfg)[0]]
+        return elephants_in(FABRIC, {key: FlowSample(rate, 0, 100.0, uplink)}, recent).keys
 
-    known = {key: Seen(Elephant(key, src, dst, 0.12 * nic, "rys0"), 99.8)}
-    assert found(0.08 * nic, {}) == []  # new, under the threshold: a mouse
-    assert found(0.08 * nic, known) == [key]  # smoothed to 0.10 of the NIC: still one
-    assert found(0.0 * nic, {key: Seen(Elephant(key, src, dst, 0.08 * nic, "rys0"), 99.8)}) == []  # 0.04: gone
+    def seen_at(rate):
+        catalog = flow_catalog(FABRIC)
+        return Recent(
+            [key],
+            np.array([rate]),
+            np.array([nic]),
+            np.array([99.8]),
+            np.array([-1]),
+            catalog.rows([key]),
+            catalog.generation,
+        )
+
+    assert found(0.08 * nic, Recent()) == []  # new, under the threshold: a mouse
+    assert found(0.08 * nic, seen_at(0.12 * nic)) == [key]  # smoothed to 0.10 of the NIC: still one
+    assert found(0.0 * nic, seen_at(0.08 * nic)) == []  # 0.04: gone

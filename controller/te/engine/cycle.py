@@ -33,24 +33,26 @@ goes quiet.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import replace
 
 import numpy as np
 
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.fabric import addressing as ad
+from controller.te.engine.catalog import FlowCatalog, flow_catalog
 from controller.te.engine.elephants import find_elephants
+from controller.te.engine.frames import FlowFrame, PortFrame, frames
 from controller.te.engine.incast import find_incasts, meter_incasts, pin_metered
-from controller.te.engine.links import LinkIndex, Routes, link_index
+from controller.te.engine.links import LinkIndex, link_index
 from controller.te.engine.rebalance import rebalance
 from controller.te.engine.state import (
     Decision,
     DecisionKind,
-    Elephant,
+    Elephants,
     EngineConfig,
     Move,
-    Seen,
+    Recent,
     TeState,
     describe_flow,
 )
@@ -62,29 +64,33 @@ from controller.te.view import FlowKey, FlowSample, PortSample
 def step(
     fabric: Fabric,
     state: TeState,
-    flows: Mapping[FlowKey, FlowSample],
-    ports: Mapping[Endpoint, PortSample],
+    flows: FlowFrame | Mapping[FlowKey, FlowSample],
+    ports: PortFrame | Mapping[Endpoint, PortSample],
     now: float,
     cfg: EngineConfig = EngineConfig(),
     drains: Drains = Drains(),
-    steered: frozenset[tuple[NicId, NicId]] = frozenset(),
-    jobs: frozenset[tuple[NicId, NicId]] = frozenset(),
+    steered: Collection[tuple[NicId, NicId]] = frozenset(),
+    jobs: Collection[tuple[NicId, NicId]] = frozenset(),
 ) -> tuple[TeState, list[Decision]]:
-    """`steered`: NIC pairs an operator pins. Their flows count as load but
+    """`flows`, `ports`: telemetry as frames, or as the LinkView keeps it.
+    `steered`: NIC pairs an operator pins. Their flows count as load but
     are never moved: that intent outranks adaptive TE (a move made before the
     pin is given back). `jobs`: NIC pairs of placed jobs' flows. TE may
     rebalance them among their spines, but never meters them as incast
     senders: a job's all-to-all converges on every NIC by design; and their
     fresh records share their NICs in the demand estimate at any rate."""
     index = link_index(fabric)
+    catalog = flow_catalog(fabric)
+    catalog.trim()
+    flows, ports = frames(index, flows, ports)
+    cat = catalog.rows(flows.keys)
     decisions: list[Decision] = []
     moves = dict(state.moves)
     # A link telemetry reports down is treated like a drain: no elephant is
     # placed on it, and those on it must move now, hysteresis or not.
+    fresh = now - ports.observed_at <= cfg.max_age_s
     down = frozenset(
-        link_name(fabric, fabric.link_at(e))
-        for e, s in ports.items()
-        if not s.up and now - s.observed_at <= cfg.max_age_s
+        link_name(fabric, fabric.link_at(index.egresses[i])) for i in np.flatnonzero(fresh & ~ports.up).tolist()
     )
     decisions += [
         Decision(DecisionKind.LINK_DOWN, name, "telemetry reports no carrier", now)
@@ -93,22 +99,23 @@ def step(
     dead = index.dead(Drains(drains.switches, drains.links | down))
 
     before = state.recent
-    elephants, routes = find_elephants(fabric, index, flows, moves, before, now, cfg, jobs)
-    seen = {e.key for e in elephants}
-    for key, move in list(moves.items()):
+    if before.generation != catalog.generation:  # the catalog started over: where the flows are now
+        before = replace(before, cat=catalog.rows(before.keys), generation=catalog.generation)
+    elephants, last = find_elephants(catalog, flows, cat, moves, before, now, cfg, jobs)
+    recent, kept = _recent(before, elephants, last, now, cfg, catalog.generation)
+    seen = recent.find(catalog.rows(list(moves)))
+    for (key, move), r in zip(list(moves.items()), seen.tolist()):
         if (move.src, move.dst) in steered:
             del moves[key]
             decisions.append(Decision(DecisionKind.EXPIRE, describe_flow(key), "pinned by intent; TE lets go", now))
             continue
-        if key in seen:
-            continue
-        last_seen = max(move.last_seen, state.recent[key].at if key in state.recent else move.last_seen)
+        last_seen = move.last_seen if r < 0 else max(move.last_seen, float(recent.at[r]))
         if now - last_seen > cfg.expire_after_s:
             del moves[key]
             decisions.append(Decision(DecisionKind.EXPIRE, describe_flow(key), "flow quiet; back to ECMP", now))
-    fresh = {e: s for e, s in ports.items() if now - s.observed_at <= cfg.max_age_s}
-    tx, port_at = _port_load(index, fresh)
-    explained, folded_at = _explained(index, flows, elephants, routes, port_at, state, cfg)
+    tx = np.where(fresh, ports.tx_bps, 0.0)
+    port_at = np.where(fresh, ports.observed_at, -np.inf)
+    explained, folded_at = _explained(index, elephants, port_at, state, cfg)
     # Background is believed only once smoothed: the residual's EWMA starts
     # from nothing, not from its first sample, which is two independent
     # noisy readings' difference (up to 60% of a full link under ±30% noise).
@@ -118,26 +125,10 @@ def step(
     raw = np.where(np.isfinite(port_at), tx - explained, 0.0)
     residual = (1 - cfg.background_smoothing) * before_residual + cfg.background_smoothing * raw
     background = np.where(residual > cfg.background_floor * index.capacity, residual, 0.0)
-    decisions += _settle(dead, elephants, routes, moves, now, cfg)
-    # Elephants seen lately. A flow black-holed by a failure measures ~0 at
-    # once and stops looking like an elephant; it is exactly the one to move.
-    recent = dict(before)
-    for key in before.keys() - seen:
-        if now - before[key].at > cfg.expire_after_s:
-            del recent[key]
-    recent.update({e.key: Seen(e, now) for e in elephants})
-    starved, starved_routes = [], []
-    if dead.any():
-        for key in recent.keys() - seen:
-            e = recent[key].elephant
-            if key in moves:
-                e = e._replace(via=moves[key].via)  # where it is now, if we moved it
-            found = index.routes(e.src, e.dst)
-            if e.via in found.position and dead[found.hops[found.position[e.via]]].any():
-                starved.append(e)
-                starved_routes.append(found)
+    decisions += _settle(index, catalog, dead, elephants, moves, now, cfg)
+    starved = _starved(index, catalog, dead, recent, kept, moves) if dead.any() else None
 
-    incasts = find_incasts(fabric, flows, fresh, now, cfg, jobs)
+    incasts = find_incasts(catalog, flows, cat, PortFrame(tx, port_at, ports.up), now, cfg, jobs)
     meters = meter_incasts(fabric, state.meters, incasts, now, cfg)
     for dst, senders in sorted(incasts.items()):
         if ad.nic_ip(dst) not in state.incasts:
@@ -154,26 +145,16 @@ def step(
         Decision(DecisionKind.EXPIRE, ad.nic_ip(dst), "incast over; meters removed", now)
         for dst in sorted({m.dst for m in state.meters.values()} - {m.dst for m in meters.values()})
     ]
+    placed = elephants if starved is None else elephants + starved
     # A metered flow carries what its meter lets through, whatever its record
     # (counted before the meter) says; TE may move it to relieve others.
-    placed = [
-        e._replace(rate_bps=min(e.rate_bps, meters[e.key].rate_bps)) if e.key in meters else e
-        for e in elephants + starved
-    ]
-    outcome = rebalance(
-        fabric,
-        index,
-        dead,
-        placed,
-        routes + starved_routes,
-        background,
-        tx,
-        moves,
-        now,
-        cfg,
-        steered,
-        frozenset(meters),
-    )
+    if meters:
+        rate = placed.rate_bps.copy()
+        for i, meter in zip(placed.find(catalog.rows(list(meters))).tolist(), meters.values()):
+            if i >= 0:
+                rate[i] = min(rate[i], meter.rate_bps)
+        placed = replace(placed, rate_bps=rate)
+    outcome = rebalance(index, catalog, dead, placed, background, tx, moves, now, cfg, steered, meters.keys())
     # An unfixable link stays unfixable while it stays over, until a move
     # actually relieves it: one decision per onset, not one each time a noisy
     # verdict wavers.
@@ -189,7 +170,7 @@ def step(
         Decision(DecisionKind.UNFIXABLE, name, why[name], now) for name in sorted(unfixable - state.unfixable)
     ]
     decisions += outcome.decisions
-    pin_metered(fabric, meters, moves, flows, now)
+    pin_metered(catalog, meters, moves, flows, now)
     return TeState(
         moves,
         frozenset(ad.nic_ip(d) for d in incasts),
@@ -204,24 +185,53 @@ def step(
     ), decisions
 
 
-def _port_load(index: LinkIndex, ports: Mapping[Endpoint, PortSample]) -> tuple[np.ndarray, np.ndarray]:
-    """Per egress, what its port reports sending (0 if unreported), and when
-    that sample was taken (-inf if unreported)."""
-    tx = np.zeros(len(index.capacity))
-    at = np.full(len(index.capacity), -np.inf)
-    for egress, sample in ports.items():
-        i = index.ids.get(egress)
-        if i is not None:
-            tx[i] = sample.tx_bps
-            at[i] = sample.observed_at
-    return tx, at
+def _recent(
+    before: Recent, elephants: Elephants, last: np.ndarray, now: float, cfg: EngineConfig, generation: int
+) -> tuple[Recent, int]:
+    """The elephants seen lately: those of this cycle, and those seen before
+    and not for `expire_after_s`; and how many of the latter (they come first)."""
+    kept = np.ones(len(before), dtype=bool)
+    kept[last[last >= 0]] = False
+    kept &= now - before.at <= cfg.expire_after_s
+    old = np.flatnonzero(kept)
+    recent = Recent(
+        [before.keys[i] for i in old.tolist()] + elephants.keys,
+        np.concatenate([before.rate_bps[old], elephants.rate_bps]),
+        np.concatenate([before.demand_bps[old], elephants.demand_bps]),
+        np.concatenate([before.at[old], np.full(len(elephants), now)]),
+        np.concatenate([before.row[old], elephants.row]),
+        np.concatenate([before.cat[old], elephants.cat]),
+        generation,
+    )
+    return recent, len(old)
+
+
+def _starved(
+    index: LinkIndex, catalog: FlowCatalog, dead: np.ndarray, recent: Recent, kept: int, moves: Mapping[FlowKey, Move]
+) -> Elephants:
+    """Elephants seen lately and not now whose path crosses a dead link: a
+    flow black-holed by a failure measures ~0 at once and stops looking
+    like an elephant; it is exactly the one to move."""
+    row, cat = recent.row[:kept].copy(), recent.cat[:kept]
+    for r, move in zip(recent.find(catalog.rows(list(moves))).tolist(), moves.values()):
+        if 0 <= r < kept and cat[r] >= 0:
+            row[r] = index.row_of(int(catalog.base[cat[r]]), move.via)  # where it is now: we moved it
+    starved = np.flatnonzero((row >= 0) & (cat >= 0))
+    starved = starved[dead[index.table()[row[starved]]].any(axis=1)]
+    return Elephants(
+        [recent.keys[i] for i in starved.tolist()],
+        np.full(len(starved), -1),
+        cat[starved],
+        recent.rate_bps[starved],
+        np.zeros(len(starved)),
+        recent.demand_bps[starved],
+        row[starved],
+    )
 
 
 def _explained(
     index: LinkIndex,
-    flows: Mapping[FlowKey, FlowSample],
-    elephants: list[Elephant],
-    routes: list[Routes],
+    elephants: Elephants,
     port_at: np.ndarray,
     state: TeState,
     cfg: EngineConfig,
@@ -243,12 +253,9 @@ def _explained(
     iteration, and on a link its one elephant fills exactly, that phantom
     background reads as a collision. Smoothed alike, a flow's tail is
     explained by its own."""
-    rows = [r.base + r.position[e.via] for e, r in zip(elephants, routes) if e.via in r.position]
-    now_load = np.zeros(len(index.capacity))
-    if rows:
-        # This sample's rates, not the smoothed ones: the same instant as the port counters.
-        rates = [flows[e.key].rate_bps for e, r in zip(elephants, routes) if e.via in r.position]
-        now_load = index.loads(np.array(rows, dtype=np.int64), np.array(rates))
+    located = elephants.row >= 0
+    # This sample's rates, not the smoothed ones: the same instant as the port counters.
+    now_load = index.loads(elephants.row[located], elephants.raw_bps[located])
     fresh = np.isfinite(port_at)
     if state.explained is None or state.port_at is None or len(state.explained) != len(now_load):
         return np.where(fresh, now_load, 0.0), port_at
@@ -261,9 +268,10 @@ def _explained(
 
 
 def _settle(
+    index: LinkIndex,
+    catalog: FlowCatalog,
     dead: np.ndarray,
-    elephants: list[Elephant],
-    routes: list[Routes],
+    elephants: Elephants,
     moves: dict[FlowKey, Move],
     now: float,
     cfg: EngineConfig,
@@ -273,25 +281,25 @@ def _settle(
     back where it was and is held there. TE never leaves a flow worse off
     than the hash did."""
     out = []
-    for e, found in zip(elephants, routes):
-        move = moves.get(e.key)
-        if move is None or move.settled or now - move.moved_at < cfg.hysteresis_s:
+    for (key, move), i in zip(list(moves.items()), elephants.find(catalog.rows(list(moves))).tolist()):
+        if i < 0 or move.settled or now - move.moved_at < cfg.hysteresis_s:
             continue
-        back = found.position.get(move.from_via)
-        worse = move.rate_before > 0 and e.rate_bps < move.rate_before * (1 - cfg.revert_margin)
-        if worse and back is not None and not dead[found.hops[back]].any():
-            moves[e.key] = Move(
-                e.key, e.src, e.dst, move.from_via, now, now, from_via=move.via, settled=True, held=True
+        rate = float(elephants.rate_bps[i])
+        back = index.row_of(int(catalog.base[elephants.cat[i]]), move.from_via) if move.from_via else -1
+        worse = move.rate_before > 0 and rate < move.rate_before * (1 - cfg.revert_margin)
+        if worse and back >= 0 and not dead[index.hops(back)].any():
+            moves[key] = Move(
+                key, move.src, move.dst, move.from_via, now, now, from_via=move.via, settled=True, held=True
             )
             out.append(
                 Decision(
                     DecisionKind.REVERT,
-                    describe_flow(e.key),
-                    f"{move.via} -> {move.from_via}: measured {e.rate_bps / 1e9:.0f} Gb/s after the move, "
+                    describe_flow(key),
+                    f"{move.via} -> {move.from_via}: measured {rate / 1e9:.0f} Gb/s after the move, "
                     f"{move.rate_before / 1e9:.0f} before; held",
                     now,
                 )
             )
         else:
-            moves[e.key] = replace(move, settled=True)
+            moves[key] = replace(move, settled=True)
     return out

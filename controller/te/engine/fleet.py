@@ -1,19 +1,17 @@
 """The elephants of one rebalancing pass as arrays: their routes (rows of
 the LinkIndex's route table), demands and rates, the load they put on every
-egress by demand and as measured, and what moving each of them would gain.
-Pure."""
+egress by demand and as measured, which elephants each link carries, and
+every known route's peak, kept current as elephants move. Pure."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 
-from controller.te.engine.links import LinkIndex, Routes
-from controller.te.engine.state import Elephant, EngineConfig
+from controller.te.engine.catalog import FlowCatalog
+from controller.te.engine.links import LinkIndex
+from controller.te.engine.state import Elephants, EngineConfig
 
 TOLERANCE = 1e-6  # of capacity: a link at exactly its capacity is full, not over
-BATCH_ELEPHANTS = 4096  # elephants per array pass of best_of: bounds its temporaries to tens of MB
 
 
 class Fleet:
@@ -24,31 +22,31 @@ class Fleet:
     def __init__(
         self,
         index: LinkIndex,
-        elephants: list[Elephant],
-        routes: list[Routes],
+        catalog: FlowCatalog,
+        elephants: Elephants,
         background: np.ndarray,
         port_load: np.ndarray,
+        dead: np.ndarray,
     ) -> None:
         self.index = index
+        self.dead = dead
         self.elephants = elephants
-        self.routes = routes
         self.capacity = index.capacity
-        self.bps = np.array([(e.demand_bps, e.rate_bps) for e in elephants], dtype=float).reshape(-1, 2)
-        self.rows = np.array(
-            [r.base + r.position[e.via] if e.via in r.position else -1 for e, r in zip(elephants, routes)],
-            dtype=np.int64,
-        )
+        cat = elephants.cat
+        self.bps = np.stack([elephants.demand_bps, elephants.rate_bps], axis=1).astype(float).reshape(-1, 2)
+        self.rows = elephants.row.copy()
+        self.base = catalog.base[cat]
+        self.nroutes = catalog.nroutes[cat]
+        self.disjoint = catalog.disjoint[cat]
+        self.leaf = catalog.leaf[cat]
         self.both = np.stack([background, background])
-        self.base = np.array([r.base for r in routes], dtype=np.int64)
-        self.nroutes = np.array([len(r.vias) for r in routes], dtype=np.int64)
-        self.disjoint = np.array([r.disjoint for r in routes], dtype=np.int64)
-        self._members: dict[int, set[int]] = {}
+        self._joined: dict[int, list[int]] = {}  # link -> elephants moved onto it
+        self._moved = False
         placed = np.flatnonzero(self.rows >= 0)
-        table = index.table()
         if len(placed):
+            links = index.table()[self.rows[placed]]
             self.both[0] += index.loads(self.rows[placed], self.bps[placed, 0])
             self.both[1] += index.loads(self.rows[placed], self.bps[placed, 1])
-            links = table[self.rows[placed]]
             self.count = np.bincount(links.ravel(), minlength=len(self.capacity))
             order = np.argsort(links.ravel(), kind="stable")
             self._links = links.ravel()[order]
@@ -60,21 +58,49 @@ class Fleet:
         # elephants' records explain (a full queue's port sends at capacity
         # while its squeezed flows measure less).
         self.both[1] = np.maximum(self.both[1], port_load)
+        self._peak = np.zeros(0)  # per route-table row, its peak utilization by demand (route_peaks)
+        self._dead_row = np.zeros(0, dtype=bool)
+        self._widest = np.zeros(0)  # per block, its widest hop's capacity
+        self._lowest = np.zeros((2, 0), dtype=np.int64)  # per block, the rows of its lowest two live peaks
+        self._stale: set[int] = set()  # links whose rows' peaks are out of date
+        self._occupied = np.zeros(0, dtype=np.int64)  # per route-table row, the elephants on it
 
     def row(self, i: int) -> int:
-        """Elephant i's route, as a row of its Routes."""
-        return int(self.rows[i]) - self.routes[i].base
+        """Elephant i's route, as a row of its routes."""
+        return int(self.rows[i] - self.base[i])
 
     def hops(self, i: int) -> np.ndarray:
-        return self.routes[i].hops[self.row(i)]
+        return self.index.hops(int(self.rows[i]))
 
-    def members(self, link: int) -> set[int]:
-        """The elephants on `link` now (kept current by place and move once asked for)."""
-        found = self._members.get(link)
-        if found is None:
-            lo, hi = np.searchsorted(self._links, [link, link + 1])
-            found = self._members[link] = set(self._owners[lo:hi].tolist())
-        return found
+    def route_hops(self, i: int, row: int) -> np.ndarray:
+        return self.index.hops(int(self.base[i]) + row)
+
+    def via(self, i: int, row: int) -> str:
+        return self.index.via_at[int(self.base[i]) + row]
+
+    def member_array(self, link: int) -> np.ndarray:
+        """The elephants on `link` now, sorted: those there at the start and
+        those moved onto it since, where they still are."""
+        lo, hi = np.searchsorted(self._links, [link, link + 1])
+        found = self._owners[lo:hi]
+        if link in self._joined:
+            found = np.unique(np.concatenate([found, self._joined[link]]))
+            found = found[(self.index.table()[self.rows[found]] == link).any(axis=1)]
+        elif self._moved:
+            found = found[(self.index.table()[self.rows[found]] == link).any(axis=1)]
+        return np.sort(found)
+
+    def on_links(self, links: np.ndarray) -> np.ndarray:
+        """The elephants on any of `links`, before any place or move."""
+        taken = np.zeros(len(self.capacity), dtype=bool)
+        taken[links] = True
+        return np.unique(self._owners[taken[self._links]])
+
+    def links_with(self, flagged: np.ndarray) -> np.ndarray:
+        """Per egress: some flagged elephant is on it (before any place or move)."""
+        out = np.zeros(len(self.capacity), dtype=bool)
+        out[self._links[flagged[self._owners]]] = True
+        return out
 
     def limiting(self) -> np.ndarray:
         """Per egress: the bottleneck, by demand, of some placed elephant (ties
@@ -86,18 +112,17 @@ class Fleet:
         placed = np.flatnonzero(self.rows >= 0)
         if len(placed):
             links = self.index.table()[self.rows[placed]]
-            util = self.both[0, links] / self.capacity[links]
+            util = self.both[0][links] / self.capacity[links]
             mask[links[util >= util.max(axis=1, keepdims=True) * (1 - TOLERANCE)]] = True
         mask[self.index.pad] = False
         return mask
 
     def limits_a_member(self, link: int) -> bool:
-        members = list(self.members(link))
-        if not members:
-            return False
-        links = self.index.table()[self.rows[members]]
-        peaks = (self.both[0, links] / self.capacity[links]).max(axis=1)
-        return bool((peaks <= self.utilization(link) * (1 + TOLERANCE)).any())
+        """Some elephant on `link` has it for its bottleneck by demand (ties count)."""
+        peak = self._route_peaks()
+        rows = self.index.rows_through([link])
+        limited = peak[rows] <= self.utilization(link) * (1 + TOLERANCE)
+        return bool((limited & (self._occupied[rows] > 0)).any())
 
     def over_mask(self) -> np.ndarray:
         return self.both[0] > self.capacity * (1 + TOLERANCE)
@@ -110,107 +135,125 @@ class Fleet:
 
     def place(self, i: int, row: int) -> None:
         """Puts elephant i (on no route yet) on its route `row`."""
-        self.rows[i] = self.routes[i].base + row
+        self.rows[i] = self.base[i] + row
         hops = self.hops(i)
         self.both[:, hops] += self.bps[i][:, None]
         self.count[hops] += 1
         for link in hops.tolist():
-            self.members(link).add(i)
+            self._joined.setdefault(link, []).append(i)
+        self._moved = True
+        self._stale.update(hops.tolist())
+        if len(self._occupied):
+            self._occupied[self.rows[i]] += 1
 
     def move(self, i: int, row: int) -> None:
         # A path is a handful of links: scalar updates beat fancy indexing here.
         demand, rate = self.bps[i].tolist()
         both, count = self.both, self.count
-        for link in self.hops(i).tolist():
-            self.members(link).discard(i)
+        old, new = self.hops(i).tolist(), self.route_hops(i, row).tolist()
+        for link in old:
             both[0, link] -= demand
             both[1, link] -= rate
             count[link] -= 1
-        for link in self.routes[i].hops[row].tolist():
-            self.members(link).add(i)
+        for link in new:
+            self._joined.setdefault(link, []).append(i)
             both[0, link] += demand
             both[1, link] += rate
             count[link] += 1
-        self.rows[i] = self.routes[i].base + row
+        if len(self._occupied):
+            self._occupied[self.rows[i]] -= 1
+            self._occupied[self.base[i] + row] += 1
+        self.rows[i] = self.base[i] + row
+        self._moved = True
+        self._stale.update(old, new)
 
-    def best_of(
-        self, members: Sequence[int], dead: np.ndarray, cfg: EngineConfig, metered: np.ndarray
-    ) -> dict[int, tuple[float, int, float]]:
-        """Per elephant of `members` that has one, the route that saves most on
-        its bottleneck by demand, among those saving `min_gain` by demand and
-        something as measured (a metered flow's rate is its meter's, known
-        without noise: its demand gain is enough): (gain, route, the route's
-        peak utilization by demand once the elephant is on it). Only links the
-        two routes do not share count. `metered`: per elephant.
+    def _route_peaks(self) -> np.ndarray:
+        """Per route-table row its peak utilization by demand; and, per
+        block, the rows of its two lowest live peaks (may_gain). Made on
+        first use; then what the moves since changed is worked out again
+        when next asked for."""
+        table = self.index.table()
+        starts, _, block = self.index.blocks()
+        if len(self._peak) != len(table):
+            self._peak = (self.both[0][table] / self.capacity[table]).max(axis=1, initial=0.0)
+            self._occupied = np.bincount(self.rows[self.rows >= 0], minlength=len(table))
+            self._dead_row = self.dead[table].any(axis=1)
+            widest = np.where(table == self.index.pad, 0.0, self.capacity[table]).max(axis=1, initial=0.0)
+            self._widest = np.maximum.reduceat(widest, starts) if len(starts) else np.zeros(0)
+            self._lowest = np.zeros((2, len(starts)), dtype=np.int64)
+            self._rank(np.arange(len(starts)))
+            self._stale.clear()
+        elif self._stale:
+            rows = self.index.rows_through(list(self._stale))
+            self._stale.clear()
+            self._peak[rows] = (self.both[0][table[rows]] / self.capacity[table[rows]]).max(axis=1, initial=0.0)
+            self._rank(np.unique(block[rows]))
+        return self._peak
 
-        Elephants whose route sets have one shape (every cross-cluster pair of
-        a three-tier fabric, every cross-pod pair of a two-tier one) go in one
-        array pass: an oversubscribed core keeps hundreds of elephants on each
-        link over capacity, and a pass per elephant was most of a cycle there."""
-        idx = np.asarray(members, dtype=np.int64)
-        out: dict[int, tuple[float, int, float]] = {}
-        if not len(idx):
-            return out
-        shapes, which = np.unique(self.nroutes[idx] * 2 + self.disjoint[idx], return_inverse=True)
-        for g, shape in enumerate(shapes.tolist()):
-            group = idx[which == g]
-            for start in range(0, len(group), BATCH_ELEPHANTS):
-                chunk = group[start : start + BATCH_ELEPHANTS]
-                gain, peak, fair = self._gains(chunk, shape // 2, bool(shape % 2), dead)
-                # As measured: the route's load falls, or its fair share beats
-                # what the flow gets now. Behind an oversubscribed core every
-                # link is full as measured, a lone TCP flow filling its own:
-                # only the shares tell a move from a link of three to a link
-                # of one from a move that gains nothing.
-                fairer = fair >= self.bps[chunk, 1][:, None] * (1 + cfg.min_gain)
-                ok = (gain[0] >= cfg.min_gain) & ((gain[1] > 0) | fairer | metered[chunk][:, None])
-                rows = np.argmax(np.where(ok, gain[0], -np.inf), axis=1)
-                for m in np.flatnonzero(ok.any(axis=1)).tolist():
-                    row = int(rows[m])
-                    out[int(chunk[m])] = (float(gain[0, m, row]), row, float(peak[m, row]))
-        return out
+    def _rank(self, blocks: np.ndarray) -> None:
+        """The rows of the lowest and next lowest live peak of each of `blocks` (-1: none)."""
+        if not len(blocks):
+            return
+        starts, sizes, _ = self.index.blocks()
+        size = sizes[blocks]
+        offsets = np.cumsum(size) - size
+        segment = np.repeat(np.arange(len(blocks)), size)
+        rows = starts[blocks][segment] + np.arange(int(size.sum())) - offsets[segment]
+        live = np.where(self._dead_row[rows], np.inf, self._peak[rows])
+        lowest = np.minimum.reduceat(live, offsets)
+        first = np.minimum.reduceat(np.where(live == lowest[segment], rows, len(self._peak)), offsets)
+        rest = np.where(rows == first[segment], np.inf, live)
+        second = np.minimum.reduceat(
+            np.where(rest == np.minimum.reduceat(rest, offsets)[segment], rows, len(self._peak)), offsets
+        )
+        self._lowest[0, blocks], self._lowest[1, blocks] = first, second
 
-    def _gains(
-        self, idx: np.ndarray, nroutes: int, disjoint: bool, dead: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(2, M, routes): what moving each elephant of `idx` (all with
-        `nroutes` routes) to each of its routes saves on its bottleneck, by
-        demand and as measured (-inf for its own route and dead ones); and,
-        (M, routes) each: each route's peak utilization by demand with it
-        moved there, and its fair share there by count (the narrowest hop's
-        capacity over its elephants, this one included: a floor on its
-        max-min rate, as elephants held elsewhere leave it more)."""
-        hops = self.index.table()[self.base[idx, None] + np.arange(nroutes)]  # (M, R, H), pad-filled
-        cap = self.capacity[hops]
-        here = self.rows[idx] - self.base[idx]
-        m = np.arange(len(idx))
-        bps = self.bps[idx].T  # (2, M)
-        new_load = (self.both[:, hops] + bps[:, :, None, None]) / cap  # (2, M, R, H)
-        old = hops[m, here]  # (M, H)
-        old_load = self.both[:, old] / cap[m, here]  # (2, M, H)
-        if disjoint:
-            gain = old_load.max(axis=2)[:, :, None] - new_load.max(axis=3)
-            peak = new_load[0].max(axis=2)
-            fair = (cap / (self.count[hops] + 1)).min(axis=2)
-        else:
-            shared = (hops[:, :, :, None] == old[:, None, None, :]).any(axis=3)  # on the old route too
-            kept = (old[:, None, :, None] == hops[:, :, None, :]).any(axis=3)  # old link still used there
-            new_peak = np.where(shared, -np.inf, new_load).max(axis=3)
-            old_peak = np.where(kept, -np.inf, old_load[:, :, None, :]).max(axis=3)
-            with np.errstate(invalid="ignore"):  # its own route: nothing differs, -inf - -inf
-                gain = old_peak - new_peak
-            # A link both routes share carries the elephant already.
-            peak = np.where(shared, self.both[0, hops] / cap, new_load[0]).max(axis=2)
-            fair = (cap / (self.count[hops] + ~shared)).min(axis=2)
-        gain[:, m, here] = -np.inf
-        if dead.any():
-            gain[:, dead[hops].any(axis=2)] = -np.inf
-        return gain, peak, fair
+    def may_gain(self, members: np.ndarray, cfg: EngineConfig) -> np.ndarray:
+        """Per elephant of `members`: a move could save it `min_gain` by
+        demand. A bound from whole routes: where no two of a pair's routes
+        share a link, none saves more than its route's peak less the lowest
+        live peak of the others raised by the elephant's demand over their
+        widest hop. A few lookups per member instead of a pass over every
+        route of each: behind an oversubscribed core, where every core link
+        is over capacity and none can be relieved, this is what most turns
+        of a link cost."""
+        if not len(members):
+            return np.zeros(0, dtype=bool)
+        peak = np.append(self._route_peaks(), np.inf)  # row -1, or len: no live route
+        block = self.index.blocks()[2]
+        here = self.rows[members]
+        b = block[here]
+        first, second = self._lowest[0, b], self._lowest[1, b]
+        other = np.where(first == here, second, first)
+        others = np.where(self._dead_row[np.minimum(other, len(block) - 1)] & (other < len(block)), np.inf, peak[other])
+        raised = self.bps[members, 0] / self._widest[b]
+        return ~self.disjoint[members] | (peak[here] - others - raised >= cfg.min_gain)
 
-    def least_loaded(self, i: int, dead: np.ndarray) -> int | None:
+    def gain_now(self, i: int, row: int, cfg: EngineConfig, metered: bool) -> float | None:
+        """What moving elephant i to its route `row` saves on its bottleneck
+        by demand, on the loads as they stand; None if the move does not
+        pass (gains.Weights: the same test, for one elephant and route, in
+        scalars: a turn checks each of its moves so)."""
+        both, capacity, count = self.both, self.capacity, self.count
+        demand, rate = self.bps[i].tolist()
+        here, there = self.hops(i).tolist(), self.route_hops(i, row).tolist()
+        old, new = [h for h in here if h not in there], [h for h in there if h not in here]
+        caps = capacity[old].tolist()
+        old_demand = max(load / c for load, c in zip(both[0][old].tolist(), caps))
+        old_rate = max(load / c for load, c in zip(both[1][old].tolist(), caps))
+        caps = capacity[new].tolist()
+        new_demand = max((load + demand) / c for load, c in zip(both[0][new].tolist(), caps))
+        new_rate = max((load + rate) / c for load, c in zip(both[1][new].tolist(), caps))
+        gain = old_demand - new_demand
+        if gain < cfg.min_gain:
+            return None
+        fair = min(c / (n + (h not in here)) for h, c, n in zip(there, capacity[there].tolist(), count[there].tolist()))
+        return gain if metered or old_rate - new_rate > 0 or fair >= rate * (1 + cfg.min_gain) else None
+
+    def least_loaded(self, i: int) -> int | None:
         """The live route whose peak would be lowest with elephant i on it."""
-        hops = self.routes[i].hops
+        hops = self.index.routes_at(int(self.base[i])).hops
         peaks = ((self.both[0, hops] + self.bps[i, 0]) / self.capacity[hops]).max(axis=1)
-        peaks[dead[hops].any(axis=1)] = np.inf
+        peaks[self.dead[hops].any(axis=1)] = np.inf
         row = int(np.argmin(peaks)) if len(peaks) else -1
         return row if row >= 0 and np.isfinite(peaks[row]) else None

@@ -3,58 +3,55 @@ metered at its ingress leaf to a fair share of that NIC. Pure."""
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
-from controller.fabric import Endpoint, Fabric, NicId
-from controller.te.engine.links import link_index
-from controller.te.engine.state import EngineConfig, Meter, Move, nic_of
-from controller.te.view import FlowKey, FlowSample, PortSample
+import numpy as np
+
+from controller.fabric import Fabric, NicId
+from controller.te.engine.catalog import FlowCatalog
+from controller.te.engine.frames import FlowFrame, PortFrame
+from controller.te.engine.state import EngineConfig, Meter, Move
+from controller.te.view import FlowKey
 
 
 def find_incasts(
-    fabric: Fabric,
-    flows: Mapping[FlowKey, FlowSample],
-    ports: Mapping[Endpoint, PortSample],
+    catalog: FlowCatalog,
+    flows: FlowFrame,
+    cat: np.ndarray,
+    ports: PortFrame,
     now: float,
     cfg: EngineConfig,
-    jobs: frozenset[tuple[NicId, NicId]] = frozenset(),
+    jobs: Collection[tuple[NicId, NicId]] = frozenset(),
 ) -> dict[NicId, list[tuple[FlowKey, NicId]]]:
     """Receivers in incast -> their senders' flows (key, source NIC). The
-    offered load is the larger of what the receiver's port sends and what its
-    senders' flows measure at their ingress (before any meter of ours). A
-    placed job's own flows (an all-to-all converges on every NIC by design)
-    count as load but are never metered as senders."""
+    offered load is the larger of what the receiver's port sends (`ports`:
+    fresh samples only) and what its senders' flows measure at their
+    ingress (before any meter of ours). A placed job's own flows (an
+    all-to-all converges on every NIC by design) count as load but are never
+    metered as senders. `cat`: the records' catalog rows."""
+    fabric = catalog.index.fabric
     floor = max(cfg.incast_sender_fraction * fabric.spec.rates.nic_gbps * 1e9, 1.0)
-    oldest = now - cfg.max_age_s
-    by_address: dict[str, list[FlowKey]] = defaultdict(list)
-    for key, sample in flows.items():
-        if sample.observed_at >= oldest and sample.rate_bps >= floor:
-            by_address[key[1]].append(key)
-    senders: dict[NicId, list[tuple[FlowKey, NicId]]] = defaultdict(list)
-    offered: dict[NicId, float] = defaultdict(float)
-    for address, keys in by_address.items():
-        if len(keys) < cfg.incast_fan_in:
-            continue  # most receivers: parsed no further
-        dst = nic_of(address)
-        for key in keys:
-            src = nic_of(key[0])
-            if src is not None and dst is not None and src != dst:
-                if (src, dst) not in jobs:
-                    senders[dst].append((key, src))
-                offered[dst] += flows[key].rate_bps
+    busy = np.flatnonzero((flows.observed_at >= now - cfg.max_age_s) & (flows.rate_bps >= floor) & (cat >= 0))
+    dst = catalog.dst[cat[busy]]
+    busy = busy[np.bincount(dst)[dst] >= cfg.incast_fan_in]  # most receivers: looked at no further
+    c = cat[busy]
+    busy, c = busy[catalog.src[c] != catalog.dst[c]], c[catalog.src[c] != catalog.dst[c]]
+    offered = np.bincount(catalog.dst[c], weights=flows.rate_bps[busy], minlength=len(catalog.nic_number))
+    strangers = ~catalog.among(c, jobs)
+    busy, c = busy[strangers], c[strangers]
     out = {}
-    for dst, flows_in in senders.items():
-        if len({src for _, src in flows_in}) < cfg.incast_fan_in:
+    order = np.argsort(catalog.dst[c], kind="stable")
+    busy, c = busy[order], c[order]
+    receivers, starts = np.unique(catalog.dst[c], return_index=True)
+    for receiver, mine in zip(receivers.tolist(), np.split(np.arange(len(c)), starts[1:])):
+        if len(np.unique(catalog.src[c[mine]])) < cfg.incast_fan_in:
             continue
-        try:
-            egress = fabric.attachment(dst)
-        except KeyError:
-            continue
-        port = ports.get(egress)
-        load = max(offered[dst], port.tx_bps if port else 0.0)
-        if load >= cfg.incast_utilization * fabric.link_at(egress).capacity_bps:
-            out[dst] = sorted(flows_in)
+        dst_nic = catalog.dst_nic(int(c[mine[0]]))
+        egress = fabric.attachment(dst_nic)
+        port = ports.tx_bps[catalog.index.ids[egress]]
+        if max(offered[receiver], port) >= cfg.incast_utilization * fabric.link_at(egress).capacity_bps:
+            senders = zip(busy[mine].tolist(), c[mine].tolist())
+            out[dst_nic] = sorted((flows.keys[i], catalog.src_nic(j)) for i, j in senders)
     return out
 
 
@@ -87,20 +84,23 @@ def meter_incasts(
 
 
 def pin_metered(
-    fabric: Fabric,
+    catalog: FlowCatalog,
     meters: Mapping[FlowKey, Meter],
     moves: dict[FlowKey, Move],
-    flows: Mapping[FlowKey, FlowSample],
+    flows: FlowFrame,
     now: float,
 ) -> None:
     """A meter rides on an entry at the flow's ingress leaf, and an entry there
     must also say where the flow goes: a metered flow that crosses spines and
     was not moved is pinned where the switch already sends it."""
-    for key, meter in meters.items():
-        sample = flows.get(key)
-        if key in moves or sample is None:
-            continue
-        index = link_index(fabric)
-        via = index.via_of(index.routes(meter.src, meter.dst), sample.ingress)
-        if via:
-            moves[key] = Move(key, meter.src, meter.dst, via, now, now)
+    pending = meters.keys() - moves.keys()
+    if not pending:
+        return
+    index = catalog.index
+    for i, key in enumerate(flows.keys):
+        if key in pending:
+            meter = meters[key]
+            routes = index.routes(meter.src, meter.dst)
+            row = index.via_row(routes.base, int(flows.ingress[i])) if routes.vias else -1
+            if row >= 0:
+                moves[key] = Move(key, meter.src, meter.dst, index.via_at[row], now, now)

@@ -12,9 +12,10 @@ import numpy as np
 
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.te.jobs import Drains
-from controller.te.load import drained
+from controller.te.load import link_name
 
 PAIR_CACHE = 1 << 18
+UNKNOWN = -2  # a reported port that is no egress of this fabric: it names no route
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,9 @@ class Routes:
 
 class LinkIndex:
     """Egress ids 0..n-1, plus one padding id `pad` (infinite capacity, never
-    reported) that fills the route table's short rows."""
+    reported) that fills the route table's short rows. The route table has
+    one row per route of every leaf pair asked for so far, a pair's routes
+    in one block of rows from its `base`."""
 
     def __init__(self, fabric: Fabric) -> None:
         self.fabric = fabric
@@ -44,11 +47,20 @@ class LinkIndex:
         self.pad = len(egresses)
         self.capacity = np.array([*(fabric.capacity_bps[e] for e in egresses), np.inf], dtype=float)
         self._rows: list[np.ndarray] = []  # every known route's hops, in table order
+        self.via_at: list[str] = []  # every known route's via, in table order
         self._table: np.ndarray | None = None
+        self._table_by_hop: np.ndarray | None = None
+        self._blocks: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._through: tuple[np.ndarray, np.ndarray] | None = None
         self._routes: dict[tuple[str, str], Routes] = {}
         self._pairs: dict[tuple[NicId, NicId], Routes] = {}  # a cycle asks for every elephant's
+        self._at: list[tuple[Routes, NicId, NicId]] = []  # per block: its routes, and a NIC pair they join
+        self._block_at: dict[int, int] = {}  # base -> block
+        self._row_block: list[int] = []  # per row, its block
+        self._reverse = np.zeros(0, dtype=np.int64)  # per row: the way back across its via (-2: unknown yet)
         self._dead: tuple[Drains, np.ndarray] | None = None
-        self._vias_at: dict[tuple[int, Endpoint, Endpoint | None], str] = {}  # (routes, reported ports) -> via
+        self._ends: list[tuple[str, str, str]] | None = None
+        self._via_rows: dict[int, int] = {}  # (routes, reported port ids), packed -> route-table row (via_rows)
 
     def routes(self, src: NicId, dst: NicId) -> Routes:
         found = self._pairs.get((src, dst))
@@ -71,25 +83,67 @@ class LinkIndex:
                 vias, hops, self.capacity[hops], {v: i for i, v in enumerate(vias)}, widest, disjoint, len(self._rows)
             )
             self._rows.extend(hops)
-            self._table = None
+            self.via_at.extend(vias)
+            self._table = self._blocks = self._through = None
             self._routes[(a, b)] = found
+            self._block_at[found.base] = len(self._at)
+            self._row_block.extend([len(self._at)] * len(vias))
+            self._at.append((found, src, dst))
         return found
 
-    def via_of(self, routes: Routes, ingress: Endpoint | None, transit: Endpoint | None = None) -> str:
-        """The via a flow takes, from the egress port its ingress leaf sends it
-        out of and, where a second switch hashes (a three-tier spine, a fat
-        tree's aggregation switch), the port that one chose; "" if unreported
-        or if what is reported does not tell (the leaf's port alone names
-        a spine, which hashes among several cores)."""
-        if ingress is None:
-            return ""
-        found = self._vias_at.get((routes.base, ingress, transit))
-        if found is None:
-            reported = [self.ids.get(e, -1) for e in (ingress, transit) if e is not None]
-            on = np.flatnonzero(np.all([(routes.hops == link).any(axis=1) for link in reported], axis=0))
-            found = routes.vias[int(on[0])] if len(on) == 1 else ""
-            self._vias_at[(routes.base, ingress, transit)] = found
-        return found
+    def routes_at(self, base: int) -> Routes:
+        """The routes whose block starts at row `base`."""
+        return self._at[self._block_at[base]][0]
+
+    def row_of(self, base: int, via: str) -> int:
+        """The route-table row of the route across `via` in the block at
+        `base`; -1 if none crosses it."""
+        position = self.routes_at(base).position.get(via)
+        return -1 if position is None else base + position
+
+    def via_rows(self, base: np.ndarray, ingress: np.ndarray, transit: np.ndarray) -> np.ndarray:
+        """The via a flow takes, for many flows at once, as route-table rows:
+        per flow (its routes' `base`, and the egress ids reported for it: its
+        ingress leaf's, and where a second switch hashes (a three-tier
+        spine, a fat tree's aggregation switch) that one's; -1 where
+        unreported, UNKNOWN where no egress of this fabric) the row of the
+        one route they name, -1 where they name none or several (the leaf's
+        port alone names a spine, which hashes among several cores). Worked
+        out once per distinct (routes, ports): a cycle's flows repeat a few
+        thousand of them."""
+        if not len(base):
+            return np.full(0, -1, dtype=np.int64)
+        distinct, inverse = np.unique(self._code(base, ingress, transit), return_inverse=True)
+        get = self._via_rows.get
+        rows = np.fromiter((get(code, -2) for code in distinct.tolist()), dtype=np.int64, count=len(distinct))
+        new = np.flatnonzero(rows == -2)
+        if len(new):
+            rows[new] = self._find_rows(distinct[new])
+            if len(self._via_rows) > PAIR_CACHE:
+                self._via_rows.clear()
+            self._via_rows.update(zip(distinct[new].tolist(), rows[new].tolist()))
+        return rows[inverse]
+
+    def via_row(self, base: int, ingress: int, transit: int = -1) -> int:
+        """`via_rows` for one flow."""
+        return int(self.via_rows(np.array([base]), np.array([ingress]), np.array([transit]))[0])
+
+    def _code(self, base: np.ndarray, ingress: np.ndarray, transit: np.ndarray) -> np.ndarray:
+        width = self.pad + 3  # ids UNKNOWN .. pad
+        return (base * width + (ingress + 2)) * width + (transit + 2)
+
+    def _find_rows(self, codes: np.ndarray) -> np.ndarray:
+        width = self.pad + 3
+        rest, transit = np.divmod(codes, width)
+        base, ingress = np.divmod(rest, width)
+        ingress, transit = ingress - 2, transit - 2
+        table = self.table()
+        size = np.array([len(self._at[self._row_block[b]][0].vias) for b in base.tolist()], dtype=np.int64)
+        offsets = np.arange(int(size.max()))
+        hops = table[np.minimum(base[:, None] + offsets, len(table) - 1)]  # (codes, routes, hops)
+        on = (offsets < size[:, None]) & (hops == ingress[:, None, None]).any(axis=2)
+        on &= (transit[:, None] == -1) | (hops == transit[:, None, None]).any(axis=2)
+        return np.where((on.sum(axis=1) == 1) & (ingress != -1), base + on.argmax(axis=1), -1)
 
     def table(self) -> np.ndarray:
         """(known routes, longest route) of link ids, padded with `pad`: the
@@ -102,6 +156,56 @@ class LinkIndex:
             self._table = table
         return self._table
 
+    def table_by_hop(self) -> np.ndarray:
+        """`table`, transposed: (longest route, known routes)."""
+        if self._table_by_hop is None or self._table_by_hop.shape[1] != len(self._rows):
+            self._table_by_hop = np.ascontiguousarray(self.table().T)
+        return self._table_by_hop
+
+    def hops(self, row: int) -> np.ndarray:
+        """The links of the route on route-table row `row`, unpadded."""
+        return self._rows[row]
+
+    def blocks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(the first row and the size of every block that has rows, in table
+        order; per row, the position of its block among those)."""
+        if self._blocks is None:
+            sizes = np.array([len(routes.vias) for routes, _, _ in self._at], dtype=np.int64)
+            bases = np.array([routes.base for routes, _, _ in self._at], dtype=np.int64)
+            nonempty = sizes > 0
+            block = np.repeat(np.arange(int(nonempty.sum())), sizes[nonempty])
+            self._blocks = (bases[nonempty], sizes[nonempty], block)
+        return self._blocks
+
+    def rows_through(self, links: list[int]) -> np.ndarray:
+        """The route-table rows whose routes cross any of `links` (a row
+        crossing two of them comes twice)."""
+        if self._through is None:
+            table = self.table()
+            order = np.argsort(table.ravel(), kind="stable")
+            self._through = (table.ravel()[order], order // max(table.shape[1], 1))
+        sorted_links, rows = self._through
+        lo = np.searchsorted(sorted_links, links)
+        hi = np.searchsorted(sorted_links, links, side="right")
+        return np.concatenate([rows[a:b] for a, b in zip(lo.tolist(), hi.tolist())] or [rows[:0]])
+
+    def reverse_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Per route-table row, the row of the route back (the reverse leaf
+        pair's) across the same via; -1 if none crosses it."""
+        self._grow_reverse()
+        found = {}
+        for row in np.unique(rows[self._reverse[rows] == -2]).tolist():
+            _, src, dst = self._at[self._row_block[row]]
+            found[row] = self.row_of(self.routes(dst, src).base, self.via_at[row])  # may add rows
+        self._grow_reverse()
+        for row, back in found.items():
+            self._reverse[row] = back
+        return self._reverse[rows]
+
+    def _grow_reverse(self) -> None:
+        if len(self._reverse) < len(self._rows):
+            self._reverse = np.append(self._reverse, np.full(len(self._rows) - len(self._reverse), -2))
+
     def loads(self, rows: np.ndarray, bps: np.ndarray) -> np.ndarray:
         """Per egress (and pad), the sum of `bps` of flows on route-table `rows`."""
         links = self.table()[rows]
@@ -112,10 +216,19 @@ class LinkIndex:
         if self._dead is None or self._dead[0] != drains:
             mask = np.zeros(len(self.capacity), dtype=bool)
             if drains.links or drains.switches:
-                for i, egress in enumerate(self.egresses):
-                    mask[i] = bool(drained(self.fabric, drains, (egress,)))
+                if self._ends is None:
+                    self._ends = [self._end_names(egress) for egress in self.egresses]
+                switches, links = drains.switches, drains.links
+                mask[:-1] = [a in switches or b in switches or c in links for a, b, c in self._ends]
             self._dead = (drains, mask)
         return self._dead[1]
+
+    def _end_names(self, egress: Endpoint) -> tuple[str, str, str]:
+        """(its switch, the switch it faces, its link's name), "" for a NIC's end:
+        what `drained` asks of it."""
+        link = self.fabric.link_at(egress)
+        peer = link.peer(egress.node)
+        return (egress.node if egress.port else "", peer.node if peer.port else "", link_name(self.fabric, link))
 
 
 _INDEXES: weakref.WeakKeyDictionary[Fabric, LinkIndex] = weakref.WeakKeyDictionary()

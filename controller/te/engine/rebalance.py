@@ -21,15 +21,17 @@ elephant could move take a turn of their own. Pure."""
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import numpy as np
 
-from controller.fabric import Fabric, NicId
+from controller.fabric import NicId
+from controller.te.engine.catalog import FlowCatalog
 from controller.te.engine.fleet import Fleet
-from controller.te.engine.links import LinkIndex, Routes
-from controller.te.engine.state import Decision, DecisionKind, Elephant, EngineConfig, Move, describe_flow
+from controller.te.engine.gains import Turn, any_gain
+from controller.te.engine.links import LinkIndex
+from controller.te.engine.state import Decision, DecisionKind, Elephants, EngineConfig, Move, describe_flow
 from controller.te.view import FlowKey
 
 
@@ -42,89 +44,114 @@ class Outcome:
 
 
 def rebalance(
-    fabric: Fabric,
     index: LinkIndex,
+    catalog: FlowCatalog,
     dead: np.ndarray,
-    elephants: list[Elephant],
-    routes: list[Routes],
+    elephants: Elephants,
     background: np.ndarray,
     port_load: np.ndarray,
     moves: dict[FlowKey, Move],
     now: float,
     cfg: EngineConfig,
-    steered: frozenset[tuple[NicId, NicId]] = frozenset(),
-    metered: frozenset[FlowKey] = frozenset(),
+    steered: Collection[tuple[NicId, NicId]] = frozenset(),
+    metered: Collection[FlowKey] = frozenset(),
 ) -> Outcome:
     """Starts from where the elephants are (placing min-max those whose
     switch did not say), moves those on dead links, then fixes every link
     over capacity that a move can fix. Updates `moves`."""
-    fleet = Fleet(index, elephants, routes, background, port_load)
+    fleet = Fleet(index, catalog, elephants, background, port_load, dead)
     # Where the switches did not say where a flow is, it counts as load where
     # it would do least harm, and is not moved: a move judged against a guessed
     # path can leave the fabric worse than the hash did.
     located = fleet.rows >= 0
     for i in np.flatnonzero(~located).tolist():
-        fleet.place(i, fleet.least_loaded(i, dead) or 0)
+        fleet.place(i, fleet.least_loaded(i) or 0)
     decisions: list[Decision] = []
 
     def moved(i: int, row: int, why: str) -> None:
-        e = elephants[i]
-        before, after = routes[i].vias[fleet.row(i)], routes[i].vias[row]
+        key, c = elephants.keys[i], int(elephants.cat[i])
+        before, after = fleet.via(i, fleet.row(i)), fleet.via(i, row)
         fleet.move(i, row)
-        decisions.append(Decision(DecisionKind.REROUTE, describe_flow(e.key), f"{before} -> {after}: {why}", now))
-        moves[e.key] = Move(e.key, e.src, e.dst, after, now, now, from_via=before, rate_before=e.rate_bps)
+        decisions.append(Decision(DecisionKind.REROUTE, describe_flow(key), f"{before} -> {after}: {why}", now))
+        moves[key] = Move(
+            key,
+            catalog.src_nic(c),
+            catalog.dst_nic(c),
+            after,
+            now,
+            now,
+            from_via=before,
+            rate_before=float(elephants.rate_bps[i]),
+        )
 
     if dead.any():
-        _off_dead_links(fleet, dead, moves, now, steered, moved, decisions)
+        _off_dead_links(fleet, catalog, dead, moves, now, steered, moved, decisions)
 
     # Per elephant, as arrays: what may move at all, and what may move now.
-    found = [moves.get(e.key) for e in elephants]
-    movable = located & ~np.array([m is not None and m.held for m in found], dtype=bool)
-    if steered:
-        movable &= ~np.array([(e.src, e.dst) in steered for e in elephants], dtype=bool)
-    is_metered = np.array([e.key in metered for e in elephants], dtype=bool)
+    held, resting, is_metered = (np.zeros(len(elephants), dtype=bool) for _ in range(3))
+    for at, move in zip(elephants.find(catalog.rows(list(moves))).tolist(), moves.values()):
+        if at >= 0:
+            held[at], resting[at] = move.held, _resting(move, now, cfg)
+    metered_at = elephants.find(catalog.rows(list(metered)))
+    is_metered[metered_at[metered_at >= 0]] = True
+    movable = located & ~held & ~catalog.among(elephants.cat, steered)
     # A flow getting most of its demand gains nothing from a move; a metered
     # one's rate is ours to set, and moving it may relieve others.
     satisfied = (fleet.bps[:, 1] >= cfg.satisfied * fleet.bps[:, 0]) & ~is_metered
-    resting = np.array([_resting(m, now, cfg) for m in found], dtype=bool)
     eligible = movable & ~resting & ~satisfied
-    leaves: dict[int, str] = {}
-
-    def leaf_of(i: int) -> str:
-        if i not in leaves:
-            leaves[i] = fabric.attachment(elephants[i].src).node
-        return leaves[i]
+    # Moves left this cycle per source leaf: `max_moves_per_leaf`, or its uplink count.
+    moves_left = (
+        np.array(catalog.uplinks)
+        if not cfg.max_moves_per_leaf
+        else np.full(len(catalog.uplinks), cfg.max_moves_per_leaf)
+    )
 
     over = fleet.over_mask() & fleet.limiting()
     hot_at_start = set(np.flatnonzero(over & (fleet.count >= 2)).tolist())
-    budget: dict[str, int] = {}
     relieved: set[int] = set()
-    stuck: set[int] = set()
+    # A link none of whose elephants may gain from a move (the steady state
+    # behind an oversubscribed core: hundreds of links over capacity by
+    # demand, all alike) is stuck without a turn of its own, unless a move
+    # of this pass touches it: one bound over all their elephants at once.
+    queued_links = np.flatnonzero(over & (fleet.count >= 1))
+    on_queued = fleet.on_links(queued_links)
+    on_queued = on_queued[eligible[on_queued]]
+    maybe = np.zeros(len(elephants), dtype=bool)
+    maybe[on_queued[fleet.may_gain(on_queued, cfg)]] = True
+    has_turn = fleet.links_with(maybe)
+    stuck = set(queued_links[~has_turn[queued_links]].tolist())
     # One live heap entry per link, at the utilization it was queued with: a
     # link touched by many moves is evaluated once per change, not once per push.
-    queued = {link: fleet.utilization(link) for link in np.flatnonzero(over & (fleet.count >= 1)).tolist()}
-    # One array pass over every elephant on those links: the move each could
-    # make now. A link none of whose elephants could move (the steady state
-    # behind an oversubscribed core: hundreds of links over capacity by
-    # demand, all alike) is stuck without a turn of its own, unless a move of
-    # this pass touches it.
-    on_queued = np.array(sorted({i for link in queued for i in fleet.members(link)}), dtype=np.int64)
-    could = np.zeros(len(elephants), dtype=bool)
-    could[list(fleet.best_of(on_queued[movable[on_queued]], dead, cfg, is_metered))] = True
-    for link in list(queued):
-        on_link = np.fromiter(fleet.members(link), dtype=np.int64)
-        if not (could[on_link] & eligible[on_link]).any():
-            del queued[link]
-            stuck.add(link)
+    queued = {link: fleet.utilization(link) for link in queued_links[has_turn[queued_links]].tolist()}
     heap = [(-u, link) for link, u in queued.items()]
     heapq.heapify(heap)
-    touched: set[int] = set()
 
-    def queue(link: int) -> None:
-        touched.add(link)
-        if fleet.over(link) and queued.get(link) != (u := fleet.utilization(link)):
+    def queue(link: int, loaded: bool) -> None:
+        """A link whose load a move changed: queued if over capacity and it
+        took load (its elephants may gain from a move now), or queued
+        already (at its new utilization). One that only gave load up has
+        nothing new to offer its own elephants: their routes are lighter."""
+        if (loaded or link in queued) and fleet.over(link) and queued.get(link) != (u := fleet.utilization(link)):
             queued[link] = u
             heapq.heappush(heap, (-u, link))
+
+    loaded: set[int] = set()  # links the moves of a turn loaded and unloaded
+    unloaded: set[int] = set()
+
+    def shed(i: int, row: int, gain: float) -> list[int]:
+        """Moves elephant i off the link whose turn it is; the links it changed."""
+        moves_left[fleet.leaf[i]] -= 1
+        why = (
+            f"its bottleneck -{gain:.2f} of capacity (demand {elephants.demand_bps[i] / 1e9:.0f} Gb/s, "
+            f"measured {elephants.rate_bps[i] / 1e9:.0f})"
+        )
+        before = fleet.hops(i).tolist()
+        moved(i, row, why)
+        after = fleet.hops(i).tolist()
+        unloaded.update(before)
+        loaded.update(after)
+        eligible[i] = False  # it rests now
+        return before + after
 
     while heap:
         minus_u, link = heapq.heappop(heap)
@@ -133,108 +160,94 @@ def rebalance(
         del queued[link]
         if not fleet.over(link) or not fleet.limits_a_member(link):
             continue
-        # Of the moves that pass, the one leaving the lower peak on the link
-        # it relieves and the route it takes: the lowest peak, not the largest
-        # gain, which would favour the smallest elephants and can leave the
-        # big ones stuck where only a swap would free them.
-        best: tuple[float, float, int, int] | None = None  # peak after, -gain, elephant, route
-        candidates = [
-            i
-            for i in fleet.members(link)
-            if eligible[i] and budget.get(leaf_of(i), cfg.max_moves_per_leaf or len(routes[i].vias)) > 0
-        ]
-        for i, (gain, row, peak) in fleet.best_of(candidates, dead, cfg, is_metered).items():
-            left = (fleet.both[0, link] - fleet.bps[i, 0]) / fleet.capacity[link]
-            candidate = (max(left, peak), -gain, i, row)
-            best = candidate if best is None else min(best, candidate)
-        if best is None:
+        members = fleet.member_array(link)
+        candidates = members[eligible[members]]
+        candidates = candidates[fleet.may_gain(candidates, cfg)]
+        if not len(candidates):
             stuck.add(link)
             continue
-        _, minus_gain, i, row = best
-        gain = -minus_gain
-        e = elephants[i]
-        leaf = leaf_of(i)
-        budget[leaf] = budget.get(leaf, cfg.max_moves_per_leaf or len(routes[i].vias)) - 1
-        why = (
-            f"its bottleneck -{gain:.2f} of capacity (demand {e.demand_bps / 1e9:.0f} Gb/s, "
-            f"measured {e.rate_bps / 1e9:.0f})"
-        )
-        left_hops = fleet.hops(i).tolist()
-        moved(i, row, why)
-        eligible[i] = False  # it rests now
-        relieved.add(link)
-        for changed in (link, *left_hops, *routes[i].hops[row].tolist()):
-            queue(changed)
+        loaded.clear()
+        unloaded.clear()
+        if Turn(fleet, link, candidates, is_metered).run(cfg, lambda i: moves_left[fleet.leaf[i]] > 0, shed):
+            relieved.add(link)
+        if not loaded:
+            stuck.add(link)
+            continue
+        for changed in unloaded - loaded:
+            queue(changed, loaded=False)
+        for changed in loaded:
+            queue(changed, loaded=True)
 
-    collisions, unfixable = {}, {}
+    collisions: dict[str, str] = {}
+    unfixable: dict[str, str] = {}
+    over_still: list[tuple[str, str, np.ndarray]] = []
     for link in sorted(hot_at_start | {link for link in stuck if fleet.count[link] >= 2}):
-        members = sorted(fleet.members(link))
+        members = fleet.member_array(link)
         egress = index.egresses[link]
-        if not _own_or_shared(egress.node, map(leaf_of, members)):
-            continue  # downstream of one leaf's collision: the same flows, reported at its uplink
+        sources = fleet.leaf[members]
+        # Reported where its own switch is a source leaf, or its elephants
+        # come from two leaves or more; else it is downstream of one leaf's
+        # collision: the same flows, reported at that leaf's uplink.
+        if not len(members) or not ((sources == catalog.leaf_of(egress.node)).any() or (sources != sources[0]).any()):
+            continue
         name = f"{egress.node}:{egress.port}"
         why = f"{len(members)} elephants, demand {fleet.utilization(link):.2f} of the link"
-        # Fixable: relieved now, or a move would relieve it but for hysteresis
-        # or budget (as the pass began, where no move of it touched the link).
-        if link in touched:
-            fixable = bool(fleet.best_of([i for i in members if movable[i]], dead, cfg, is_metered))
-        else:
-            fixable = bool(could[members].any())
-        if link in relieved or not fleet.over(link) or fixable:
+        if link in relieved or not fleet.over(link):
             collisions[name] = why
         else:
-            unfixable[name] = why
+            over_still.append((name, why, members))
+    # Fixable all the same: a move would relieve it but for hysteresis or budget.
+    if over_still:
+        pool = np.unique(np.concatenate([members for _, _, members in over_still]))
+        pool = pool[movable[pool]]
+        maybe = np.zeros(len(elephants), dtype=bool)
+        maybe[pool[fleet.may_gain(pool, cfg)]] = True
+        for name, why, members in over_still:
+            fixable = any_gain(fleet, members[maybe[members]], cfg, is_metered)
+            (collisions if fixable else unfixable)[name] = why
     names = frozenset(f"{index.egresses[link].node}:{index.egresses[link].port}" for link in relieved)
     return Outcome(decisions, collisions, unfixable, names)
 
 
-def _own_or_shared(node: str, sources: Iterator[str]) -> bool:
-    """The link's own switch is a source leaf, or its elephants come from two
-    leaves or more; reading only as many sources as it takes to tell."""
-    first = None
-    for leaf in sources:
-        if leaf == node or (first is not None and leaf != first):
-            return True
-        first = leaf
-    return False
-
-
 def _off_dead_links(
     fleet: Fleet,
+    catalog: FlowCatalog,
     dead: np.ndarray,
     moves: dict[FlowKey, Move],
     now: float,
-    steered: frozenset[tuple[NicId, NicId]],
+    steered: Collection[tuple[NicId, NicId]],
     moved: Callable[[int, int, str], None],
     decisions: list[Decision],
 ) -> None:
     """Any live path beats none: an elephant whose route crosses a dead link
     moves now, hysteresis or not."""
-    for i, e in enumerate(fleet.elephants):
-        if (e.src, e.dst) in steered:
-            continue
-        if dead[fleet.hops(i)].any():
-            row = fleet.least_loaded(i, dead)
-            if row is not None:
-                moved(i, row, "path down")
-        elif e.key[2] == "tcp" and e.key not in moves and _acks_may_die(fleet, i, dead):
-            # The data path survived (the ingress leaf failed over) but the
-            # ACKs hash on their own and may cross the dead link: pinning the
-            # flow where it is also steers its ACKs back the same way.
-            via = fleet.routes[i].vias[fleet.row(i)]
-            moves[e.key] = Move(e.key, e.src, e.dst, via, now, now, from_via=via)
-            why = f"ACKs pinned via {via}: their hashed path may cross a dead link"
-            decisions.append(Decision(DecisionKind.REROUTE, describe_flow(e.key), why, now))
-
-
-def _acks_may_die(fleet: Fleet, i: int, dead: np.ndarray) -> bool:
-    e = fleet.elephants[i]
-    back = fleet.index.routes(e.dst, e.src)
-    via = fleet.routes[i].vias[fleet.row(i)]
-    if via not in back.position:
-        return False
-    hops_dead = dead[back.hops].any(axis=1)
-    return not hops_dead[back.position[via]] and bool(hops_dead.any())
+    elephants, index = fleet.elephants, fleet.index
+    free = ~catalog.among(elephants.cat, steered)
+    on_dead = free & dead[index.table()[fleet.rows]].any(axis=1)
+    for i in np.flatnonzero(on_dead).tolist():
+        row = fleet.least_loaded(i)
+        if row is not None:
+            moved(i, row, "path down")
+    # The data path survived (the ingress leaf failed over) but the ACKs hash
+    # on their own and may cross the dead link: pinning the flow where it is
+    # also steers its ACKs back the same way. They may die where the route
+    # back across the flow's via lives while another route back is dead.
+    tcp = np.array([key[2] == "tcp" and key not in moves for key in elephants.keys], dtype=bool)
+    candidates = np.flatnonzero(free & ~on_dead & tcp)
+    back = index.reverse_rows(fleet.rows[candidates])
+    table = index.table()
+    starts, _, block = index.blocks()
+    row_dead = dead[table].any(axis=1)
+    block_dead = np.logical_or.reduceat(row_dead, starts) if len(starts) else np.zeros(0, dtype=bool)
+    found = back >= 0
+    acks = np.zeros(len(candidates), dtype=bool)
+    acks[found] = ~row_dead[back[found]] & block_dead[block[back[found]]]
+    for i in candidates[acks].tolist():
+        key, c = elephants.keys[i], int(elephants.cat[i])
+        via = fleet.via(i, fleet.row(i))
+        moves[key] = Move(key, catalog.src_nic(c), catalog.dst_nic(c), via, now, now, from_via=via)
+        why = f"ACKs pinned via {via}: their hashed path may cross a dead link"
+        decisions.append(Decision(DecisionKind.REROUTE, describe_flow(key), why, now))
 
 
 def _resting(move: Move | None, now: float, cfg: EngineConfig) -> bool:

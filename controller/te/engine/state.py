@@ -7,7 +7,6 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import NamedTuple
 
 import numpy as np
 
@@ -53,20 +52,84 @@ class EngineConfig:
     meter_rate_tolerance: float = 0.1  # a new fair share within this of the old keeps the meter as is
 
 
-class Elephant(NamedTuple):
-    """A NamedTuple: a cycle makes one per elephant, 16k on a large fabric."""
-
-    key: FlowKey
-    src: NicId
-    dst: NicId
-    rate_bps: float  # smoothed
-    via: str  # the spine it crosses now ("" if unknown)
-    demand_bps: float = 0.0
+def _by_row(rows: np.ndarray) -> np.ndarray:
+    """Per catalog row up to the largest of `rows`, its position among them (-1: none)."""
+    at = np.full(int(rows.max()) + 1 if len(rows) else 0, -1, dtype=np.int64)
+    at[rows] = np.arange(len(rows))
+    return at
 
 
-class Seen(NamedTuple):
-    elephant: Elephant  # as last seen; its rate is the EWMA of its samples
-    at: float
+def _find(at: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    if not len(at):
+        return np.full(len(rows), -1, dtype=np.int64)
+    inside = (rows >= 0) & (rows < len(at))
+    return np.where(inside, at[np.where(inside, rows, 0)], -1)
+
+
+@dataclass(frozen=True, eq=False)
+class Elephants:
+    """A cycle's elephants as columns, one row each (tens of thousands on a
+    large fabric): `flow` is the row of its record in the cycle's FlowFrame
+    (-1 for one carried over from `Recent`), `cat` its FlowCatalog row,
+    `rate_bps` its smoothed rate, `raw_bps` this cycle's sample, `row` the
+    route-table row (LinkIndex) of the path it takes now, -1 if unknown."""
+
+    keys: list[FlowKey]
+    flow: np.ndarray
+    cat: np.ndarray
+    rate_bps: np.ndarray
+    raw_bps: np.ndarray
+    demand_bps: np.ndarray
+    row: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @functools.cached_property
+    def _at(self) -> np.ndarray:
+        return _by_row(self.cat)
+
+    def find(self, cat: np.ndarray) -> np.ndarray:
+        """Per flow (by catalog row) the elephant it is, -1 if none: the few
+        flows a cycle looks up (its moves, its meters), without a table of
+        every elephant's key."""
+        return _find(self._at, cat)
+
+    def __add__(self, other: Elephants) -> Elephants:
+        if not len(other):
+            return self
+        columns = ("flow", "cat", "rate_bps", "raw_bps", "demand_bps", "row")
+        return Elephants(
+            self.keys + other.keys, *(np.concatenate([getattr(self, c), getattr(other, c)]) for c in columns)
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Recent:
+    """Elephants seen lately, as columns: each as last seen, its rate the
+    EWMA of its samples, `row` the route-table row it took (-1 unknown),
+    `cat` its row in the FlowCatalog of that `generation`. A flow
+    black-holed by a failure measures ~0 at once and stops looking like an
+    elephant; it is exactly the one to move."""
+
+    keys: list[FlowKey] = field(default_factory=list)
+    rate_bps: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    demand_bps: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    at: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    row: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    cat: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    generation: int = 0
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @functools.cached_property
+    def _at(self) -> np.ndarray:
+        return _by_row(self.cat)
+
+    def find(self, cat: np.ndarray) -> np.ndarray:
+        """Per flow (by catalog row) its row here, -1 if not seen lately."""
+        return _find(self._at, cat)
 
 
 @dataclass(frozen=True)
@@ -120,9 +183,7 @@ class TeState:
     incasts: frozenset[str] = frozenset()  # destination NICs currently in incast
     collisions: frozenset[str] = frozenset()  # uplinks currently collided
     down: frozenset[str] = frozenset()  # links telemetry reports down
-    # Elephants seen lately, with their smoothed rate: a flow a failure
-    # black-holes measures ~0 at once, and is exactly the one to move.
-    recent: Mapping[FlowKey, Seen] = field(default_factory=dict)
+    recent: Recent = field(default_factory=Recent)
     meters: Mapping[FlowKey, Meter] = field(default_factory=dict)
     unfixable: frozenset[str] = frozenset()  # collided uplinks no move can relieve
     residual: np.ndarray | None = None  # per egress: smoothed load beyond the elephants' (see background_floor)

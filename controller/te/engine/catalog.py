@@ -1,0 +1,141 @@
+"""What a flow's key says about it, worked out once per key: its two NICs
+(as numbers), its source leaf, and its leaf pair's routes. A cycle looks up
+each of tens of thousands of flow records here instead of parsing two
+addresses and walking the fabric per record; keys it has not seen are
+worked out together, by NIC and leaf numbers. Pure."""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Collection, Sequence
+
+import numpy as np
+
+from controller.fabric import Fabric, NicId
+from controller.fabric import addressing as ad
+from controller.te.engine.links import LinkIndex, link_index
+from controller.te.view import FlowKey
+
+LIMIT = 1 << 20  # keys remembered; flows come and go, so past this the catalog starts over
+COLUMNS = ("src", "dst", "leaf", "base", "nroutes", "disjoint", "bottleneck")
+
+
+class FlowCatalog:
+    """Rows 0..n-1, one per flow key between two NICs of the fabric; the
+    columns are arrays, indexed by row."""
+
+    def __init__(self, index: LinkIndex) -> None:
+        fabric = index.fabric
+        self.index = index
+        self.nics = fabric.nics
+        self.nic_number = {nic: i for i, nic in enumerate(self.nics)}
+        self._address_number = {ad.nic_ip(nic): i for i, nic in enumerate(self.nics)}
+        leaves = [fabric.attachment(nic).node for nic in self.nics]
+        self.leaf_names = sorted(set(leaves))
+        self._leaf_number = {name: i for i, name in enumerate(self.leaf_names)}
+        self._nic_leaf = np.array([self._leaf_number[name] for name in leaves], dtype=np.int64)
+        self.uplinks = [len(fabric.uplinks(name)) for name in self.leaf_names]  # per leaf number
+        self._pair_routes: dict[int, tuple[int, int, bool, float]] = {}  # leaf pair -> base, nroutes, disjoint, widest
+        self._pairs: tuple[Collection[tuple[NicId, NicId]], np.ndarray] | None = None
+        self.generation = -1
+        self._clear()
+
+    def _clear(self) -> None:
+        self.generation += 1  # rows given out before mean nothing now
+        self._row: dict[FlowKey, int] = {}
+        self.src = np.zeros(0, dtype=np.int64)  # NIC numbers
+        self.dst = np.zeros(0, dtype=np.int64)
+        self.leaf = np.zeros(0, dtype=np.int64)  # the source leaf's number
+        self.base = np.zeros(0, dtype=np.int64)  # its routes' first row in the route table
+        self.nroutes = np.zeros(0, dtype=np.int64)  # 0: both NICs on one leaf
+        self.disjoint = np.zeros(0, dtype=bool)
+        self.bottleneck = np.zeros(0)  # the widest route's narrowest hop
+
+    def trim(self) -> None:
+        """Starts over past LIMIT keys: call between cycles, never while a
+        cycle holds rows."""
+        if len(self._row) > LIMIT:
+            self._clear()
+
+    def rows(self, keys: Sequence[FlowKey]) -> np.ndarray:
+        """Per key its row, -1 where it is not a flow between two NICs of this fabric."""
+        get = self._row.get
+        out = np.fromiter((get(k, -2) for k in keys), dtype=np.int64, count=len(keys))
+        new = np.flatnonzero(out == -2)
+        if len(new):
+            out[new] = self._add([keys[i] for i in new.tolist()])
+        return out
+
+    def _add(self, keys: list[FlowKey]) -> np.ndarray:
+        number = self._address_number.get
+        src = np.fromiter((number(k[0], -1) for k in keys), dtype=np.int64, count=len(keys))
+        dst = np.fromiter((number(k[1], -1) for k in keys), dtype=np.int64, count=len(keys))
+        valid = np.flatnonzero((src >= 0) & (dst >= 0))
+        src, dst = src[valid], dst[valid]
+        leaf = self._nic_leaf[src]
+        pairs, first, inverse = np.unique(
+            leaf * len(self.leaf_names) + self._nic_leaf[dst], return_index=True, return_inverse=True
+        )
+        routes = np.array(
+            [self._routes_of(p, int(src[i]), int(dst[i])) for p, i in zip(pairs.tolist(), first.tolist())]
+        ).reshape(-1, 4)[inverse]
+        start = len(self.src)
+        new = {
+            "src": src,
+            "dst": dst,
+            "leaf": leaf,
+            "base": routes[:, 0].astype(np.int64),
+            "nroutes": routes[:, 1].astype(np.int64),
+            "disjoint": routes[:, 2].astype(bool),
+            "bottleneck": routes[:, 3],
+        }
+        for name in COLUMNS:
+            setattr(self, name, np.concatenate([getattr(self, name), new[name]]))
+        out = np.full(len(keys), -1, dtype=np.int64)
+        out[valid] = np.arange(start, start + len(valid))
+        self._row.update(zip(keys, out.tolist()))
+        return out
+
+    def _routes_of(self, pair: int, src: int, dst: int) -> tuple[int, int, bool, float]:
+        found = self._pair_routes.get(pair)
+        if found is None:
+            routes = self.index.routes(self.nics[src], self.nics[dst])  # the same for every NIC of the two leaves
+            found = self._pair_routes[pair] = (routes.base, len(routes.vias), routes.disjoint, routes.bottleneck_bps)
+        return found
+
+    def src_nic(self, row: int) -> NicId:
+        return self.nics[int(self.src[row])]
+
+    def dst_nic(self, row: int) -> NicId:
+        return self.nics[int(self.dst[row])]
+
+    def leaf_of(self, node: str) -> int:
+        """A leaf's number, -1 if it is no leaf of the fabric."""
+        return self._leaf_number.get(node, -1)
+
+    def pair_codes(self, pairs: Collection[tuple[NicId, NicId]]) -> np.ndarray:
+        """NIC pairs (placed jobs', pinned ones) as sorted numbers, for
+        `np.isin` against `pair_code`; the last set asked for is remembered
+        (the same intent comes every cycle)."""
+        if self._pairs is None or self._pairs[0] is not pairs:
+            number = self.nic_number
+            codes = [number[s] * len(number) + number[d] for s, d in pairs if s in number and d in number]
+            self._pairs = (pairs, np.unique(np.array(codes, dtype=np.int64)))
+        return self._pairs[1]
+
+    def among(self, rows: np.ndarray, pairs: Collection[tuple[NicId, NicId]]) -> np.ndarray:
+        """Per row: its NIC pair is one of `pairs`."""
+        if not pairs or not len(rows):
+            return np.zeros(len(rows), dtype=bool)
+        return np.isin(self.src[rows] * len(self.nic_number) + self.dst[rows], self.pair_codes(pairs))
+
+
+_CATALOGS: weakref.WeakKeyDictionary[Fabric, FlowCatalog] = weakref.WeakKeyDictionary()
+
+
+def flow_catalog(fabric: Fabric) -> FlowCatalog:
+    """The fabric's catalog, made on first use (a Fabric is immutable)."""
+    catalog = _CATALOGS.get(fabric)
+    if catalog is None:
+        catalog = _CATALOGS[fabric] = FlowCatalog(link_index(fabric))
+    return catalog

@@ -1,0 +1,90 @@
+"""Telemetry as the engine reads it: one snapshot of flow records and one of
+port samples, as columns. The LinkView keeps samples by key, as they
+arrive; a cycle reads all of them at once, tens of thousands on a large
+fabric, and reads them as arrays. A producer that has its samples as
+arrays already (the simulator's sensor) makes frames directly. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from controller.fabric import Endpoint
+from controller.te.engine.links import UNKNOWN, LinkIndex
+from controller.te.view import FlowKey, FlowSample, PortSample
+
+
+@dataclass(frozen=True, eq=False)
+class FlowFrame:
+    """Flow records, one row each. `ingress` and `transit`: the egress ids
+    (LinkIndex) the flow's ingress leaf and a second hashing switch send it
+    out of; -1 where unreported, UNKNOWN where not an egress of the fabric."""
+
+    keys: Sequence[FlowKey]
+    rate_bps: np.ndarray
+    observed_at: np.ndarray
+    ingress: np.ndarray
+    transit: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @classmethod
+    def of(cls, index: LinkIndex, flows: Mapping[FlowKey, FlowSample]) -> FlowFrame:
+        ids = index.ids
+        n = len(flows)
+        samples = flows.values()
+        return cls(
+            list(flows),
+            np.fromiter((s.rate_bps for s in samples), dtype=float, count=n),
+            np.fromiter((s.observed_at for s in samples), dtype=float, count=n),
+            np.fromiter((-1 if s.ingress is None else ids.get(s.ingress, UNKNOWN) for s in samples), np.int64, n),
+            np.fromiter((-1 if s.transit is None else ids.get(s.transit, UNKNOWN) for s in samples), np.int64, n),
+        )
+
+    @classmethod
+    def empty(cls) -> FlowFrame:
+        none = np.zeros(0)
+        return cls([], none, none, none.astype(np.int64), none.astype(np.int64))
+
+
+@dataclass(frozen=True, eq=False)
+class PortFrame:
+    """Port samples, one row per egress of the LinkIndex (and its pad):
+    what each sends (smoothed, as the LinkView keeps it), when that was
+    observed (-inf: never reported) and whether the port has carrier."""
+
+    tx_bps: np.ndarray
+    observed_at: np.ndarray
+    up: np.ndarray
+
+    @classmethod
+    def of(cls, index: LinkIndex, ports: Mapping[Endpoint, PortSample]) -> PortFrame:
+        frame = cls.empty(index)
+        ids = index.ids
+        for egress, sample in ports.items():
+            i = ids.get(egress)
+            if i is not None:
+                frame.tx_bps[i] = sample.tx_bps
+                frame.observed_at[i] = sample.observed_at
+                frame.up[i] = sample.up
+        return frame
+
+    @classmethod
+    def empty(cls, index: LinkIndex) -> PortFrame:
+        n = len(index.capacity)
+        return cls(np.zeros(n), np.full(n, -np.inf), np.ones(n, dtype=bool))
+
+
+def frames(
+    index: LinkIndex,
+    flows: FlowFrame | Mapping[FlowKey, FlowSample],
+    ports: PortFrame | Mapping[Endpoint, PortSample],
+) -> tuple[FlowFrame, PortFrame]:
+    """Telemetry as frames, whichever form it came in."""
+    return (
+        flows if isinstance(flows, FlowFrame) else FlowFrame.of(index, flows),
+        ports if isinstance(ports, PortFrame) else PortFrame.of(index, ports),
+    )
