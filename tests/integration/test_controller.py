@@ -5,10 +5,12 @@ One daemon process and one fabric per module; tests run in file order and
 each leaves the intent empty again.
 """
 
+import contextlib
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -129,62 +131,93 @@ def test_kill_9_during_an_incast_keeps_its_meters_and_restart_sends_no_meter_mod
     downlink = emu.fabric.attachment(receiver)
     receiver_queue = ad.switch_port_name(downlink.node, downlink.port)
 
-    def queue_samples(seconds: float) -> list[int]:
-        """The receiver's downlink queue (backlog bytes), every 100 ms."""
-        samples = []
-        for _ in range(int(seconds * 10)):
-            samples.append(read_queues()[receiver_queue][0])
-            time.sleep(0.1)
-        return samples
+    def receiver_drops() -> int:
+        return read_queues()[receiver_queue][1]
 
     agent = TelemetryAgent(emu.fabric, f"127.0.0.1:{ctl.ports.grpc}").start()
-    run = TrafficRun(emu.popen, flows, duration_s=20).start()
+    run = TrafficRun(emu.popen, flows, duration_s=24).start()
     try:
         deadline = time.monotonic() + 8
         while len(meters()) < len(senders):
             assert time.monotonic() < deadline, f"the incast was not metered: {meters()}"
             time.sleep(0.2)
         time.sleep(1)
-        steady_queue = queue_samples(3)  # the same incast, metered, no restart
         before = meters()
         metered_entries = {leaf: sum("meter:" in line for line in ovs.dump_flows(leaf)) for leaf in leaves}
         gaps: list[str] = []
+
+        @contextlib.contextmanager
+        def watching(queue: list[int]) -> Iterator[None]:
+            """Every 100 ms while the block runs: the receiver's downlink queue
+            (backlog bytes) into `queue`; the meters and their entries never go."""
+            stop = threading.Event()
+
+            def watch() -> None:
+                while not stop.wait(0.1):
+                    queue.append(read_queues()[receiver_queue][0])
+                    now = meters()
+                    if now.keys() != before.keys():
+                        gaps.append(f"meters {sorted(now)} instead of {sorted(before)}")
+                    for leaf, count in metered_entries.items():
+                        if sum("meter:" in line for line in ovs.dump_flows(leaf)) != count:
+                            gaps.append(f"{leaf}: a metered entry went missing")
+
+            watcher = threading.Thread(target=watch)
+            watcher.start()
+            try:
+                yield
+            finally:
+                stop.set()
+                watcher.join()
+
+        steady_queue: list[int] = []
+        steady_from = meters(), receiver_drops()
+        with watching(steady_queue):  # the same incast, metered, sampled the same way, no restart
+            time.sleep(5)
         restart_queue: list[int] = []
-        watching = threading.Event()
-
-        def watch() -> None:  # every 100 ms through the restart: the meters and their entries never go
-            while not watching.wait(0.1):
-                restart_queue.append(read_queues()[receiver_queue][0])
-                now = meters()
-                if now.keys() != before.keys():
-                    gaps.append(f"meters {sorted(now)} instead of {sorted(before)}")
-                for leaf, count in metered_entries.items():
-                    if sum("meter:" in line for line in ovs.dump_flows(leaf)) != count:
-                        gaps.append(f"{leaf}: a metered entry went missing")
-
-        watcher = threading.Thread(target=watch)
-        watcher.start()
-        try:
+        restart_from = meters(), receiver_drops()
+        with watching(restart_queue):
             ctl.kill()  # SIGKILL, mid-incast
             time.sleep(1)
             ctl.start()
             ctl.wait_ready(len(emu.fabric.switches))
             samples = ctl.wait_reconciles(2)
-        finally:
-            watching.set()
-            watcher.join()
-        after = meters()
+        restart_to = meters(), receiver_drops()
+        after = restart_to[0]
     finally:
         run.wait()
         agent.stop()
 
     assert gaps == []
     assert sum(metered_entries.values()) >= len(senders)
-    # The receiver sees the restart no more than the steady incast: queue p99
-    # within 20 % (or one jumbo frame, tc's resolution being packets).
-    steady_p99, restart_p99 = percentile(steady_queue, 0.99), percentile(restart_queue, 0.99)
-    print(f"receiver queue p99: {steady_p99:.0f} B steady, {restart_p99:.0f} B through the restart")
-    assert restart_p99 <= max(1.2 * steady_p99, steady_p99 + 9000), (steady_queue, restart_queue)
+    # The receiver is hit no harder through the restart than in the metered
+    # steady state: both windows are judged alike, by what tells a metered
+    # incast from an unmetered one, not by their largest samples. On this
+    # 2-core host, whenever something else takes the CPU, the userspace
+    # datapath forwards what arrived meanwhile in a bunch, and a sample may
+    # catch 1-10 frames in the queue, metered or not (senders held to the
+    # meters' rate with no meter at all do it too). The restarted controller's
+    # start-up, ~1.5 s of CPU, is such a load: on a quiet host 3-12 % of the
+    # restart's samples catch a bunch against about 1 % of a steady window's;
+    # a CPU hog with no restart does the same, and with the host busy either
+    # window may. What the queue never does, metered, is stand: the median
+    # sample is 0-3 frames, and the receiver's queue drops 0-9 packets while
+    # the meters drop ~1,400/s. Unmetered it stands near full (every sample
+    # 7-12 frames, median 11) and drops ~650/s: meters lost for a few tenths
+    # of a second fail the second check, for half the window both.
+    half_queue = emu.fabric.spec.emulation.queue_packets * emu.fabric.spec.emulation.mtu / 2
+    for name, queue, (meters_from, drops_from), (meters_to, drops_to) in (
+        ("steady", steady_queue, steady_from, restart_from),
+        ("through the restart", restart_queue, restart_from, restart_to),
+    ):
+        dropped = drops_to - drops_from
+        policed = sum(meters_to[i] - meters_from[i] for i in meters_from if i in meters_to)
+        print(
+            f"receiver queue {name}: p50 {percentile(queue, 0.5)} B, p90 {percentile(queue, 0.9)} B, "
+            f"max {max(queue)} B ({len(queue)} samples); it dropped {dropped} packets, the meters {policed}"
+        )
+        assert percentile(queue, 0.5) < half_queue, (name, queue)
+        assert dropped * 100 <= policed, (name, dropped, policed)
 
     assert total(samples, "railyard_meter_mods_total") == 0, "the restarted controller rewrote its meters"
     assert total(samples, FLOW_MODS) == 0
