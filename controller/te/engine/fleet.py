@@ -14,6 +14,13 @@ from controller.te.engine.state import Elephants, EngineConfig
 TOLERANCE = 1e-6  # of capacity: a link at exactly its capacity is full, not over
 
 
+def distinct(values: np.ndarray) -> np.ndarray:
+    """np.unique for the short arrays of a turn, where its general form's
+    setup costs more than the sort."""
+    ordered = np.sort(values)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))] if len(ordered) else ordered
+
+
 class Fleet:
     """The cycle's elephants as arrays (route-table row, demand, rate), their
     summed loads by demand (row 0) and as measured (row 1), and which
@@ -84,11 +91,11 @@ class Fleet:
         lo, hi = np.searchsorted(self._links, [link, link + 1])
         found = self._owners[lo:hi]
         if link in self._joined:
-            found = np.unique(np.concatenate([found, self._joined[link]]))
+            found = distinct(np.concatenate([found, self._joined[link]]))
             found = found[(self.index.table()[self.rows[found]] == link).any(axis=1)]
         elif self._moved:
             found = found[(self.index.table()[self.rows[found]] == link).any(axis=1)]
-        return np.sort(found)
+        return found
 
     def on_links(self, links: np.ndarray) -> np.ndarray:
         """The elephants on any of `links`, before any place or move."""
@@ -187,7 +194,7 @@ class Fleet:
             rows = self.index.rows_through(list(self._stale))
             self._stale.clear()
             self._peak[rows] = (self.both[0][table[rows]] / self.capacity[table[rows]]).max(axis=1, initial=0.0)
-            self._rank(np.unique(block[rows]))
+            self._rank(distinct(block[rows]))
         return self._peak
 
     def _rank(self, blocks: np.ndarray) -> None:
@@ -229,26 +236,40 @@ class Fleet:
         raised = self.bps[members, 0] / self._widest[b]
         return ~self.disjoint[members] | (peak[here] - others - raised >= cfg.min_gain)
 
-    def gain_now(self, i: int, row: int, cfg: EngineConfig, metered: bool) -> float | None:
-        """What moving elephant i to its route `row` saves on its bottleneck
-        by demand, on the loads as they stand; None if the move does not
-        pass (gains.Weights: the same test, for one elephant and route, in
-        scalars: a turn checks each of its moves so)."""
-        both, capacity, count = self.both, self.capacity, self.count
+    def best_move_now(self, i: int, cfg: EngineConfig, metered: bool) -> tuple[int, float] | None:
+        """(route, gain) of elephant i's best move on the loads as they stand,
+        None if none passes: gains.Weights' test for one elephant, in
+        scalars (a turn checks each move after its first so, and an array
+        pass over one elephant's few routes costs more than the loop)."""
+        routes = self.index.routes_at(int(self.base[i]))
+        flat = routes.hops.ravel()
+        links, width = flat.tolist(), routes.hops.shape[1]
+        caps = routes.capacity.ravel().tolist()
+        by_demand, measured = self.both[0][flat].tolist(), self.both[1][flat].tolist()
+        count, dead = self.count[flat].tolist(), self.dead[flat].tolist()
         demand, rate = self.bps[i].tolist()
-        here, there = self.hops(i).tolist(), self.route_hops(i, row).tolist()
-        old, new = [h for h in here if h not in there], [h for h in there if h not in here]
-        caps = capacity[old].tolist()
-        old_demand = max(load / c for load, c in zip(both[0][old].tolist(), caps))
-        old_rate = max(load / c for load, c in zip(both[1][old].tolist(), caps))
-        caps = capacity[new].tolist()
-        new_demand = max((load + demand) / c for load, c in zip(both[0][new].tolist(), caps))
-        new_rate = max((load + rate) / c for load, c in zip(both[1][new].tolist(), caps))
-        gain = old_demand - new_demand
-        if gain < cfg.min_gain:
-            return None
-        fair = min(c / (n + (h not in here)) for h, c, n in zip(there, capacity[there].tolist(), count[there].tolist()))
-        return gain if metered or old_rate - new_rate > 0 or fair >= rate * (1 + cfg.min_gain) else None
+        here = self.row(i)
+        now = range(here * width, (here + 1) * width)
+        own = {links[j] for j in now}
+        best: tuple[int, float] | None = None
+        for row in range(len(routes.vias)):
+            there = range(row * width, (row + 1) * width)
+            if row == here or any(dead[j] for j in there):
+                continue
+            route = {links[j] for j in there}
+            # Only links the two routes do not share count.
+            before = [j for j in now if links[j] not in route]
+            after = [j for j in there if links[j] not in own]
+            if not before or not after:
+                continue
+            gain = max(by_demand[j] / caps[j] for j in before) - max((by_demand[j] + demand) / caps[j] for j in after)
+            if gain < cfg.min_gain or (best is not None and gain <= best[1]):
+                continue
+            falls = max(measured[j] / caps[j] for j in before) > max((measured[j] + rate) / caps[j] for j in after)
+            fair = min(caps[j] / (count[j] + (links[j] not in own)) for j in there)
+            if metered or falls or fair >= rate * (1 + cfg.min_gain):
+                best = (row, gain)
+        return best
 
     def least_loaded(self, i: int) -> int | None:
         """The live route whose peak would be lowest with elephant i on it."""

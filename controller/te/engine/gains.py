@@ -141,20 +141,6 @@ class Weights:
         ok = ~self.blocked[ks] & (gain >= cfg.min_gain) & ((gain_measured > 0) | fairer | self.metered[ks][:, None])
         return gain, ok
 
-    def best(self, k: int, cfg: EngineConfig, changed: np.ndarray) -> tuple[int, float] | None:
-        """(route, gain) of the best move of the elephant at position k on the
-        loads as they stand (its routes crossing `changed` links weighed
-        anew), or None if none passes."""
-        routes = self.peak.shape[1]
-        stale = np.flatnonzero(changed[self.hops[:, k]].any(axis=0))
-        if len(stale):
-            self._weigh(k * routes + stale)
-        gain, ok = self.gains(cfg, np.array([k]))
-        if not ok.any():
-            return None
-        row = int(np.argmax(np.where(ok[0], gain[0], -np.inf)))
-        return row, float(gain[0, row])
-
 
 def best_of(fleet: Fleet, members: np.ndarray, cfg: EngineConfig, metered: np.ndarray) -> Gains:
     """Per elephant of `members` that has one, the route that saves most on
@@ -228,15 +214,10 @@ class Turn:
                 if not allowed(i):
                     continue
                 if round_moves:  # on the loads the moves before it left
-                    if changed[weights.hops[:, k]].any():
-                        again = weights.best(k, cfg, changed)
-                        if again is None:
-                            break
-                        row, now = again
-                    elif (now_gain := fleet.gain_now(i, row, cfg, bool(weights.metered[k]))) is None:
+                    again = fleet.best_move_now(i, cfg, bool(weights.metered[k]))
+                    if again is None:
                         break
-                    else:
-                        now = now_gain
+                    row, now = again
                 changed[move(i, row, now)] = True
                 weights.blocked[k] = True  # moved: it rests now
                 round_moves += 1
