@@ -41,7 +41,7 @@ def random_fleet(fabric, rng: np.random.Generator, flows: int, dead_links: int =
     few links dead."""
     catalog = flow_catalog(fabric)
     nics = list(fabric.nics)
-    keys = []
+    keys: list[tuple[str, str, str, int, int]] = []
     while len(keys) < flows:
         src, dst = (nics[int(i)] for i in rng.choice(len(nics), 2, replace=False))
         if len(catalog.index.routes(src, dst).vias) > 1:
