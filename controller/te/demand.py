@@ -53,8 +53,7 @@ def nic_limited(srcs: list[NicId], dsts: list[NicId], nic_bps: float, rounds: in
 
 def nic_limited_by_number(src: np.ndarray, dst: np.ndarray, nic_bps: float, rounds: int = 10) -> np.ndarray:
     """`nic_limited` with the NICs as numbers (equal NICs equal numbers, each
-    at least 0). Arithmetic over all senders at once; only oversubscribed
-    receivers (incasts) are visited one by one."""
+    at least 0). Arithmetic over all senders and all receivers at once."""
     if not len(src):
         return np.zeros(0)
     demand = np.zeros(len(src))
@@ -67,17 +66,37 @@ def nic_limited_by_number(src: np.ndarray, dst: np.ndarray, nic_bps: float, roun
         share = np.maximum(nic_bps - held, 0.0) / np.maximum(free, 1.0)
         demand = np.where(limited, demand, share[src])
         asked = np.bincount(dst, weights=demand)
-        for receiver in np.flatnonzero(asked > nic_bps * (1 + 1e-9)):
-            members = np.flatnonzero(dst == receiver)
-            total, pending = nic_bps, sorted(members, key=lambda i: demand[i])
-            while pending and demand[pending[0]] < total / len(pending):
-                total -= demand[pending.pop(0)]  # small flows keep what they ask for
-            for i in pending:
-                demand[i] = total / len(pending)
-                limited[i] = True
+        over = asked > nic_bps * (1 + 1e-9)
+        if over[dst].any():
+            _receivers_share(dst, demand, limited, over, nic_bps)
         if np.array_equal(demand, before):
             break
     return demand
+
+
+def _receivers_share(
+    dst: np.ndarray, demand: np.ndarray, limited: np.ndarray, over: np.ndarray, nic_bps: float
+) -> None:
+    """Every receiver asked for more than its NIC gives its flows max-min
+    shares of it: taking its flows from the smallest, each keeps what it
+    asks for while that is under an even split of what is left; from the
+    first that is not, each gets that split and is receiver-limited. All
+    such receivers at once, in place."""
+    flows = np.flatnonzero(over[dst])
+    flows = flows[np.lexsort((flows, demand[flows], dst[flows]))]  # by receiver, then demand
+    receiver, asked = dst[flows], demand[flows]
+    starts = np.flatnonzero(np.concatenate(([True], receiver[1:] != receiver[:-1])))
+    group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(flows))))
+    position = np.arange(len(flows)) - starts[group]
+    before = np.cumsum(asked) - asked
+    before -= before[starts][group]  # what the smaller flows of its receiver ask for
+    left = np.bincount(group)[group] - position
+    split = (nic_bps - before) / left
+    stop = asked >= split
+    first = np.minimum.reduceat(np.where(stop, np.arange(len(flows)), len(flows)), starts)
+    cut = np.arange(len(flows)) >= first[group]
+    demand[flows[cut]] = split[first[group[cut]]]
+    limited[flows[cut]] = True
 
 
 def _dense(nics: list[NicId]) -> np.ndarray:

@@ -70,7 +70,8 @@ class Fleet:
         self._widest = np.zeros(0)  # per block, its widest hop's capacity
         self._lowest = np.zeros((2, 0), dtype=np.int64)  # per block, the rows of its lowest two live peaks
         self._stale: set[int] = set()  # links whose rows' peaks are out of date
-        self._occupied = np.zeros(0, dtype=np.int64)  # per route-table row, the elephants on it
+        # Per route-table row (as the table was), the elephants on it.
+        self._occupied = np.bincount(self.rows[self.rows >= 0], minlength=len(index.table()))
 
     def row(self, i: int) -> int:
         """Elephant i's route, as a row of its routes."""
@@ -126,10 +127,12 @@ class Fleet:
 
     def limits_a_member(self, link: int) -> bool:
         """Some elephant on `link` has it for its bottleneck by demand (ties count)."""
-        peak = self._route_peaks()
         rows = self.index.rows_through([link])
-        limited = peak[rows] <= self.utilization(link) * (1 + TOLERANCE)
-        return bool((limited & (self._occupied[rows] > 0)).any())
+        rows = rows[rows < len(self._occupied)]
+        rows = rows[self._occupied[rows] > 0]
+        hops = self.index.table()[rows]
+        peak = (self.both[0][hops] / self.capacity[hops]).max(axis=1, initial=0.0)
+        return bool((peak <= self.utilization(link) * (1 + TOLERANCE)).any())
 
     def over_mask(self) -> np.ndarray:
         return self.both[0] > self.capacity * (1 + TOLERANCE)
@@ -150,8 +153,7 @@ class Fleet:
             self._joined.setdefault(link, []).append(i)
         self._moved = True
         self._stale.update(hops.tolist())
-        if len(self._occupied):
-            self._occupied[self.rows[i]] += 1
+        self._occupied[self.rows[i]] += 1
 
     def move(self, i: int, row: int) -> None:
         # A path is a handful of links: scalar updates beat fancy indexing here.
@@ -167,9 +169,8 @@ class Fleet:
             both[0, link] += demand
             both[1, link] += rate
             count[link] += 1
-        if len(self._occupied):
-            self._occupied[self.rows[i]] -= 1
-            self._occupied[self.base[i] + row] += 1
+        self._occupied[self.rows[i]] -= 1
+        self._occupied[self.base[i] + row] += 1
         self.rows[i] = self.base[i] + row
         self._moved = True
         self._stale.update(old, new)
@@ -183,7 +184,6 @@ class Fleet:
         starts, _, block = self.index.blocks()
         if len(self._peak) != len(table):
             self._peak = (self.both[0][table] / self.capacity[table]).max(axis=1, initial=0.0)
-            self._occupied = np.bincount(self.rows[self.rows >= 0], minlength=len(table))
             self._dead_row = self.dead[table].any(axis=1)
             widest = np.where(table == self.index.pad, 0.0, self.capacity[table]).max(axis=1, initial=0.0)
             self._widest = np.maximum.reduceat(widest, starts) if len(starts) else np.zeros(0)
@@ -236,40 +236,42 @@ class Fleet:
         raised = self.bps[members, 0] / self._widest[b]
         return ~self.disjoint[members] | (peak[here] - others - raised >= cfg.min_gain)
 
-    def best_move_now(self, i: int, cfg: EngineConfig, metered: bool) -> tuple[int, float] | None:
-        """(route, gain) of elephant i's best move on the loads as they stand,
-        None if none passes: gains.Weights' test for one elephant, in
-        scalars (a turn checks each move after its first so, and an array
-        pass over one elephant's few routes costs more than the loop)."""
+    def best_move_now(self, i: int, cfg: EngineConfig, metered: bool) -> tuple[int, float, float] | None:
+        """(route, gain, the route's peak with it there) of elephant i's best
+        move on the loads as they stand, None if none passes: gains.Weights'
+        test for one elephant, over its own routes only (a turn weighs a few
+        elephants so, and checks each move after its first: Weights' padded
+        arrays cost more for one)."""
         routes = self.index.routes_at(int(self.base[i]))
-        flat = routes.hops.ravel()
-        links, width = flat.tolist(), routes.hops.shape[1]
-        caps = routes.capacity.ravel().tolist()
-        by_demand, measured = self.both[0][flat].tolist(), self.both[1][flat].tolist()
-        count, dead = self.count[flat].tolist(), self.dead[flat].tolist()
-        demand, rate = self.bps[i].tolist()
+        hops, cap = routes.hops, routes.capacity
         here = self.row(i)
-        now = range(here * width, (here + 1) * width)
-        own = {links[j] for j in now}
-        best: tuple[int, float] | None = None
-        for row in range(len(routes.vias)):
-            there = range(row * width, (row + 1) * width)
-            if row == here or any(dead[j] for j in there):
-                continue
-            route = {links[j] for j in there}
-            # Only links the two routes do not share count.
-            before = [j for j in now if links[j] not in route]
-            after = [j for j in there if links[j] not in own]
-            if not before or not after:
-                continue
-            gain = max(by_demand[j] / caps[j] for j in before) - max((by_demand[j] + demand) / caps[j] for j in after)
-            if gain < cfg.min_gain or (best is not None and gain <= best[1]):
-                continue
-            falls = max(measured[j] / caps[j] for j in before) > max((measured[j] + rate) / caps[j] for j in after)
-            fair = min(caps[j] / (count[j] + (links[j] not in own)) for j in there)
-            if metered or falls or fair >= rate * (1 + cfg.min_gain):
-                best = (row, gain)
-        return best
+        demand, rate = self.bps[i].tolist()
+        by_demand, measured = self.both[0][hops], self.both[1][hops]
+        with_demand = (by_demand + demand) / cap
+        with_rate = (measured + rate) / cap
+        if routes.disjoint:
+            before = [(by_demand[here] / cap[here]).max(), (measured[here] / cap[here]).max()]
+            new_demand, new_rate = with_demand.max(axis=1), with_rate.max(axis=1)
+            peak = new_demand
+            fair = (cap / (self.count[hops] + 1)).min(axis=1)
+        else:
+            shared = np.isin(hops, hops[here])  # on the old route too: it carries the elephant already
+            kept = (hops[here][None, :, None] == hops[:, None, :]).any(axis=2)  # old link still used there
+            before = [np.where(kept, -np.inf, load[here] / cap[here]).max(axis=1) for load in (by_demand, measured)]
+            new_demand = np.where(shared, -np.inf, with_demand).max(axis=1)
+            new_rate = np.where(shared, -np.inf, with_rate).max(axis=1)
+            peak = np.where(shared, by_demand / cap, with_demand).max(axis=1)
+            fair = (cap / (self.count[hops] + ~shared)).min(axis=1)
+        with np.errstate(invalid="ignore"):  # its own route: nothing differs, -inf - -inf
+            gain = before[0] - new_demand
+            falls = before[1] - new_rate > 0
+        ok = (gain >= cfg.min_gain) & (falls | (fair >= rate * (1 + cfg.min_gain)) | metered)
+        ok[here] = False
+        ok &= ~self.dead[hops].any(axis=1)
+        if not ok.any():
+            return None
+        row = int(np.argmax(np.where(ok, gain, -np.inf)))
+        return row, float(gain[row]), float(peak[row])
 
     def least_loaded(self, i: int) -> int | None:
         """The live route whose peak would be lowest with elephant i on it."""

@@ -15,6 +15,7 @@ from controller.te.engine.fleet import Fleet
 from controller.te.engine.state import EngineConfig
 
 BATCH_ELEPHANTS = 4096  # elephants per array pass of best_of: bounds its temporaries to tens of MB
+ONE_BY_ONE = 8  # a turn with no more candidates than this weighs them in scalars: an array pass costs more
 
 
 class Gains(NamedTuple):
@@ -169,19 +170,24 @@ def any_gain(fleet: Fleet, members: np.ndarray, cfg: EngineConfig, metered: np.n
 
 class Turn:
     """One link's turn: its candidates moved off while the link is over and
-    a move passes. Each round weighs them all (in one array pass, then only
-    the routes the last round's moves changed) and takes them in order, the
-    move leaving the lowest peak on the link and the route it takes first
-    (the lowest peak, not the largest gain, which would favour the smallest
-    elephants and can leave the big ones stuck where only a swap would free
-    them); each move checked again on the loads the moves before it left,
-    on all its routes where those moves changed one. A round ends at the
-    first that no longer passes; the turn, at a round that moves none."""
+    a move passes, the move leaving the lowest peak on the link and the
+    route it takes first (the lowest peak, not the largest gain, which would
+    favour the smallest elephants and can leave the big ones stuck where
+    only a swap would free them), each weighed on the loads the moves
+    before it left.
+
+    A few candidates are weighed one by one, again after each move. Many
+    (behind an oversubscribed core, hundreds on each core link) go in
+    rounds: each round weighs them all in one array pass (then only the
+    routes the last round's moves changed) and takes them in that order,
+    each move after the first weighed again alone; a round ends at the first
+    that no longer passes, the turn at a round that moves none."""
 
     def __init__(self, fleet: Fleet, link: int, candidates: np.ndarray, metered: np.ndarray) -> None:
         self.fleet = fleet
         self.link = link
-        self.weights = Weights(fleet, candidates, metered)
+        self.candidates = candidates
+        self.metered = metered
 
     def run(
         self, cfg: EngineConfig, allowed: Callable[[int], bool], move: Callable[[int, int, float], list[int]]
@@ -189,7 +195,40 @@ class Turn:
         """Moves through `move(elephant, route, gain)`, which returns the
         links whose load it changed; `allowed(elephant)`: the budget still
         lets it move. Returns how many it moved."""
-        fleet, weights, link = self.fleet, self.weights, self.link
+        if len(self.candidates) <= ONE_BY_ONE:
+            return self._one_by_one(cfg, allowed, move)
+        return self._in_rounds(cfg, allowed, move)
+
+    def _left(self, i: int) -> float:
+        """The link's utilization by demand with elephant i off it."""
+        fleet = self.fleet
+        return float((fleet.both[0][self.link] - fleet.bps[i, 0]) / fleet.capacity[self.link])
+
+    def _one_by_one(
+        self, cfg: EngineConfig, allowed: Callable[[int], bool], move: Callable[[int, int, float], list[int]]
+    ) -> int:
+        fleet, waiting, moves = self.fleet, self.candidates.tolist(), 0
+        while fleet.over(self.link):
+            best: tuple[float, float, int, int] | None = None
+            for i in waiting:
+                found = fleet.best_move_now(i, cfg, bool(self.metered[i])) if allowed(i) else None
+                if found is not None:
+                    row, gain, peak = found
+                    candidate = (max(self._left(i), peak), -gain, i, row)
+                    best = candidate if best is None else min(best, candidate)
+            if best is None:
+                break
+            _, minus_gain, i, row = best
+            move(i, row, -minus_gain)
+            waiting.remove(i)
+            moves += 1
+        return moves
+
+    def _in_rounds(
+        self, cfg: EngineConfig, allowed: Callable[[int], bool], move: Callable[[int, int, float], list[int]]
+    ) -> int:
+        fleet, link = self.fleet, self.link
+        weights = Weights(fleet, self.candidates, self.metered)
         moves = 0
         while fleet.over(link):
             gain, ok = weights.gains(cfg)
@@ -217,7 +256,7 @@ class Turn:
                     again = fleet.best_move_now(i, cfg, bool(weights.metered[k]))
                     if again is None:
                         break
-                    row, now = again
+                    row, now, _ = again
                 changed[move(i, row, now)] = True
                 weights.blocked[k] = True  # moved: it rests now
                 round_moves += 1
