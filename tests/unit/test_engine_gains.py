@@ -71,7 +71,9 @@ def test_the_gain_test_in_arrays_and_in_scalars_agree(shape, seed, flows, dead_l
     cfg = EngineConfig()
     metered = rng.random(flows) < 0.2
     found = best_of(fleet, np.arange(flows), cfg, metered)
-    by_array = {int(i): (int(r), float(g)) for i, r, g in zip(found.elephant, found.route, found.gain)}
+    by_array = {
+        int(i): (int(r), float(g), float(p)) for i, r, g, p in zip(found.elephant, found.route, found.gain, found.peak)
+    }
     for i in range(flows):
         scalar = fleet.best_move_now(i, cfg, bool(metered[i]))
         if i not in by_array:
@@ -79,6 +81,7 @@ def test_the_gain_test_in_arrays_and_in_scalars_agree(shape, seed, flows, dead_l
         else:
             assert scalar is not None and scalar[0] == by_array[i][0], (i, scalar, by_array[i])
             assert math.isclose(scalar[1], by_array[i][1], rel_tol=1e-9, abs_tol=1e-12)
+            assert math.isclose(scalar[2], by_array[i][2], rel_tol=1e-9, abs_tol=1e-12)
 
 
 @settings(max_examples=40, deadline=None)

@@ -14,9 +14,11 @@ keeps noisy counters from moving flows that get what they ask for.
 Caps are local: each leaf moves at most `max_moves_per_leaf` elephants per
 cycle (by default its uplink count), and a moved flow stays put for
 `hysteresis_s`. The work is proportional to the links over capacity, not to
-the fabric: loads are summed with one bincount, the elephants on links over
-capacity are weighed in one array pass (fleet.py), and only links where some
-elephant could move take a turn of their own. Pure."""
+the fabric: loads are summed with one bincount; the most utilized link over
+capacity takes a turn (gains.Turn) and sheds elephants while a move passes;
+a bound from the routes' peaks (Fleet.may_gain) tells, with a few lookups,
+the links none of whose elephants could gain, which take no turn at all
+(behind an oversubscribed core, most of them). Pure."""
 
 from __future__ import annotations
 
