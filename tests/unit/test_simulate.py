@@ -29,7 +29,7 @@ from emulation.simulate.routes import Network, build_routes, ecmp_routes, flow_h
 from emulation.simulate.run import RESOLVE_S, simulate
 from emulation.simulate.timeline import Iteration
 from emulation.simulate.traffic import arm_of, build_arms
-from emulation.workload import WorkloadError, load_workload, parse_workload
+from emulation.workload import WorkloadError, available, load_workload, parse_workload
 from emulation.workload.events import check_events
 from emulation.workload.expand import Placed, expand
 from emulation.workload.placers import railyard_placer
@@ -217,8 +217,10 @@ def test_shipped_scenarios_fault_against_the_fabric_with_the_field_named():
         assert info.value.field == field
 
 
-def test_every_shipped_simulator_scenario_loads():
-    for name in ("elephant", "incast-8", "job-mix", "job-mix-large", "link-failure", "training-mix-large"):
+def test_every_shipped_scenario_loads():
+    names = available()
+    assert {"elephant", "job-mix-large", "job-mix-32k", "training-mix-32k"} <= set(names)
+    for name in names:
         assert load_workload(name).name == name
 
 

@@ -52,22 +52,34 @@ class EngineConfig:
     meter_rate_tolerance: float = 0.1  # a new fair share within this of the old keeps the meter as is
 
 
-def _by_row(rows: np.ndarray) -> np.ndarray:
-    """Per catalog row up to the largest of `rows`, its position among them (-1: none)."""
-    at = np.full(int(rows.max()) + 1 if len(rows) else 0, -1, dtype=np.int64)
-    at[rows] = np.arange(len(rows))
-    return at
+class _ByFlow:
+    """Columns of flows, each with its FlowCatalog row (`cat`), found by that
+    row: the few flows a cycle looks up (its moves, its meters), without a
+    table of every flow's key."""
 
+    keys: list[FlowKey]
+    cat: np.ndarray
 
-def _find(at: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    if not len(at):
-        return np.full(len(rows), -1, dtype=np.int64)
-    inside = (rows >= 0) & (rows < len(at))
-    return np.where(inside, at[np.where(inside, rows, 0)], -1)
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    @functools.cached_property
+    def _at(self) -> np.ndarray:
+        at = np.full(int(self.cat.max()) + 1 if len(self.cat) else 0, -1, dtype=np.int64)
+        at[self.cat] = np.arange(len(self.cat))
+        return at
+
+    def find(self, cat: np.ndarray) -> np.ndarray:
+        """Per flow (by catalog row) its row here, -1 if it has none."""
+        at = self._at
+        if not len(at):
+            return np.full(len(cat), -1, dtype=np.int64)
+        inside = (cat >= 0) & (cat < len(at))
+        return np.where(inside, at[np.where(inside, cat, 0)], -1)
 
 
 @dataclass(frozen=True, eq=False)
-class Elephants:
+class Elephants(_ByFlow):
     """A cycle's elephants as columns, one row each (tens of thousands on a
     large fabric): `flow` is the row of its record in the cycle's FlowFrame
     (-1 for one carried over from `Recent`), `cat` its FlowCatalog row,
@@ -82,19 +94,6 @@ class Elephants:
     demand_bps: np.ndarray
     row: np.ndarray
 
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    @functools.cached_property
-    def _at(self) -> np.ndarray:
-        return _by_row(self.cat)
-
-    def find(self, cat: np.ndarray) -> np.ndarray:
-        """Per flow (by catalog row) the elephant it is, -1 if none: the few
-        flows a cycle looks up (its moves, its meters), without a table of
-        every elephant's key."""
-        return _find(self._at, cat)
-
     def __add__(self, other: Elephants) -> Elephants:
         if not len(other):
             return self
@@ -105,7 +104,7 @@ class Elephants:
 
 
 @dataclass(frozen=True, eq=False)
-class Recent:
+class Recent(_ByFlow):
     """Elephants seen lately, as columns: each as last seen, its rate the
     EWMA of its samples, `row` the route-table row it took (-1 unknown),
     `cat` its row in the FlowCatalog of that `generation`. A flow
@@ -119,17 +118,6 @@ class Recent:
     row: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     cat: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     generation: int = 0
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-    @functools.cached_property
-    def _at(self) -> np.ndarray:
-        return _by_row(self.cat)
-
-    def find(self, cat: np.ndarray) -> np.ndarray:
-        """Per flow (by catalog row) its row here, -1 if not seen lately."""
-        return _find(self._at, cat)
 
 
 @dataclass(frozen=True)
