@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from controller.te.engine.catalog import FlowCatalog
-from controller.te.engine.links import LinkIndex
+from controller.te.engine.links import LinkIndex, Routes
 from controller.te.engine.state import Elephants, EngineConfig
 
 TOLERANCE = 1e-6  # of capacity: a link at exactly its capacity is full, not over
@@ -70,6 +70,7 @@ class Fleet:
         self._widest = np.zeros(0)  # per block, its widest hop's capacity
         self._lowest = np.zeros((2, 0), dtype=np.int64)  # per block, the rows of its lowest two live peaks
         self._stale: set[int] = set()  # links whose rows' peaks are out of date
+        self._live: dict[int, np.ndarray] = {}  # block -> its routes that cross no dead link
         # Per route-table row (as the table was), the elephants on it.
         self._occupied = np.bincount(self.rows[self.rows >= 0], minlength=len(index.table()))
 
@@ -250,9 +251,9 @@ class Fleet:
         with_demand = (by_demand + demand) / cap
         with_rate = (measured + rate) / cap
         if routes.disjoint:
-            before = [(by_demand[here] / cap[here]).max(), (measured[here] / cap[here]).max()]
-            new_demand, new_rate = with_demand.max(axis=1), with_rate.max(axis=1)
-            peak = new_demand
+            peak = with_demand.max(axis=1)
+            gain = (by_demand[here] / cap[here]).max() - peak
+            falls = (measured[here] / cap[here]).max() > with_rate.max(axis=1)
             fair = (cap / (self.count[hops] + 1)).min(axis=1)
         else:
             shared = np.isin(hops, hops[here])  # on the old route too: it carries the elephant already
@@ -262,16 +263,23 @@ class Fleet:
             new_rate = np.where(shared, -np.inf, with_rate).max(axis=1)
             peak = np.where(shared, by_demand / cap, with_demand).max(axis=1)
             fair = (cap / (self.count[hops] + ~shared)).min(axis=1)
-        with np.errstate(invalid="ignore"):  # its own route: nothing differs, -inf - -inf
-            gain = before[0] - new_demand
-            falls = before[1] - new_rate > 0
+            with np.errstate(invalid="ignore"):  # its own route: nothing differs, -inf - -inf
+                gain = before[0] - new_demand
+                falls = before[1] - new_rate > 0
         ok = (gain >= cfg.min_gain) & (falls | (fair >= rate * (1 + cfg.min_gain)) | metered)
         ok[here] = False
-        ok &= ~self.dead[hops].any(axis=1)
+        ok &= self._live_routes(routes)
         if not ok.any():
             return None
         row = int(np.argmax(np.where(ok, gain, -np.inf)))
         return row, float(gain[row]), float(peak[row])
+
+    def _live_routes(self, routes: Routes) -> np.ndarray:
+        """Per route of a block: it crosses no dead link (dead links are fixed for a cycle)."""
+        live = self._live.get(routes.base)
+        if live is None:
+            live = self._live[routes.base] = ~self.dead[routes.hops].any(axis=1)
+        return live
 
     def least_loaded(self, i: int) -> int | None:
         """The live route whose peak would be lowest with elephant i on it."""
