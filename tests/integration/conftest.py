@@ -37,21 +37,10 @@ def emu(demo_fabric):
 @pytest.fixture(scope="module")
 def fabric_and_controller(demo_fabric, tmp_path_factory):
     """The demo fabric with the real controller daemon (a child process, fresh store) attached."""
-    from emulation.net import ovs
-    from emulation.net.fabric import EmulatedFabric
-    from emulation.processes.controller_process import ControllerProcess, Ports
+    from tests.integration.helpers import fabric_with_daemon
 
-    ovs.check_running()
-    tmp = tmp_path_factory.mktemp("controller")
-    ports = Ports.pick()
-    ctl = ControllerProcess(None, tmp / "intent.db", ports, tmp / "controller.log", reconcile_interval_s=1.0)
-    with EmulatedFabric(demo_fabric, controller=ports.controller_target) as emu:
-        ctl.start()
-        try:
-            ctl.wait_ready(len(demo_fabric.switches))
-            yield emu, ctl
-        finally:
-            ctl.stop()
+    with fabric_with_daemon(demo_fabric, None, tmp_path_factory.mktemp("controller")) as both:
+        yield both
 
 
 @pytest.fixture
@@ -62,8 +51,6 @@ def ctl(fabric_and_controller):
     if ctl.proc is None or ctl.proc.poll() is not None:
         ctl.start()
         ctl.wait_ready(len(fabric_and_controller[0].fabric.switches))
-    from tests.integration.helpers import clear_intent
+    from tests.integration.helpers import emptied
 
-    with ctl.client() as client:
-        clear_intent(client)
-    ctl.wait_reconciles(1)
+    emptied(ctl)

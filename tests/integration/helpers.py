@@ -8,8 +8,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from controller.api.client import ClientTls
-from controller.fabric import Endpoint
+from controller.fabric import Endpoint, Fabric
 from emulation.net import ovs
+from emulation.net.fabric import EmulatedFabric
 from emulation.net.ovs import PortStats
 from emulation.processes.controller_process import ControllerProcess, Ports
 from emulation.traffic.counters import counter_delta, port_counters
@@ -48,6 +49,32 @@ def window(fabric, seconds=2.0) -> tuple[dict[Endpoint, PortStats], dict[Endpoin
     before = port_counters(fabric)
     time.sleep(seconds)
     return before, port_counters(fabric)
+
+
+@contextlib.contextmanager
+def fabric_with_daemon(
+    fabric: Fabric, spec: Path | None, workdir: Path
+) -> Iterator[tuple[EmulatedFabric, ControllerProcess]]:
+    """`fabric` on real Open vSwitch with the controller daemon attached (a
+    child process of `spec`, None for the default, on a fresh store in `workdir`)."""
+    ovs.check_running()
+    ports = Ports.pick()
+    ctl = ControllerProcess(spec, workdir / "intent.db", ports, workdir / "controller.log", reconcile_interval_s=1.0)
+    with EmulatedFabric(fabric, controller=ports.controller_target) as emu:
+        ctl.start()
+        try:
+            ctl.wait_ready(len(fabric.switches))
+            yield emu, ctl
+        finally:
+            ctl.stop()
+
+
+def emptied(ctl: ControllerProcess) -> None:
+    """The daemon's intent emptied again and reconciled (after a test, even one
+    that failed half-way)."""
+    with ctl.client() as client:
+        clear_intent(client)
+    ctl.wait_reconciles(1)
 
 
 def clear_intent(client) -> None:

@@ -17,38 +17,22 @@ from emulation.simulate.routes import Network, build_routes, ecmp_routes, tier_h
 from emulation.traffic.counters import counter_delta, port_counters
 from emulation.traffic.iperf import FlowSpec, TrafficRun, make_flows
 from emulation.traffic.probes import rail_pairs, unreachable_pairs
-from tests.integration.helpers import clear_intent, railyard_entries, window
+from tests.integration.helpers import emptied, fabric_with_daemon, railyard_entries, window
 
 SPEC = SPECS_DIR / "three-tier.yaml"
 
 
 @pytest.fixture(scope="module")
 def three_tier(tmp_path_factory):
-    from emulation.net import ovs
-    from emulation.net.fabric import EmulatedFabric
-    from emulation.processes.controller_process import ControllerProcess, Ports
-
-    ovs.check_running()
-    fabric = load_fabric(SPEC)
-    tmp = tmp_path_factory.mktemp("three-tier")
-    ports = Ports.pick()
-    ctl = ControllerProcess(SPEC, tmp / "intent.db", ports, tmp / "controller.log", reconcile_interval_s=1.0)
-    with EmulatedFabric(fabric, controller=ports.controller_target) as emu:
-        ctl.start()
-        try:
-            ctl.wait_ready(len(fabric.switches))
-            yield emu, ctl
-        finally:
-            ctl.stop()
+    with fabric_with_daemon(load_fabric(SPEC), SPEC, tmp_path_factory.mktemp("three-tier")) as both:
+        yield both
 
 
 @pytest.fixture
 def emu(three_tier):
     emu, ctl = three_tier
     yield emu
-    with ctl.client() as client:
-        clear_intent(client)
-    ctl.wait_reconciles(1)
+    emptied(ctl)
 
 
 def test_every_nic_reaches_every_nic_of_its_rail_across_the_core(emu):
