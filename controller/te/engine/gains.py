@@ -1,8 +1,9 @@
 """What moving an elephant would gain: for elephants of a Fleet, every route
-weighed against the one they take, by demand and as measured. `best_of`
-weighs many elephants once; a `Turn` weighs the elephants of one link over
-capacity and keeps the weights current as it moves them off, one at a time,
-re-weighing only the routes each move loaded or unloaded. Pure."""
+weighed against the one they take, by demand and as measured (`Weights`, in
+arrays; Fleet.best_move_now is the same test for one elephant). `best_of`
+weighs many elephants once; a `Turn` moves the elephants of one link over
+capacity off it, best first, each weighed on the loads the moves before it
+left. Pure."""
 
 from __future__ import annotations
 
