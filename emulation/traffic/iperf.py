@@ -231,17 +231,25 @@ class TrafficRun:
 # its TCP control connection, does not arrive: behind a congested port (an
 # incast on ECMP) that connection starves while the data already counted.
 CONTROL_LOST = "the client has terminated"
+# What it reports when `TrafficRun.wait` terminates it at the deadline
+# because that exchange never came at all: the control connection has an
+# ephemeral source port of its own, so it hashes apart from the data, and
+# after a link failure it may hash into a black hole (a remote spine still
+# sends to the dead link) that TE, which moves elephants, never takes it out of.
+TERMINATED = "interrupt - the server has terminated"
 
 
 def parse_receiver_report(flow: FlowSpec, doc: dict, expected_s: float | None = None) -> FlowResult:
     """Goodput as the receiving iperf3 server saw it. A report whose only
-    fault is a lost end-of-test exchange (CONTROL_LOST) after intervals
-    covering the whole expected run is a full measurement, not an error."""
+    fault is a lost end-of-test exchange (CONTROL_LOST, or TERMINATED: the
+    server waited for it until stopped) after intervals covering the whole
+    expected run is a full measurement, not an error: a flow that carried
+    nothing reports its zeros."""
     if doc.get("error") and not doc.get("intervals"):
         return FlowResult(flow, 0.0, (), error=str(doc["error"]))
     error = str(doc.get("error", ""))
     covered = sum(float(iv.get("sum", {}).get("seconds", 0.0)) for iv in doc.get("intervals", []))
-    if error == CONTROL_LOST and expected_s is not None and covered >= expected_s - 1.0:
+    if error in (CONTROL_LOST, TERMINATED) and expected_s is not None and covered >= expected_s - 1.0:
         error = ""
     end = doc.get("end", {})
     # Receiver side: sum_received counts bytes that arrived (for UDP, `sum`

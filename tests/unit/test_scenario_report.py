@@ -265,18 +265,20 @@ def test_the_demo_command_gives_the_scenario_runner_every_option_it_reads():
     assert run.keys() - {"name", "scenario_cmd"} <= demo.keys()
 
 
-def test_a_lost_end_of_test_exchange_after_a_full_run_is_no_error_but_a_short_run_is():
+@pytest.mark.parametrize("lost", ["the client has terminated", "interrupt - the server has terminated"])
+def test_a_lost_end_of_test_exchange_after_a_full_run_is_no_error_but_a_short_run_is(lost):
     from controller.fabric import NicId
-    from emulation.traffic.iperf import CONTROL_LOST, FlowSpec, parse_receiver_report
+    from emulation.traffic.iperf import CONTROL_LOST, TERMINATED, FlowSpec, parse_receiver_report
 
+    assert lost in (CONTROL_LOST, TERMINATED)
     flow = FlowSpec(NicId(0, 0, 0), NicId(0, 1, 0), "udp", 40000, 4791, 50e6)
 
     def report(seconds: int) -> dict:
         intervals = [{"sum": {"seconds": 1.0, "bits_per_second": 40e6}} for _ in range(seconds)]
-        return {"error": CONTROL_LOST, "intervals": intervals}
+        return {"error": lost, "intervals": intervals}
 
     full = parse_receiver_report(flow, report(10), expected_s=10.0)
     assert full.error == "" and full.goodput_bps == 40e6 and len(full.interval_bps) == 10
     short = parse_receiver_report(flow, report(4), expected_s=10.0)
-    assert short.error == CONTROL_LOST  # the client died early: that is an error
+    assert short.error == lost  # the client died early, or the server was stopped mid-run: that is an error
     assert parse_receiver_report(flow, {"error": "unable to connect"}).error == "unable to connect"
