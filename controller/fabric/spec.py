@@ -60,6 +60,9 @@ class EmulationSettings:
     mtu: int = 9000
     queue_packets: int = 32  # egress buffer per port, in MTU-sized packets
     controller: str = "tcp:127.0.0.1:6653"
+    # Pure ACKs (any packet under 128 bytes) leave each egress ahead of the
+    # data queue, in an HTB class of their own (emulation/net/links.py).
+    ack_priority: bool = False
 
 
 @dataclass(frozen=True)
@@ -245,15 +248,19 @@ def _rates(value: Any) -> Rates:
 def _emulation(value: Any) -> EmulationSettings:
     if not isinstance(value, Mapping):
         raise SpecError("emulation", f"must be a mapping, got {_type(value)}")
-    _only(value, "emulation", {"mtu", "queue_packets", "controller"})
+    _only(value, "emulation", {"mtu", "queue_packets", "controller", "ack_priority"})
     defaults = EmulationSettings()
     controller = value.get("controller", defaults.controller)
     if not isinstance(controller, str) or not _is_controller_target(controller):
         raise SpecError("emulation.controller", f"got {controller!r}", "tcp:HOST:PORT, e.g. tcp:127.0.0.1:6653")
+    ack_priority = value.get("ack_priority", defaults.ack_priority)
+    if not isinstance(ack_priority, bool):
+        raise SpecError("emulation.ack_priority", f"got {ack_priority!r}", "true or false")
     return EmulationSettings(
         mtu=_int(value, "mtu", 1280, 9000, prefix="emulation.", default=defaults.mtu),
         queue_packets=_int(value, "queue_packets", 2, 10000, prefix="emulation.", default=defaults.queue_packets),
         controller=controller,
+        ack_priority=ack_priority,
     )
 
 

@@ -3,8 +3,9 @@ emulation, streamed to the controller's TelemetryService.
 
 Every ~100 ms it samples each switch egress port: transmitted bytes (the
 veth's kernel counter: the userspace switch transmits through it), and the
-port's egress queue, which in this emulation is the HTB class's pfifo (its
-backlog and drops are the real queue). From those it sends:
+port's egress queue, which in this emulation is the pfifo under the HTB
+class (two, summed, with ACK priority): its backlog and drops are the real
+queue. From those it sends:
 
 - INT-MD-like hop records per egress port (rate, queue, drops);
 - CSIG-like path signals per leaf -> spine -> leaf path: compare-and-replace
@@ -69,12 +70,21 @@ class FlowCounters:
 
 
 def read_queues() -> dict[str, tuple[int, int]]:
-    """Interface -> (backlog bytes, drops) of its leaf queue (the pfifo under HTB)."""
-    out = subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True, check=True).stdout
+    """Interface -> (backlog bytes, drops) of its egress queue (parse_queues)."""
+    return parse_queues(
+        subprocess.run(["tc", "-s", "-j", "qdisc", "show"], capture_output=True, text=True, check=True).stdout
+    )
+
+
+def parse_queues(tc_json: str) -> dict[str, tuple[int, int]]:
+    """Interface -> (backlog bytes, drops) of its egress queue, from `tc -s -j
+    qdisc show`: the pfifo under HTB, or with ACK priority
+    (emulation/net/links.py) both of its pfifos, summed."""
     queues: dict[str, tuple[int, int]] = {}
-    for qdisc in json.loads(out or "[]"):
+    for qdisc in json.loads(tc_json or "[]"):
         if qdisc.get("kind") == "pfifo" and not qdisc.get("root"):
-            queues[qdisc["dev"]] = (int(qdisc.get("backlog", 0)), int(qdisc.get("drops", 0)))
+            backlog, drops = queues.get(qdisc["dev"], (0, 0))
+            queues[qdisc["dev"]] = (backlog + int(qdisc.get("backlog", 0)), drops + int(qdisc.get("drops", 0)))
     return queues
 
 

@@ -220,12 +220,14 @@ class EmulatedFabric:
     def _configure_switch_ports(self) -> None:
         mtu = self.fabric.spec.emulation.mtu
         queue = self.fabric.spec.emulation.queue_packets
+        acks_first = self.fabric.spec.emulation.ack_priority
         ip_lines, tc_lines = [], []
         for name in self.fabric.switches:
             for port, link in self.fabric.ports(name).items():
                 intf = ad.switch_port_name(name, port)
                 ip_lines.append(" ".join(links.ip_link_up(intf, mtu)[1:]))
-                tc_lines += [" ".join(c[1:]) for c in links.htb_shaping(intf, link.emulated_bps, mtu, queue)]
+                shaping = links.htb_shaping(intf, link.emulated_bps, mtu, queue, acks_first)
+                tc_lines += [" ".join(c[1:]) for c in shaping]
                 netns.run(None, links.ethtool_offloads_off(intf))
         netns.run_batch(None, "ip", ip_lines)
         netns.run_batch(None, "tc", tc_lines)
@@ -235,6 +237,7 @@ class EmulatedFabric:
         emulated servers run, the same on every host (HOST_SYSCTLS)."""
         mtu = self.fabric.spec.emulation.mtu
         queue = self.fabric.spec.emulation.queue_packets
+        acks_first = self.fabric.spec.emulation.ack_priority
         by_prefix: dict[tuple[int, int], list[NicId]] = {}
         for nic in self.fabric.nics:
             by_prefix.setdefault((nic.rail, nic.pod), []).append(nic)
@@ -263,7 +266,7 @@ class EmulatedFabric:
                     if peer != nic
                 ]
                 rate = self.fabric.access_link(nic).emulated_bps
-                tc_lines += [" ".join(c[1:]) for c in links.htb_shaping(intf, rate, mtu, queue)]
+                tc_lines += [" ".join(c[1:]) for c in links.htb_shaping(intf, rate, mtu, queue, acks_first)]
             netns.run_batch(pid, "ip", ip_lines)
             netns.run_batch(pid, "tc", tc_lines)
 

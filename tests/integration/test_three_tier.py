@@ -7,6 +7,8 @@ entries at the ingress leaf and the ingress spine.
 One fabric and one daemon for the module; each test leaves the intent empty.
 """
 
+import json
+
 import numpy as np
 import pytest
 
@@ -102,3 +104,15 @@ def test_a_pin_across_a_core_is_held_at_the_ingress_leaf_and_spine(emu, three_ti
         (result,) = run.wait()
     assert not result.error and min(result.interval_bps) > 0
     assert np.mean(result.interval_bps) > 0.6 * nic_bps
+    # The spec's ack_priority: what the receiver sends back (pure ACKs) left
+    # its NIC in the priority class's queue (11:), the data the sender's in 10:.
+    assert fabric.spec.emulation.ack_priority
+    receiver, sender = nic_queue_packets(emu, flow.dst), nic_queue_packets(emu, flow.src)
+    assert receiver["11:"] > 1000 and receiver["10:"] < 0.05 * receiver["11:"], receiver
+    assert sender["10:"] > 1000 and sender["11:"] < 0.05 * sender["10:"], sender
+
+
+def nic_queue_packets(emu, nic: NicId) -> dict[str, int]:
+    """Packets through each pfifo on a NIC's egress, by handle."""
+    out = emu.run(nic, ["tc", "-s", "-j", "qdisc", "show", "dev", ad.nic_name(nic)])
+    return {q["handle"]: int(q["packets"]) for q in json.loads(out) if q["kind"] == "pfifo"}

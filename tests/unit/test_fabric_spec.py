@@ -3,7 +3,7 @@
 import pytest
 
 from controller.fabric import Kind, SpecError, parse_spec
-from controller.fabric.spec import DEFAULT_SPEC, load_spec
+from controller.fabric.spec import DEFAULT_SPEC, SPECS_DIR, load_spec
 
 GOOD = {
     "name": "t",
@@ -66,6 +66,7 @@ def test_default_spec_loads():
         ({"rates": None}, "rates", "a mapping"),
         ({"emulation": {"mtu": 100}}, "emulation.mtu", "an integer from 1280 to 9000"),
         ({"emulation": {"controller": "6653"}}, "emulation.controller", "tcp:HOST:PORT"),
+        ({"emulation": {"ack_priority": "yes"}}, "emulation.ack_priority", "true or false"),
         ({"spine": 2}, "spine", "kind, name"),
         ({"name": "has space"}, "name", "1-32 characters"),
     ],
@@ -76,6 +77,12 @@ def test_bad_spec_names_the_field(changes, field, allowed):
     assert err.value.field == field
     assert allowed in str(err.value)
     assert f"'{field}'" in str(err.value)
+
+
+def test_ack_priority_is_off_unless_a_spec_asks():
+    assert parse_spec(spec_text()).emulation.ack_priority is False
+    assert parse_spec(spec_text(emulation={"ack_priority": True})).emulation.ack_priority is True
+    assert load_spec(SPECS_DIR / "three-tier.yaml").emulation.ack_priority is True
 
 
 def test_fat_tree_k_must_be_even():

@@ -1,6 +1,8 @@
 """Reading flow records out of the userspace datapath's flow dump (lines as OVS 3.1 prints them)."""
 
-from emulation.agent.telemetry_agent import FlowCounters, parse_dp_flow
+import json
+
+from emulation.agent.telemetry_agent import FlowCounters, parse_dp_flow, parse_queues
 
 PORTS = {12: "ryl0r0-eth1", 13: "ryl1r0-eth1", 19: "ryl0r0-eth3", 11: "ryl1r0-eth2", 23: "rys0-eth2", 22: "rys0-eth4"}
 
@@ -42,3 +44,19 @@ def test_a_prefix_route_keeps_only_the_address():
     port, counters = parsed
     assert port == "rys0-eth2" and counters.dst == "10.0.1.2" and counters.src == ""
     assert parse_dp_flow("recirc_id(0),in_port(12),eth_type(0x0806), packets:1, bytes:42, actions:1", PORTS) is None
+
+
+def test_an_egress_queue_is_its_pfifos_summed_and_htb_itself_is_not_one():
+    def qdisc(dev, kind, handle, backlog, drops, root=False):
+        q = {"kind": kind, "handle": handle, "dev": dev, "backlog": backlog, "drops": drops}
+        return {**q, "root": True} if root else q
+
+    shown = [
+        qdisc("ryl0r0-eth3", "htb", "1:", 0, 0, root=True),
+        qdisc("ryl0r0-eth3", "pfifo", "10:", 54000, 7),  # data
+        qdisc("ryl0r0-eth3", "pfifo", "11:", 132, 0),  # ACKs, with ack_priority
+        qdisc("ryl0r0-eth4", "htb", "1:", 0, 0, root=True),
+        qdisc("ryl0r0-eth4", "pfifo", "10:", 9000, 1),
+    ]
+    assert parse_queues(json.dumps(shown)) == {"ryl0r0-eth3": (54132, 7), "ryl0r0-eth4": (9000, 1)}
+    assert parse_queues("") == {}
