@@ -82,7 +82,19 @@ def run_once(
 ) -> dict:
     """One fresh fabric. `vias` None: TE runs and nothing is pinned; the
     routing it settled on is returned. Else every flow pinned, TE beside if `te`."""
-    workdir = Path(tempfile.mkdtemp(prefix="railyard-pinned-"))
+    with tempfile.TemporaryDirectory(prefix="railyard-pinned-") as tmp:
+        return _run_in(Path(tmp), fabric, spec_path, flows, vias, duration, te)
+
+
+def _run_in(
+    workdir: Path,
+    fabric: Fabric,
+    spec_path: Path,
+    flows: list[FlowSpec],
+    vias: list[str] | None,
+    duration: float,
+    te: bool,
+) -> dict:
     ports = Ports.pick()
     ctl = ControllerProcess(
         spec_path, workdir / "intent.db", ports, workdir / "controller.log", reconcile_interval_s=2.0, te=te
