@@ -8,7 +8,7 @@ PYTHON_SYSTEM := /usr/bin/python3.11
 SEED ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-fabric bench-crossval bench-three-tier observe fabric-down clean
+.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-fabric bench-crossval bench-three-tier bench-pinned observe fabric-down clean
 
 setup: host venv
 
@@ -100,6 +100,12 @@ bench-three-tier: setup
 	$(PY) -m bench.three_tier --out bench/results/three-tier.json
 	$(PY) -m bench.scenarios --spec three-tier.yaml --scenario elephant --scenario core-link-failure --out bench/results/scenarios-three-tier.json
 	$(PY) -m bench.crossval --spec three-tier.yaml --scenario elephant --scenario core-link-failure --out bench/results/crossval-three-tier.json
+
+# The emulated datapath with every flow pinned (the optimum's vias, or where TE
+# settles them), ACKs ahead of data and without: what the emulation carries
+# when nothing moves (three-tier.yaml, seed 5).
+bench-pinned: setup
+	$(PY) -m bench.pinned --spec three-tier.yaml --seed 5 --vias te --out bench/results/pinned.json
 
 fabric-down: venv
 	$(VENV)/bin/railyard fabric down
