@@ -37,6 +37,7 @@ class FlowCatalog:
         self.uplinks = [len(fabric.uplinks(name)) for name in self.leaf_names]  # per leaf number
         self._pair_routes: dict[int, tuple[int, int, bool, float]] = {}  # leaf pair -> base, nroutes, disjoint, widest
         self._pairs: tuple[Collection[tuple[NicId, NicId]], np.ndarray] | None = None
+        self._link_leaf: np.ndarray | None = None
         self.generation = -1
         self._clear()
 
@@ -109,9 +110,13 @@ class FlowCatalog:
     def dst_nic(self, row: int) -> NicId:
         return self.nics[int(self.dst[row])]
 
-    def leaf_of(self, node: str) -> int:
-        """A leaf's number, -1 if it is no leaf of the fabric."""
-        return self._leaf_number.get(node, -1)
+    def link_leaf(self, index: LinkIndex) -> np.ndarray:
+        """Per egress of `index` (and its pad), the number of the leaf it
+        leaves from, -1 where it is no leaf's."""
+        if self._link_leaf is None:
+            leaves = [self._leaf_number.get(egress.node, -1) for egress in index.egresses]
+            self._link_leaf = np.array([*leaves, -1], dtype=np.int64)
+        return self._link_leaf
 
     def pair_codes(self, pairs: Collection[tuple[NicId, NicId]]) -> np.ndarray:
         """NIC pairs (placed jobs', pinned ones) as sorted numbers, for

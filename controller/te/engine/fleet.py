@@ -111,6 +111,21 @@ class Fleet:
         out[self._links[flagged[self._owners]]] = True
         return out
 
+    def collided(self, links: np.ndarray, catalog: FlowCatalog) -> np.ndarray:
+        """Per link of `links`, as elephants stand now: it carries some, and
+        its own switch is one of their source leaves or they come from two
+        leaves or more. Else it is downstream of one leaf's collision: the
+        same flows, told at that leaf's uplink."""
+        placed = np.flatnonzero(self.rows >= 0)
+        hops = self.index.table()[self.rows[placed]]
+        leaves = len(catalog.leaf_names)
+        pairs = distinct((hops * leaves + self.leaf[placed][:, None]).ravel())
+        link, leaf = pairs // leaves, pairs % leaves
+        sources = np.bincount(link, minlength=len(self.capacity))
+        own = np.zeros(len(self.capacity), dtype=bool)
+        own[link[leaf == catalog.link_leaf(self.index)[link]]] = True
+        return (self.count[links] > 0) & (own[links] | (sources[links] >= 2))
+
     def limiting(self) -> np.ndarray:
         """Per egress: the bottleneck, by demand, of some placed elephant (ties
         count). A link over capacity that limits none of its elephants (they

@@ -31,7 +31,7 @@ import numpy as np
 from controller.fabric import NicId
 from controller.te.engine.catalog import FlowCatalog
 from controller.te.engine.fleet import Fleet
-from controller.te.engine.gains import Turn, any_gain
+from controller.te.engine.gains import ONE_BY_ONE, Turn, any_gain
 from controller.te.engine.links import LinkIndex
 from controller.te.engine.state import Decision, DecisionKind, Elephants, EngineConfig, Move, describe_flow
 from controller.te.view import FlowKey
@@ -164,7 +164,8 @@ def rebalance(
             continue
         members = fleet.member_array(link)
         candidates = members[eligible[members]]
-        candidates = candidates[fleet.may_gain(candidates, cfg)]
+        if len(candidates) > ONE_BY_ONE:  # a few are weighed exactly for less than the bound costs
+            candidates = candidates[fleet.may_gain(candidates, cfg)]
         if not len(candidates):
             stuck.add(link)
             continue
@@ -183,21 +184,15 @@ def rebalance(
     collisions: dict[str, str] = {}
     unfixable: dict[str, str] = {}
     over_still: list[tuple[str, str, np.ndarray]] = []
-    for link in sorted(hot_at_start | {link for link in stuck if fleet.count[link] >= 2}):
-        members = fleet.member_array(link)
+    report = np.array(sorted(hot_at_start | {link for link in stuck if fleet.count[link] >= 2}), dtype=np.int64)
+    for link in report[fleet.collided(report, catalog)].tolist():
         egress = index.egresses[link]
-        sources = fleet.leaf[members]
-        # Reported where its own switch is a source leaf, or its elephants
-        # come from two leaves or more; else it is downstream of one leaf's
-        # collision: the same flows, reported at that leaf's uplink.
-        if not len(members) or not ((sources == catalog.leaf_of(egress.node)).any() or (sources != sources[0]).any()):
-            continue
         name = f"{egress.node}:{egress.port}"
-        why = f"{len(members)} elephants, demand {fleet.utilization(link):.2f} of the link"
+        why = f"{fleet.count[link]} elephants, demand {fleet.utilization(link):.2f} of the link"
         if link in relieved or not fleet.over(link):
             collisions[name] = why
         else:
-            over_still.append((name, why, members))
+            over_still.append((name, why, fleet.member_array(link)))
     # Fixable all the same: a move would relieve it but for hysteresis or budget.
     if over_still:
         pool = np.unique(np.concatenate([members for _, _, members in over_still]))
