@@ -68,6 +68,7 @@ def run_one(fabric_name: str, workload_name: str, seed: int, cycles: int) -> dic
         "flow_mods_steady": te["flow_mods_steady"],
         "path_changes_per_flow_max": te["path_changes_per_flow_max"],
         "engine_step_s": te["engine_step_s"],
+        "engine_step_cpu_s": te["engine_step_cpu_s"],
         "loop_time_split_s": te["time_split_s"],
         "simulated_s": te["simulated_s"],
         "sim_s_per_wall_s": te["sim_s_per_wall_s"],
@@ -84,7 +85,8 @@ def summary_line(r: dict[str, Any]) -> str:
         f"{r['fabric']:8s} {r['workload']:14s} ECMP {r['ecmp_fraction_of_optimum']:6.1%}  "
         f"spray {r['spray_fraction_of_optimum']:6.1%}  TE final {r['te_fraction_of_optimum_final']:6.1%}  "
         f"97% after {r['te_cycles_to_97_and_holds']} cycle(s)  moves in last {r['steady_cycles']}: "
-        f"{r['moves_steady']}  step p50/p99 {step['p50'] * 1e3:.0f}/{step['p99'] * 1e3:.0f} ms  "
+        f"{r['moves_steady']}  step p50/p99 {step['p50'] * 1e3:.0f}/{step['p99'] * 1e3:.0f} ms "
+        f"(CPU {r['engine_step_cpu_s']['p99'] * 1e3:.0f} ms)  "
         f"speed {r['sim_s_per_wall_s']:.2f} sim s/wall s  optimum {r['optimum']['solve_s']:.1f} s"
     )
 

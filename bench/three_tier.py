@@ -42,11 +42,18 @@ TARGETS = {"te_fraction": 0.97, "te_cycles": 3, "step_p99_s": 0.300, "build_s": 
 
 def targets(run: dict[str, Any]) -> dict[str, Any]:
     cycles = run["te_cycles_to_97_and_holds"]
-    step = run["engine_step_s"]["p99"]
+    step, cpu = run["engine_step_s"]["p99"], run["engine_step_cpu_s"]["p99"]
     return {
         "te_97_within_3_cycles": {"cycles": cycles, "met": cycles is not None and cycles <= TARGETS["te_cycles"]},
         "zero_moves_steady": {"moves": run["moves_steady"], "met": run["moves_steady"] == 0},
-        "engine_step_p99_s": {"value": step, "target": TARGETS["step_p99_s"], "met": step <= TARGETS["step_p99_s"]},
+        # Judged by wall time; its CPU time beside it tells the engine's cost
+        # from a neighbour's load on a shared machine.
+        "engine_step_p99_s": {
+            "value": step,
+            "cpu": cpu,
+            "target": TARGETS["step_p99_s"],
+            "met": step <= TARGETS["step_p99_s"],
+        },
         "build_and_warm_s": {
             "value": run["fabric_build_and_warm_s"],
             "target": TARGETS["build_s"],

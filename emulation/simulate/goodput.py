@@ -127,6 +127,15 @@ def te_summary(result: LoopResult, judged: Sequence[float], settings: LoopSettin
     }
 
 
+def _spread(times: list[float]) -> dict[str, float]:
+    return {
+        "p50": percentile(times, 0.5),
+        "p99": percentile(times, 0.99),
+        "max": max(times, default=0.0),
+        "mean": statistics.fmean(times) if times else 0.0,
+    }
+
+
 def loop_summary(result: LoopResult, settings: LoopSettings) -> dict:
     """What the closed loop did and what it cost, whatever it is judged by."""
     cycles = result.cycles
@@ -148,12 +157,8 @@ def loop_summary(result: LoopResult, settings: LoopSettings) -> dict:
         "flows_moved": int((moved > 0).sum()),
         "collided_uplinks_first": cycles[0].collided_uplinks if cycles else 0,
         "collided_uplinks_final": cycles[-1].collided_uplinks if cycles else 0,
-        "engine_step_s": {
-            "p50": percentile(steps, 0.5),
-            "p99": percentile(steps, 0.99),
-            "max": max(steps, default=0.0),
-            "mean": statistics.fmean(steps) if steps else 0.0,
-        },
+        "engine_step_s": _spread(steps),
+        "engine_step_cpu_s": _spread([c.step_cpu_s for c in cycles]),
         "time_split_s": {
             "fluid_model": sum(c.fluid_s for c in cycles),
             "telemetry": sum(c.telemetry_s for c in cycles),

@@ -78,6 +78,9 @@ class Cycle:
     meter_mods: int
     path_changes: int  # flows whose path changed in the interval (moves landing, failover)
     step_s: float
+    # The step's CPU time (this process's): on a shared machine a neighbour's
+    # load stretches wall time, not this.
+    step_cpu_s: float
     fluid_s: float
     telemetry_s: float
     overlay_s: float
@@ -220,6 +223,7 @@ class ClosedLoop:
             # 3. the engine
             before = state
             drains = self.conditions[c].drains
+            cpu = time.process_time()
             state, decisions = step(
                 self.fabric,
                 before,
@@ -232,6 +236,7 @@ class ClosedLoop:
                 self.intent.job_pairs,
             )
             t3 = time.perf_counter()
+            cpu = time.process_time() - cpu
 
             # 4. the overlay and what reconciling it would send
             flow_mods = meter_mods = 0
@@ -260,6 +265,7 @@ class ClosedLoop:
                 meter_mods=meter_mods,
                 path_changes=int(moved_now.sum()),
                 step_s=t3 - t2,
+                step_cpu_s=cpu,
                 fluid_s=t1 - t0,
                 telemetry_s=t2 - t1,
                 overlay_s=t4 - t3,

@@ -34,11 +34,11 @@ def header(result: dict) -> str:
 
 def loop_lines(result: dict) -> list[str]:
     te = result["te"]
-    step = te["engine_step_s"]
+    step, cpu = te["engine_step_s"], te["engine_step_cpu_s"]
     split = te["time_split_s"]
     setup = result["setup_s"]
     return [
-        f"engine step: p50 {ms(step['p50'])}, p99 {ms(step['p99'])}, max {ms(step['max'])}; "
+        f"engine step: p50 {ms(step['p50'])}, p99 {ms(step['p99'])}, max {ms(step['max'])} (CPU p99 {ms(cpu['p99'])}); "
         f"loop time: engine {split['engine']:.2f} s, telemetry {split['telemetry']:.2f} s, "
         f"fluid model {split['fluid_model']:.2f} s, overlay {split['overlay']:.2f} s",
         f"speed: {te['sim_s_per_wall_s']:.2f} simulated s per wall s over the loop; setup: "
