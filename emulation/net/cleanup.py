@@ -108,6 +108,13 @@ def teardown_from_state(path: Path, wait_owner: float = 20.0) -> TeardownReport:
     return report
 
 
+def owner_gone(path: Path) -> bool:
+    """A fabric state file whose owning process is gone (killed with -9, or
+    its machine's run cut short): nobody is left to tear that fabric down."""
+    owner = json.loads(path.read_text()).get("pid")
+    return bool(owner) and owner != os.getpid() and not _alive(owner)
+
+
 def _processes():
     for entry in os.listdir("/proc"):
         if not entry.isdigit():

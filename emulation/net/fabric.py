@@ -98,7 +98,13 @@ class EmulatedFabric:
         self.stop()
 
     def start(self) -> None:
+        from emulation.net.cleanup import owner_gone, teardown_from_state
+
         ovs.check_running()
+        if self.state_file.exists() and owner_gone(self.state_file):
+            # What it created is ours and orphaned: swept as `railyard fabric down` would.
+            LOG.warning("fabric %s was left up by a process that is gone: tearing it down", self.fabric.spec.name)
+            teardown_from_state(self.state_file)
         if self.state_file.exists():
             raise RuntimeError(
                 f"fabric {self.fabric.spec.name!r} is already up (state file {self.state_file}); "

@@ -36,6 +36,14 @@ def wait_for(predicate, timeout, what):
     pytest.fail(f"timed out waiting for {what}")
 
 
+def gone(pid: int) -> bool:
+    """No such process, or a zombie: nothing of it runs."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    except OSError:
+        return True
+
+
 @pytest.fixture
 def foreign_bridge():
     ovs.run(["ovs-vsctl", "--may-exist", "add-br", FOREIGN, "--", "set", "bridge", FOREIGN, "datapath_type=netdev"])
@@ -78,8 +86,7 @@ def test_fabric_down_removes_only_railyard_state(tmp_path, foreign_bridge, demo_
     assert not state_file.exists()
     ours = [i for i in os.listdir("/sys/class/net") if i.startswith("ry")]
     assert ours == []
-    for pid in host_pids:
-        assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+    assert all(gone(pid) for pid in host_pids)
     survivors = [p for p in os.listdir("/proc") if p.isdigit() and netns.netns_inode(int(p)) in inodes]
     assert survivors == []
     shells = subprocess.run(["pgrep", "-f", "mininet:ry"], capture_output=True, text=True).stdout.split()
@@ -98,4 +105,37 @@ def test_fabric_down_with_nothing_up_is_a_no_op(tmp_path, foreign_bridge):
         timeout=60,
     )
     assert result.returncode == 0 and "removed 0 Railyard bridges" in result.stdout
+    assert FOREIGN in ovs.all_bridges()
+
+
+def test_a_fabric_whose_owner_was_killed_is_swept_by_the_next_one_up(tmp_path, foreign_bridge, demo_fabric):
+    """`fabric up` killed with -9 leaves its bridges, namespaces and state
+    file behind, with nobody to tear them down; the next fabric of that name
+    sweeps them (a live owner's fabric is refused, as before)."""
+    from emulation.net.fabric import EmulatedFabric
+
+    state_dir = tmp_path / "state"
+    up = railyard_up(state_dir)
+    state_file = state_dir / f"fabric-{demo_fabric.spec.name}.json"
+    try:
+        wait_for(
+            lambda: state_file.exists() and set(demo_fabric.switches) <= set(ovs.railyard_bridges()), 60, "fabric up"
+        )
+        wait_for(lambda: all(ovs.dump_flows(s) for s in demo_fabric.switches), 30, "underlay installed")
+        with pytest.raises(RuntimeError, match="already up"):
+            EmulatedFabric(demo_fabric, state_dir=state_dir).start()
+        orphaned = json.loads(state_file.read_text())
+    finally:
+        up.send_signal(signal.SIGKILL)
+        up.wait()
+    assert state_file.exists() and set(demo_fabric.switches) <= set(ovs.railyard_bridges())
+
+    with EmulatedFabric(demo_fabric, state_dir=state_dir) as again:
+        assert json.loads(state_file.read_text())["pid"] == os.getpid()
+        # the orphan's servers are gone; the new fabric's are its own
+        assert not set(orphaned["hosts"].values()) & set(again.host_pids.values())
+        assert all(gone(pid) for pid in orphaned["hosts"].values())
+        assert all(ovs.dump_flows(s) for s in demo_fabric.switches)
+    assert not state_file.exists()
+    assert ovs.railyard_bridges() == {}
     assert FOREIGN in ovs.all_bridges()
