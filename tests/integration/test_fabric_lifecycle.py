@@ -112,6 +112,7 @@ def test_a_fabric_whose_owner_was_killed_is_swept_by_the_next_one_up(tmp_path, f
     """`fabric up` killed with -9 leaves its bridges, namespaces and state
     file behind, with nobody to tear them down; the next fabric of that name
     sweeps them (a live owner's fabric is refused, as before)."""
+    from emulation.net.cleanup import teardown_from_state
     from emulation.net.fabric import EmulatedFabric
 
     state_dir = tmp_path / "state"
@@ -130,12 +131,16 @@ def test_a_fabric_whose_owner_was_killed_is_swept_by_the_next_one_up(tmp_path, f
         up.wait()
     assert state_file.exists() and set(demo_fabric.switches) <= set(ovs.railyard_bridges())
 
-    with EmulatedFabric(demo_fabric, state_dir=state_dir) as again:
-        assert json.loads(state_file.read_text())["pid"] == os.getpid()
-        # the orphan's servers are gone; the new fabric's are its own
-        assert not set(orphaned["hosts"].values()) & set(again.host_pids.values())
-        assert all(gone(pid) for pid in orphaned["hosts"].values())
-        assert all(ovs.dump_flows(s) for s in demo_fabric.switches)
+    try:
+        with EmulatedFabric(demo_fabric, state_dir=state_dir) as again:
+            assert json.loads(state_file.read_text())["pid"] == os.getpid()
+            # the orphan's servers are gone; the new fabric's are its own
+            assert not set(orphaned["hosts"].values()) & set(again.host_pids.values())
+            assert all(gone(pid) for pid in orphaned["hosts"].values())
+            assert all(ovs.dump_flows(s) for s in demo_fabric.switches)
+    finally:
+        if state_file.exists():  # the sweep failed: leave the machine as found for the tests after
+            teardown_from_state(state_file)
     assert not state_file.exists()
     assert ovs.railyard_bridges() == {}
     assert FOREIGN in ovs.all_bridges()
