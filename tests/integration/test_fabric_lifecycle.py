@@ -27,6 +27,12 @@ def railyard_up(state_dir):
     )
 
 
+def wait_up(state_file, fabric):
+    """Until `railyard fabric up` has written its state and installed the underlay."""
+    wait_for(lambda: state_file.exists() and set(fabric.switches) <= set(ovs.railyard_bridges()), 60, "fabric up")
+    wait_for(lambda: all(ovs.dump_flows(s) for s in fabric.switches), 30, "underlay installed")
+
+
 def wait_for(predicate, timeout, what):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -57,10 +63,7 @@ def test_fabric_down_removes_only_railyard_state(tmp_path, foreign_bridge, demo_
     up = railyard_up(state_dir)
     state_file = state_dir / f"fabric-{demo_fabric.spec.name}.json"
     try:
-        wait_for(
-            lambda: state_file.exists() and set(demo_fabric.switches) <= set(ovs.railyard_bridges()), 60, "fabric up"
-        )
-        wait_for(lambda: all(ovs.dump_flows(s) for s in demo_fabric.switches), 30, "underlay installed")
+        wait_up(state_file, demo_fabric)
         state = json.loads(state_file.read_text())
         host_pids = list(state["hosts"].values())
         inodes = {netns.netns_inode(pid) for pid in host_pids}
@@ -119,10 +122,7 @@ def test_a_fabric_whose_owner_was_killed_is_swept_by_the_next_one_up(tmp_path, f
     up = railyard_up(state_dir)
     state_file = state_dir / f"fabric-{demo_fabric.spec.name}.json"
     try:
-        wait_for(
-            lambda: state_file.exists() and set(demo_fabric.switches) <= set(ovs.railyard_bridges()), 60, "fabric up"
-        )
-        wait_for(lambda: all(ovs.dump_flows(s) for s in demo_fabric.switches), 30, "underlay installed")
+        wait_up(state_file, demo_fabric)
         with pytest.raises(RuntimeError, match="already up"):
             EmulatedFabric(demo_fabric, state_dir=state_dir).start()
         orphaned = json.loads(state_file.read_text())
