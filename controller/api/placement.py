@@ -202,6 +202,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
                     spine_tier_peak_ratio=s.spine_tier_peak,
                     score=s.score,
                     rank=s.rank,
+                    cross_cluster_share=s.cross_cluster_share,
                 )
                 for s in scores
             ],

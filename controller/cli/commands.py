@@ -384,6 +384,7 @@ def _show_scores(reply, candidates: list[str], as_json: bool) -> None:
             "feasible": s.feasible,
             "predicted_max_util": f"{s.predicted_max_utilization_ratio:.3f}",
             "spine_tier_peak": f"{s.spine_tier_peak_ratio:.3f}",
+            "cross_cluster": f"{s.cross_cluster_share:.3f}",
             "score": f"{s.score:.3f}",
             "reason": s.reason or "-",
         }

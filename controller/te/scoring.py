@@ -27,6 +27,11 @@ class CandidateScore:
     rank: int = 0  # 1 = best
 
     @property
+    def cross_cluster_share(self) -> float:
+        """The share of the job's collective demand crossing the core there."""
+        return 0.0 if self.job is None else self.job.cross_cluster_share
+
+    @property
     def score(self) -> float:
         """In (0, 1], higher is better; 0 when infeasible. The fabric's
         predicted peak and the spine tier's count alike: a job's own NIC
@@ -41,7 +46,8 @@ def score_candidates(
     fabric: Fabric, state: FabricState, request: JobRequest, candidates: Sequence[tuple[str, ...]], now: float
 ) -> list[CandidateScore]:
     """One score per candidate, in their order, ranked by score (the
-    feasible first), then by their order."""
+    feasible first), then by the share of demand crossing the core, then by
+    their order."""
     base, _, _ = base_loads(fabric, state)
     capacity = fabric.capacity_bps
     spine = set(fabric.spine_tier)
@@ -58,6 +64,11 @@ def score_candidates(
             [base_spine_peak, *((base.get(e, 0.0) + bps) / capacity[e] for e, bps in added.items() if e in spine)]
         )
         scores.append(CandidateScore(index, job, "", job.predicted_max_utilization, peak))
-    order = sorted(scores, key=lambda s: (s.job is None, -round(s.score, 12), s.candidate))
+    # Equal scores (an empty fabric: one job's flows fill a core link no more
+    # than a spine link) go to the candidate crossing the core least: its
+    # capacity is the scarce one, and every job's cross-cluster flows share it.
+    order = sorted(
+        scores, key=lambda s: (s.job is None, -round(s.score, 12), round(s.cross_cluster_share, 12), s.candidate)
+    )
     ranks = {s.candidate: rank for rank, s in enumerate(order, start=1)}
     return [replace(s, rank=ranks[s.candidate]) for s in scores]

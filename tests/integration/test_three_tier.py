@@ -12,6 +12,7 @@ import json
 import numpy as np
 import pytest
 
+from controller.api.gen.railyard.v1 import placement_pb2 as ppb
 from controller.fabric import Endpoint, NicId, load_fabric
 from controller.fabric import addressing as ad
 from controller.fabric.spec import SPECS_DIR
@@ -110,6 +111,20 @@ def test_a_pin_across_a_core_is_held_at_the_ingress_leaf_and_spine(emu, three_ti
     receiver, sender = nic_queue_packets(emu, flow.dst), nic_queue_packets(emu, flow.src)
     assert receiver["11:"] > 1000 and receiver["10:"] < 0.05 * receiver["11:"], receiver
     assert sender["10:"] > 1000 and sender["11:"] < 0.05 * sender["10:"], sender
+
+
+def test_score_placements_reports_the_share_crossing_the_core_and_ranks_one_cluster_first(emu, three_tier):
+    _, ctl = three_tier
+    request = ppb.PlaceJobRequest(job_id="to-score", gpu_count=4, pattern=ppb.COLLECTIVE_PATTERN_RING)
+    with ctl.client() as client:
+        scored = client.score_placements(request, [["ryh0s0", "ryh2s0"], ["ryh0s0", "ryh1s0"]])  # clusters 0+1; 0
+        across, inside = scored.scores
+        assert across.feasible and inside.feasible
+        assert inside.cross_cluster_share == 0.0 < across.cross_cluster_share
+        assert (inside.rank, across.rank) == (1, 2)
+        placed = client.place_job("to-score", 4, "ring", servers=["ryh0s0", "ryh2s0"], validate_only=True)
+        assert placed.job.cross_cluster_share == across.cross_cluster_share
+        assert client.list_jobs() == []
 
 
 def nic_queue_packets(emu, nic: NicId) -> dict[str, int]:

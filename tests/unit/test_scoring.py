@@ -43,3 +43,16 @@ def test_scores_agree_with_placing_each_candidate_and_reading_the_prediction_bac
         assert score.job is not None and score.predicted_max_utilization == alone.predicted_max_utilization
     ranked = sorted(scores, key=lambda s: s.rank)
     assert [s.score for s in ranked] == sorted((s.score for s in scores), reverse=True)
+
+
+def test_on_three_tiers_a_candidate_inside_one_cluster_crosses_no_core_and_outranks_one_across_two():
+    fabric = load_fabric(SPECS_DIR / "three-tier.yaml")  # cluster 0: pods 0-1; cluster 1: pods 2-3
+    request = JobRequest("next", 4, Pattern.RING, 0.0)
+    across, inside = score_candidates(fabric, FabricState(), request, [("ryh0s0", "ryh2s0"), ("ryh0s0", "ryh1s0")], 1.0)
+    assert inside.cross_cluster_share == 0.0
+    assert across.job is not None and across.cross_cluster_share == across.job.cross_cluster_share > 0.0
+    # Alone on the fabric a ring fills a core link no more than a spine link:
+    # equal scores, and the core's share decides.
+    assert inside.score == across.score and inside.rank == 1 and across.rank == 2
+    infeasible = score_candidates(fabric, FabricState(), request, [("ryh0s0", "ryh9s9")], 1.0)[0]
+    assert infeasible.job is None and infeasible.cross_cluster_share == 0.0

@@ -25,17 +25,17 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brailyard/v1/placement.proto\x12\x0brailyard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcb\x02\n\x0fPlaceJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tgpu_count\x18\x02 \x01(\r\x12\x17\n\x0fgpus_per_server\x18\x03 \x01(\r\x12\x0f\n\x07servers\x18\x04 \x03(\t\x12/\n\x07pattern\x18\x05 \x01(\x0e\x32\x1e.railyard.v1.CollectivePattern\x12\x1b\n\x13\x66low_bandwidth_gbps\x18\x06 \x01(\x01\x12\x10\n\x08max_pods\x18\x07 \x01(\r\x12\x19\n\x11\x65xclusive_servers\x18\x08 \x01(\x08\x12\x12\n\nrequest_id\x18\t \x01(\t\x12\"\n\x04view\x18\n \x01(\x0e\x32\x14.railyard.v1.JobView\x12!\n\x19max_predicted_utilization\x18\x0b \x01(\x01\x12\x15\n\rvalidate_only\x18\x0c \x01(\x08\"o\n\x03Gpu\x12\x0c\n\x04rank\x18\x01 \x01(\r\x12\x0e\n\x06server\x18\x02 \x01(\t\x12\x0b\n\x03pod\x18\x03 \x01(\r\x12\x0c\n\x04rail\x18\x04 \x01(\r\x12\x13\n\x0bnic_address\x18\x05 \x01(\t\x12\x0c\n\x04leaf\x18\x06 \x01(\t\x12\x0c\n\x04node\x18\x07 \x01(\t\"Z\n\x07JobFlow\x12\x13\n\x0bsrc_address\x18\x01 \x01(\t\x12\x13\n\x0b\x64st_address\x18\x02 \x01(\t\x12\x16\n\x0e\x62\x61ndwidth_gbps\x18\x03 \x01(\x01\x12\r\n\x05spine\x18\x04 \x01(\t\"\xbe\x02\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12-\n\x07request\x18\x02 \x01(\x0b\x32\x1c.railyard.v1.PlaceJobRequest\x12\x1e\n\x04gpus\x18\x03 \x03(\x0b\x32\x10.railyard.v1.Gpu\x12#\n\x05\x66lows\x18\x04 \x03(\x0b\x32\x14.railyard.v1.JobFlow\x12\x0c\n\x04pods\x18\x05 \x03(\r\x12\'\n\x1fpredicted_max_utilization_ratio\x18\x06 \x01(\x01\x12.\n\nplace_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nflow_count\x18\x08 \x01(\r\x12\x1b\n\x13programmed_revision\x18\t \x01(\x04\x12\x1b\n\x13\x63ross_cluster_share\x18\n \x01(\x01\"r\n\x10PlaceJobResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.railyard.v1.Job\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x16\n\x0eoversubscribed\x18\x03 \x01(\x08\x12\x16\n\x0evalidated_only\x18\x04 \x01(\x08\"%\n\x12\x43\x61ndidatePlacement\x12\x0f\n\x07servers\x18\x01 \x03(\t\"x\n\x16ScorePlacementsRequest\x12)\n\x03job\x18\x01 \x01(\x0b\x32\x1c.railyard.v1.PlaceJobRequest\x12\x33\n\ncandidates\x18\x02 \x03(\x0b\x32\x1f.railyard.v1.CandidatePlacement\"\xaa\x01\n\x0ePlacementScore\x12\x11\n\tcandidate\x18\x01 \x01(\r\x12\x10\n\x08\x66\x65\x61sible\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\'\n\x1fpredicted_max_utilization_ratio\x18\x04 \x01(\x01\x12\x1d\n\x15spine_tier_peak_ratio\x18\x05 \x01(\x01\x12\r\n\x05score\x18\x06 \x01(\x01\x12\x0c\n\x04rank\x18\x07 \x01(\r\"_\n\x17ScorePlacementsResponse\x12+\n\x06scores\x18\x01 \x03(\x0b\x32\x1b.railyard.v1.PlacementScore\x12\x17\n\x0fintent_revision\x18\x02 \x01(\x04\"#\n\x11ReleaseJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"3\n\x12ReleaseJobResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.railyard.v1.Job\"C\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\"\n\x04view\x18\x02 \x01(\x0e\x32\x14.railyard.v1.JobView\"/\n\x0eGetJobResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.railyard.v1.Job\"\\\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\"\n\x04view\x18\x03 \x01(\x0e\x32\x14.railyard.v1.JobView\"d\n\x10ListJobsResponse\x12\x1e\n\x04jobs\x18\x01 \x03(\x0b\x32\x10.railyard.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x17\n\x0fintent_revision\x18\x03 \x01(\x04\"^\n\x10WatchJobsRequest\x12\x1b\n\x0esince_revision\x18\x01 \x01(\x04H\x00\x88\x01\x01\x12\x1a\n\x12include_programmed\x18\x02 \x01(\x08\x42\x11\n\x0f_since_revision\"\xd9\x01\n\x08JobEvent\x12(\n\x04kind\x18\x01 \x01(\x0e\x32\x1a.railyard.v1.JobEvent.Kind\x12\x1d\n\x03job\x18\x02 \x01(\x0b\x32\x10.railyard.v1.Job\x12\x17\n\x0fintent_revision\x18\x03 \x01(\x04\"k\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n\x0bKIND_PLACED\x10\x01\x12\x14\n\x10KIND_PATHS_MOVED\x10\x02\x12\x11\n\rKIND_RELEASED\x10\x03\x12\x13\n\x0fKIND_PROGRAMMED\x10\x04\"L\n\x13ListJobFlowsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"m\n\x14ListJobFlowsResponse\x12#\n\x05\x66lows\x18\x01 \x03(\x0b\x32\x14.railyard.v1.JobFlow\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x17\n\x0fintent_revision\x18\x03 \x01(\x04*\x94\x01\n\x11\x43ollectivePattern\x12\"\n\x1e\x43OLLECTIVE_PATTERN_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x43OLLECTIVE_PATTERN_RING\x10\x01\x12\x1b\n\x17\x43OLLECTIVE_PATTERN_TREE\x10\x02\x12!\n\x1d\x43OLLECTIVE_PATTERN_ALL_TO_ALL\x10\x03*L\n\x07JobView\x12\x18\n\x14JOB_VIEW_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_VIEW_SUMMARY\x10\x01\x12\x11\n\rJOB_VIEW_FULL\x10\x02\x32\xae\x04\n\x10PlacementService\x12G\n\x08PlaceJob\x12\x1c.railyard.v1.PlaceJobRequest\x1a\x1d.railyard.v1.PlaceJobResponse\x12M\n\nReleaseJob\x12\x1e.railyard.v1.ReleaseJobRequest\x1a\x1f.railyard.v1.ReleaseJobResponse\x12\x41\n\x06GetJob\x12\x1a.railyard.v1.GetJobRequest\x1a\x1b.railyard.v1.GetJobResponse\x12G\n\x08ListJobs\x12\x1c.railyard.v1.ListJobsRequest\x1a\x1d.railyard.v1.ListJobsResponse\x12S\n\x0cListJobFlows\x12 .railyard.v1.ListJobFlowsRequest\x1a!.railyard.v1.ListJobFlowsResponse\x12\x43\n\tWatchJobs\x12\x1d.railyard.v1.WatchJobsRequest\x1a\x15.railyard.v1.JobEvent0\x01\x12\\\n\x0fScorePlacements\x12#.railyard.v1.ScorePlacementsRequest\x1a$.railyard.v1.ScorePlacementsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1brailyard/v1/placement.proto\x12\x0brailyard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xcb\x02\n\x0fPlaceJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tgpu_count\x18\x02 \x01(\r\x12\x17\n\x0fgpus_per_server\x18\x03 \x01(\r\x12\x0f\n\x07servers\x18\x04 \x03(\t\x12/\n\x07pattern\x18\x05 \x01(\x0e\x32\x1e.railyard.v1.CollectivePattern\x12\x1b\n\x13\x66low_bandwidth_gbps\x18\x06 \x01(\x01\x12\x10\n\x08max_pods\x18\x07 \x01(\r\x12\x19\n\x11\x65xclusive_servers\x18\x08 \x01(\x08\x12\x12\n\nrequest_id\x18\t \x01(\t\x12\"\n\x04view\x18\n \x01(\x0e\x32\x14.railyard.v1.JobView\x12!\n\x19max_predicted_utilization\x18\x0b \x01(\x01\x12\x15\n\rvalidate_only\x18\x0c \x01(\x08\"o\n\x03Gpu\x12\x0c\n\x04rank\x18\x01 \x01(\r\x12\x0e\n\x06server\x18\x02 \x01(\t\x12\x0b\n\x03pod\x18\x03 \x01(\r\x12\x0c\n\x04rail\x18\x04 \x01(\r\x12\x13\n\x0bnic_address\x18\x05 \x01(\t\x12\x0c\n\x04leaf\x18\x06 \x01(\t\x12\x0c\n\x04node\x18\x07 \x01(\t\"Z\n\x07JobFlow\x12\x13\n\x0bsrc_address\x18\x01 \x01(\t\x12\x13\n\x0b\x64st_address\x18\x02 \x01(\t\x12\x16\n\x0e\x62\x61ndwidth_gbps\x18\x03 \x01(\x01\x12\r\n\x05spine\x18\x04 \x01(\t\"\xbe\x02\n\x03Job\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12-\n\x07request\x18\x02 \x01(\x0b\x32\x1c.railyard.v1.PlaceJobRequest\x12\x1e\n\x04gpus\x18\x03 \x03(\x0b\x32\x10.railyard.v1.Gpu\x12#\n\x05\x66lows\x18\x04 \x03(\x0b\x32\x14.railyard.v1.JobFlow\x12\x0c\n\x04pods\x18\x05 \x03(\r\x12\'\n\x1fpredicted_max_utilization_ratio\x18\x06 \x01(\x01\x12.\n\nplace_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nflow_count\x18\x08 \x01(\r\x12\x1b\n\x13programmed_revision\x18\t \x01(\x04\x12\x1b\n\x13\x63ross_cluster_share\x18\n \x01(\x01\"r\n\x10PlaceJobResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.railyard.v1.Job\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x16\n\x0eoversubscribed\x18\x03 \x01(\x08\x12\x16\n\x0evalidated_only\x18\x04 \x01(\x08\"%\n\x12\x43\x61ndidatePlacement\x12\x0f\n\x07servers\x18\x01 \x03(\t\"x\n\x16ScorePlacementsRequest\x12)\n\x03job\x18\x01 \x01(\x0b\x32\x1c.railyard.v1.PlaceJobRequest\x12\x33\n\ncandidates\x18\x02 \x03(\x0b\x32\x1f.railyard.v1.CandidatePlacement\"\xc7\x01\n\x0ePlacementScore\x12\x11\n\tcandidate\x18\x01 \x01(\r\x12\x10\n\x08\x66\x65\x61sible\x18\x02 \x01(\x08\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\'\n\x1fpredicted_max_utilization_ratio\x18\x04 \x01(\x01\x12\x1d\n\x15spine_tier_peak_ratio\x18\x05 \x01(\x01\x12\r\n\x05score\x18\x06 \x01(\x01\x12\x0c\n\x04rank\x18\x07 \x01(\r\x12\x1b\n\x13\x63ross_cluster_share\x18\x08 \x01(\x01\"_\n\x17ScorePlacementsResponse\x12+\n\x06scores\x18\x01 \x03(\x0b\x32\x1b.railyard.v1.PlacementScore\x12\x17\n\x0fintent_revision\x18\x02 \x01(\x04\"#\n\x11ReleaseJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"3\n\x12ReleaseJobResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.railyard.v1.Job\"C\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\"\n\x04view\x18\x02 \x01(\x0e\x32\x14.railyard.v1.JobView\"/\n\x0eGetJobResponse\x12\x1d\n\x03job\x18\x01 \x01(\x0b\x32\x10.railyard.v1.Job\"\\\n\x0fListJobsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\"\n\x04view\x18\x03 \x01(\x0e\x32\x14.railyard.v1.JobView\"d\n\x10ListJobsResponse\x12\x1e\n\x04jobs\x18\x01 \x03(\x0b\x32\x10.railyard.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x17\n\x0fintent_revision\x18\x03 \x01(\x04\"^\n\x10WatchJobsRequest\x12\x1b\n\x0esince_revision\x18\x01 \x01(\x04H\x00\x88\x01\x01\x12\x1a\n\x12include_programmed\x18\x02 \x01(\x08\x42\x11\n\x0f_since_revision\"\xd9\x01\n\x08JobEvent\x12(\n\x04kind\x18\x01 \x01(\x0e\x32\x1a.railyard.v1.JobEvent.Kind\x12\x1d\n\x03job\x18\x02 \x01(\x0b\x32\x10.railyard.v1.Job\x12\x17\n\x0fintent_revision\x18\x03 \x01(\x04\"k\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0f\n\x0bKIND_PLACED\x10\x01\x12\x14\n\x10KIND_PATHS_MOVED\x10\x02\x12\x11\n\rKIND_RELEASED\x10\x03\x12\x13\n\x0fKIND_PROGRAMMED\x10\x04\"L\n\x13ListJobFlowsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"m\n\x14ListJobFlowsResponse\x12#\n\x05\x66lows\x18\x01 \x03(\x0b\x32\x14.railyard.v1.JobFlow\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\x17\n\x0fintent_revision\x18\x03 \x01(\x04*\x94\x01\n\x11\x43ollectivePattern\x12\"\n\x1e\x43OLLECTIVE_PATTERN_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x43OLLECTIVE_PATTERN_RING\x10\x01\x12\x1b\n\x17\x43OLLECTIVE_PATTERN_TREE\x10\x02\x12!\n\x1d\x43OLLECTIVE_PATTERN_ALL_TO_ALL\x10\x03*L\n\x07JobView\x12\x18\n\x14JOB_VIEW_UNSPECIFIED\x10\x00\x12\x14\n\x10JOB_VIEW_SUMMARY\x10\x01\x12\x11\n\rJOB_VIEW_FULL\x10\x02\x32\xae\x04\n\x10PlacementService\x12G\n\x08PlaceJob\x12\x1c.railyard.v1.PlaceJobRequest\x1a\x1d.railyard.v1.PlaceJobResponse\x12M\n\nReleaseJob\x12\x1e.railyard.v1.ReleaseJobRequest\x1a\x1f.railyard.v1.ReleaseJobResponse\x12\x41\n\x06GetJob\x12\x1a.railyard.v1.GetJobRequest\x1a\x1b.railyard.v1.GetJobResponse\x12G\n\x08ListJobs\x12\x1c.railyard.v1.ListJobsRequest\x1a\x1d.railyard.v1.ListJobsResponse\x12S\n\x0cListJobFlows\x12 .railyard.v1.ListJobFlowsRequest\x1a!.railyard.v1.ListJobFlowsResponse\x12\x43\n\tWatchJobs\x12\x1d.railyard.v1.WatchJobsRequest\x1a\x15.railyard.v1.JobEvent0\x01\x12\\\n\x0fScorePlacements\x12#.railyard.v1.ScorePlacementsRequest\x1a$.railyard.v1.ScorePlacementsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'railyard.v1.placement_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_COLLECTIVEPATTERN']._serialized_start=2394
-  _globals['_COLLECTIVEPATTERN']._serialized_end=2542
-  _globals['_JOBVIEW']._serialized_start=2544
-  _globals['_JOBVIEW']._serialized_end=2620
+  _globals['_COLLECTIVEPATTERN']._serialized_start=2423
+  _globals['_COLLECTIVEPATTERN']._serialized_end=2571
+  _globals['_JOBVIEW']._serialized_start=2573
+  _globals['_JOBVIEW']._serialized_end=2649
   _globals['_PLACEJOBREQUEST']._serialized_start=78
   _globals['_PLACEJOBREQUEST']._serialized_end=409
   _globals['_GPU']._serialized_start=411
@@ -51,31 +51,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SCOREPLACEMENTSREQUEST']._serialized_start=1092
   _globals['_SCOREPLACEMENTSREQUEST']._serialized_end=1212
   _globals['_PLACEMENTSCORE']._serialized_start=1215
-  _globals['_PLACEMENTSCORE']._serialized_end=1385
-  _globals['_SCOREPLACEMENTSRESPONSE']._serialized_start=1387
-  _globals['_SCOREPLACEMENTSRESPONSE']._serialized_end=1482
-  _globals['_RELEASEJOBREQUEST']._serialized_start=1484
-  _globals['_RELEASEJOBREQUEST']._serialized_end=1519
-  _globals['_RELEASEJOBRESPONSE']._serialized_start=1521
-  _globals['_RELEASEJOBRESPONSE']._serialized_end=1572
-  _globals['_GETJOBREQUEST']._serialized_start=1574
-  _globals['_GETJOBREQUEST']._serialized_end=1641
-  _globals['_GETJOBRESPONSE']._serialized_start=1643
-  _globals['_GETJOBRESPONSE']._serialized_end=1690
-  _globals['_LISTJOBSREQUEST']._serialized_start=1692
-  _globals['_LISTJOBSREQUEST']._serialized_end=1784
-  _globals['_LISTJOBSRESPONSE']._serialized_start=1786
-  _globals['_LISTJOBSRESPONSE']._serialized_end=1886
-  _globals['_WATCHJOBSREQUEST']._serialized_start=1888
-  _globals['_WATCHJOBSREQUEST']._serialized_end=1982
-  _globals['_JOBEVENT']._serialized_start=1985
-  _globals['_JOBEVENT']._serialized_end=2202
-  _globals['_JOBEVENT_KIND']._serialized_start=2095
-  _globals['_JOBEVENT_KIND']._serialized_end=2202
-  _globals['_LISTJOBFLOWSREQUEST']._serialized_start=2204
-  _globals['_LISTJOBFLOWSREQUEST']._serialized_end=2280
-  _globals['_LISTJOBFLOWSRESPONSE']._serialized_start=2282
-  _globals['_LISTJOBFLOWSRESPONSE']._serialized_end=2391
-  _globals['_PLACEMENTSERVICE']._serialized_start=2623
-  _globals['_PLACEMENTSERVICE']._serialized_end=3181
+  _globals['_PLACEMENTSCORE']._serialized_end=1414
+  _globals['_SCOREPLACEMENTSRESPONSE']._serialized_start=1416
+  _globals['_SCOREPLACEMENTSRESPONSE']._serialized_end=1511
+  _globals['_RELEASEJOBREQUEST']._serialized_start=1513
+  _globals['_RELEASEJOBREQUEST']._serialized_end=1548
+  _globals['_RELEASEJOBRESPONSE']._serialized_start=1550
+  _globals['_RELEASEJOBRESPONSE']._serialized_end=1601
+  _globals['_GETJOBREQUEST']._serialized_start=1603
+  _globals['_GETJOBREQUEST']._serialized_end=1670
+  _globals['_GETJOBRESPONSE']._serialized_start=1672
+  _globals['_GETJOBRESPONSE']._serialized_end=1719
+  _globals['_LISTJOBSREQUEST']._serialized_start=1721
+  _globals['_LISTJOBSREQUEST']._serialized_end=1813
+  _globals['_LISTJOBSRESPONSE']._serialized_start=1815
+  _globals['_LISTJOBSRESPONSE']._serialized_end=1915
+  _globals['_WATCHJOBSREQUEST']._serialized_start=1917
+  _globals['_WATCHJOBSREQUEST']._serialized_end=2011
+  _globals['_JOBEVENT']._serialized_start=2014
+  _globals['_JOBEVENT']._serialized_end=2231
+  _globals['_JOBEVENT_KIND']._serialized_start=2124
+  _globals['_JOBEVENT_KIND']._serialized_end=2231
+  _globals['_LISTJOBFLOWSREQUEST']._serialized_start=2233
+  _globals['_LISTJOBFLOWSREQUEST']._serialized_end=2309
+  _globals['_LISTJOBFLOWSRESPONSE']._serialized_start=2311
+  _globals['_LISTJOBFLOWSRESPONSE']._serialized_end=2420
+  _globals['_PLACEMENTSERVICE']._serialized_start=2652
+  _globals['_PLACEMENTSERVICE']._serialized_end=3210
 # @@protoc_insertion_point(module_scope)

@@ -139,7 +139,7 @@ class ScorePlacementsRequest(_message.Message):
     def __init__(self, job: _Optional[_Union[PlaceJobRequest, _Mapping]] = ..., candidates: _Optional[_Iterable[_Union[CandidatePlacement, _Mapping]]] = ...) -> None: ...
 
 class PlacementScore(_message.Message):
-    __slots__ = ("candidate", "feasible", "reason", "predicted_max_utilization_ratio", "spine_tier_peak_ratio", "score", "rank")
+    __slots__ = ("candidate", "feasible", "reason", "predicted_max_utilization_ratio", "spine_tier_peak_ratio", "score", "rank", "cross_cluster_share")
     CANDIDATE_FIELD_NUMBER: _ClassVar[int]
     FEASIBLE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -147,6 +147,7 @@ class PlacementScore(_message.Message):
     SPINE_TIER_PEAK_RATIO_FIELD_NUMBER: _ClassVar[int]
     SCORE_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
+    CROSS_CLUSTER_SHARE_FIELD_NUMBER: _ClassVar[int]
     candidate: int
     feasible: bool
     reason: str
@@ -154,7 +155,8 @@ class PlacementScore(_message.Message):
     spine_tier_peak_ratio: float
     score: float
     rank: int
-    def __init__(self, candidate: _Optional[int] = ..., feasible: _Optional[bool] = ..., reason: _Optional[str] = ..., predicted_max_utilization_ratio: _Optional[float] = ..., spine_tier_peak_ratio: _Optional[float] = ..., score: _Optional[float] = ..., rank: _Optional[int] = ...) -> None: ...
+    cross_cluster_share: float
+    def __init__(self, candidate: _Optional[int] = ..., feasible: _Optional[bool] = ..., reason: _Optional[str] = ..., predicted_max_utilization_ratio: _Optional[float] = ..., spine_tier_peak_ratio: _Optional[float] = ..., score: _Optional[float] = ..., rank: _Optional[int] = ..., cross_cluster_share: _Optional[float] = ...) -> None: ...
 
 class ScorePlacementsResponse(_message.Message):
     __slots__ = ("scores", "intent_revision")
