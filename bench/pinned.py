@@ -58,6 +58,11 @@ def tcp_counters(emu: EmulatedFabric) -> dict[str, int]:
     return total
 
 
+def fabric_drops() -> int:
+    """Packets dropped so far at the emulated fabric's egress queues (ours: "ry" interfaces)."""
+    return sum(drops for dev, (_, drops) in read_queues().items() if dev.startswith(ad.NAME_PREFIX))
+
+
 def traced_via(fabric: Fabric, flow: FlowSpec) -> str:
     """The via (spine, or core where there are cores) the switches send `flow`
     across now, hop by hop with ofproto/trace: overlay entries included."""
@@ -113,7 +118,7 @@ def _run_in(
                 ctl.wait_reconciles(1)
             if te:
                 agent = TelemetryAgent(fabric, f"127.0.0.1:{ports.grpc}").start()
-            drops_before = sum(n for dev, (_, n) in read_queues().items() if dev.startswith("ry"))
+            drops_before = fabric_drops()
             tcp_before, cpu_before, t0 = tcp_counters(emu), vswitchd_cpu_seconds(), time.monotonic()
             run = TrafficRun(emu.popen, flows, duration).start()
             settled = None
@@ -123,7 +128,7 @@ def _run_in(
             results = run.wait(grace_s=5.0)
             cpu = (vswitchd_cpu_seconds() - cpu_before) / (time.monotonic() - t0)
             tcp = {k: v - tcp_before[k] for k, v in tcp_counters(emu).items()}
-            drops = sum(n for dev, (_, n) in read_queues().items() if dev.startswith("ry")) - drops_before
+            drops = fabric_drops() - drops_before
         finally:
             if agent is not None:
                 agent.stop()

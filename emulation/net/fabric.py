@@ -223,17 +223,20 @@ class EmulatedFabric:
         }
         self.state_file.write_text(json.dumps(state, indent=2))
 
+    def _shaping(self, intf: str, rate_bps: float) -> list[str]:
+        """`tc -batch` lines shaping one interface's egress as the spec says."""
+        emulation = self.fabric.spec.emulation
+        shaping = links.htb_shaping(intf, rate_bps, emulation.mtu, emulation.queue_packets, emulation.ack_priority)
+        return [" ".join(c[1:]) for c in shaping]
+
     def _configure_switch_ports(self) -> None:
         mtu = self.fabric.spec.emulation.mtu
-        queue = self.fabric.spec.emulation.queue_packets
-        acks_first = self.fabric.spec.emulation.ack_priority
         ip_lines, tc_lines = [], []
         for name in self.fabric.switches:
             for port, link in self.fabric.ports(name).items():
                 intf = ad.switch_port_name(name, port)
                 ip_lines.append(" ".join(links.ip_link_up(intf, mtu)[1:]))
-                shaping = links.htb_shaping(intf, link.emulated_bps, mtu, queue, acks_first)
-                tc_lines += [" ".join(c[1:]) for c in shaping]
+                tc_lines += self._shaping(intf, link.emulated_bps)
                 netns.run(None, links.ethtool_offloads_off(intf))
         netns.run_batch(None, "ip", ip_lines)
         netns.run_batch(None, "tc", tc_lines)
@@ -242,8 +245,6 @@ class EmulatedFabric:
         """Addresses, routes, static neighbours, shaping; and the TCP the
         emulated servers run, the same on every host (HOST_SYSCTLS)."""
         mtu = self.fabric.spec.emulation.mtu
-        queue = self.fabric.spec.emulation.queue_packets
-        acks_first = self.fabric.spec.emulation.ack_priority
         by_prefix: dict[tuple[int, int], list[NicId]] = {}
         for nic in self.fabric.nics:
             by_prefix.setdefault((nic.rail, nic.pod), []).append(nic)
@@ -271,8 +272,7 @@ class EmulatedFabric:
                     for peer in by_prefix[(nic.rail, nic.pod)]
                     if peer != nic
                 ]
-                rate = self.fabric.access_link(nic).emulated_bps
-                tc_lines += [" ".join(c[1:]) for c in links.htb_shaping(intf, rate, mtu, queue, acks_first)]
+                tc_lines += self._shaping(intf, self.fabric.access_link(nic).emulated_bps)
             netns.run_batch(pid, "ip", ip_lines)
             netns.run_batch(pid, "tc", tc_lines)
 
