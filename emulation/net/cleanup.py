@@ -94,12 +94,12 @@ def teardown_from_state(path: Path, wait_owner: float = 20.0) -> TeardownReport:
     """`railyard fabric down`: ask the owning process to stop, then sweep."""
     state = json.loads(path.read_text())
     owner = state.get("pid")
-    if owner and owner != os.getpid() and _alive(owner):
+    if owner and owner != os.getpid() and alive(owner):
         os.kill(owner, signal.SIGTERM)
         deadline = time.monotonic() + wait_owner
-        while _alive(owner) and time.monotonic() < deadline:
+        while alive(owner) and time.monotonic() < deadline:
             time.sleep(0.2)
-        if _alive(owner):
+        if alive(owner):
             LOG.warning("fabric owner pid %s did not exit; sweeping anyway", owner)
     report = teardown(netns_inodes=set(state.get("netns_inodes", [])), fabric_name=state.get("fabric"))
     if state.get("ssl_certificate"):
@@ -112,7 +112,7 @@ def owner_gone(path: Path) -> bool:
     """A fabric state file whose owning process is gone (killed with -9, or
     its machine's run cut short): nobody is left to tear that fabric down."""
     owner = json.loads(path.read_text()).get("pid")
-    return bool(owner) and owner != os.getpid() and not _alive(owner)
+    return bool(owner) and owner != os.getpid() and not alive(owner)
 
 
 def _processes():
@@ -132,7 +132,8 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """The process runs (a zombie does not)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -147,5 +148,5 @@ def _alive(pid: int) -> bool:
 
 def _wait_gone(pids: list[int], timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.05)

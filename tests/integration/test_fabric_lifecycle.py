@@ -7,11 +7,11 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from emulation.net import netns, ovs
+from emulation.net.cleanup import alive
 
 FOREIGN = "foreignbr0"  # deliberately not an "ry" name, as a neighbour's bridge would be
 
@@ -40,14 +40,6 @@ def wait_for(predicate, timeout, what):
             return
         time.sleep(0.2)
     pytest.fail(f"timed out waiting for {what}")
-
-
-def gone(pid: int) -> bool:
-    """No such process, or a zombie: nothing of it runs."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
-    except OSError:
-        return True
 
 
 @pytest.fixture
@@ -89,7 +81,7 @@ def test_fabric_down_removes_only_railyard_state(tmp_path, foreign_bridge, demo_
     assert not state_file.exists()
     ours = [i for i in os.listdir("/sys/class/net") if i.startswith("ry")]
     assert ours == []
-    assert all(gone(pid) for pid in host_pids)
+    assert not any(alive(pid) for pid in host_pids)
     survivors = [p for p in os.listdir("/proc") if p.isdigit() and netns.netns_inode(int(p)) in inodes]
     assert survivors == []
     shells = subprocess.run(["pgrep", "-f", "mininet:ry"], capture_output=True, text=True).stdout.split()
@@ -136,7 +128,7 @@ def test_a_fabric_whose_owner_was_killed_is_swept_by_the_next_one_up(tmp_path, f
             assert json.loads(state_file.read_text())["pid"] == os.getpid()
             # the orphan's servers are gone; the new fabric's are its own
             assert not set(orphaned["hosts"].values()) & set(again.host_pids.values())
-            assert all(gone(pid) for pid in orphaned["hosts"].values())
+            assert not any(alive(pid) for pid in orphaned["hosts"].values())
             assert all(ovs.dump_flows(s) for s in demo_fabric.switches)
     finally:
         if state_file.exists():  # the sweep failed: leave the machine as found for the tests after
