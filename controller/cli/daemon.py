@@ -60,6 +60,11 @@ def add_controller_parser(sub) -> None:
         "--no-te", action="store_true", help="no adaptive TE: placement and pins only, elephants stay on ECMP"
     )
     run.add_argument(
+        "--te-decisions",
+        metavar="FILE",
+        help="append every TE decision to FILE as a JSON line (kind, flow, link, from_via, to_via, reason)",
+    )
+    run.add_argument(
         "--watch-history",
         type=int,
         help="job events a WatchJobs from a revision can replay (default: the daemon's, 4096)",
@@ -151,6 +156,7 @@ def controller_run(args) -> int:
         reconcile_interval_s=args.reconcile_interval,
         full_audit_every=args.full_audit_every,
         te_enabled=not args.no_te,
+        te_decisions=Path(args.te_decisions) if args.te_decisions else None,
         **({} if args.watch_history is None else {"watch_history": args.watch_history}),
         **({} if args.max_message_bytes is None else {"max_message_bytes": args.max_message_bytes}),
         tls=_tls_files(args),

@@ -126,6 +126,7 @@ class DaemonConfig:
     full_audit_every: int = 6  # periodic passes: every switch is read in full once in this many
     reply_timeout_s: float = 5.0
     te_enabled: bool = True  # off: placement and pins only, elephants stay on ECMP
+    te_decisions: Path | None = None  # a file every TE decision is appended to, as a JSON line
     watch_history: int = WATCH_HISTORY  # job events a WatchJobs from a revision can replay
     max_message_bytes: int = MAX_MESSAGE_BYTES  # gRPC messages, either way: every reply is made to fit
     tls: TlsFiles | None = None  # the API over mutual TLS, with roles
@@ -205,7 +206,19 @@ class Daemon:
             config.reply_timeout_s,
             audit_every=config.full_audit_every,
         )
-        self.te = TeRunner(fabric, self.ingest, self.intent, self.metrics, enabled=config.te_enabled)
+        try:
+            self.te = TeRunner(
+                fabric,
+                self.ingest,
+                self.intent,
+                self.metrics,
+                enabled=config.te_enabled,
+                decisions_file=config.te_decisions,
+            )
+        except OSError as exc:
+            raise ConfigError(
+                "te-decisions", f"cannot open {config.te_decisions}: {exc.strerror}", "a writable file"
+            ) from None
         self.reconciler.te = self.te
         self.te.on_change(lambda: self.reconciler.request(ReconcileTrigger.TE))
         tls = config.tls.load() if config.tls is not None else None

@@ -1,6 +1,8 @@
 """Runs the TE engine against the live link view and hands its moves to the
 reconciler. The engine is pure; this is the loop, the clock, the lock, the
-metrics and the log around it.
+metrics and the log around it, and where its decisions go: counted, logged,
+written as JSON lines (`--te-decisions FILE`, what the emulation's reports
+read) and handed to whoever listens (`on_decisions`).
 
 Moves and meters are soft state. After a restart they are adopted from the
 switches' own tables (entries with a "te" cookie, and the Railyard meters
@@ -11,17 +13,30 @@ flow-mods or meter-mods to put them back.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from pathlib import Path
+from typing import IO
 
 from controller.fabric import Fabric
 from controller.intent.service import IntentService
 from controller.metrics import Metrics
 from controller.southbound.overlay import OverlayEntry, OverlayMeter, meter_from_entry, move_from_entry
-from controller.te.engine import DecisionKind, EngineConfig, Meter, Move, TeState, step
+from controller.te.engine import (
+    Decision,
+    DecisionKind,
+    Engine,
+    EngineConfig,
+    Meter,
+    Move,
+    Snapshot,
+    TeState,
+    path_changed,
+)
 from controller.telemetry.ingest import TelemetryIngest
 
 log = logging.getLogger(__name__)
@@ -41,8 +56,10 @@ class TeRunner:
         config: EngineConfig = EngineConfig(),
         enabled: bool = True,
         clock: Callable[[], float] = time.time,
+        decisions_file: Path | None = None,
     ) -> None:
         self.fabric = fabric
+        self.engine = Engine(fabric, config)  # this runner's: its caches are nobody else's
         self.ingest = ingest
         self.intent = intent
         self.metrics = metrics
@@ -56,10 +73,17 @@ class TeRunner:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._on_change: Callable[[], None] = lambda: None
+        self._listeners: list[Callable[[Sequence[Decision]], None]] = []
+        # Line-buffered, appended: a reader follows it as it grows, and a restart adds to it.
+        self._decisions: IO[str] | None = decisions_file.open("a", buffering=1) if decisions_file else None
         self._leading = True  # a lone controller leads; with replicas, ha.py says
 
     def on_change(self, callback: Callable[[], None]) -> None:
         self._on_change = callback
+
+    def on_decisions(self, callback: Callable[[Sequence[Decision]], None]) -> None:
+        """`callback(decisions)` after every cycle that decided something, on the TE thread."""
+        self._listeners.append(callback)
 
     def plan(self) -> tuple[int, list[Move], list[Meter]]:
         """(generation, elephant moves, incast meters) for the reconciler."""
@@ -115,6 +139,17 @@ class TeRunner:
         self._stop.set()
         self.ingest.arrived.set()
 
+    def _publish(self, decisions: Sequence[Decision]) -> None:
+        for decision in decisions:
+            self.metrics.te_decisions.labels(decision.kind).inc()
+            log.info("te %s %s at %.3f: %s", decision.kind, decision.subject, decision.at, decision.reason)
+        if not decisions:
+            return
+        if self._decisions is not None:
+            self._decisions.write("".join(json.dumps(d.as_record()) + "\n" for d in decisions))
+        for listener in self._listeners:
+            listener(decisions)
+
     def _run(self) -> None:
         # A cycle runs as soon as a telemetry batch lands (reaction time is
         # the point), or every interval_s without one (moves still expire).
@@ -137,22 +172,10 @@ class TeRunner:
         with self._lock:
             before = self._state
         intent = self.intent.snapshot()
-        state, decisions = step(
-            self.fabric,
-            before,
-            view_flows,
-            view_ports,
-            now,
-            self.config,
-            intent.drains,
-            intent.pinned_pairs,
-            intent.job_pairs,
+        state, decisions = self.engine.step(
+            before, Snapshot(view_flows, view_ports, now, intent.drains, intent.pinned_pairs, intent.job_pairs)
         )
-        changed = (
-            state.moves.keys() != before.moves.keys()
-            or any(state.moves[k].via != before.moves[k].via for k in state.moves)
-            or _meter_rates(state) != _meter_rates(before)
-        )
+        changed = path_changed(before, state)
         with self._lock:
             if self._state is not before:
                 return  # reset meanwhile (a new leadership): this cycle's view is gone
@@ -161,14 +184,8 @@ class TeRunner:
                 self._generation += 1
                 if any(d.kind in (DecisionKind.REROUTE, DecisionKind.REVERT) for d in decisions):
                     self._pending.append((self._generation, now))
-        for decision in decisions:
-            self.metrics.te_decisions.labels(decision.kind).inc()
-            log.info("te %s %s at %.3f: %s", decision.kind, decision.subject, decision.at, decision.reason)
+        self._publish(decisions)
         self.metrics.te_moves_active.set(len(state.moves))
         self.metrics.te_meters_active.set(len(state.meters))
         if changed:
             self._on_change()
-
-
-def _meter_rates(state: TeState) -> dict:
-    return {k: m.rate_bps for k, m in state.meters.items()}

@@ -31,7 +31,7 @@ from emulation.agent.telemetry_agent import FabricSampler, TelemetryAgent, read_
 from emulation.net import netns, ovs
 from emulation.net.fabric import EmulatedFabric
 from emulation.processes.controller_process import ControllerProcess, Ports, total
-from emulation.scenarios.timeline import LoggedDecision, parse_decisions
+from emulation.scenarios.timeline import Decided, read_decisions
 from emulation.traffic.counters import ecmp_uplink
 from emulation.traffic.iperf import FlowResult, FlowSpec, TrafficRun
 from emulation.traffic.records import Iteration, Schedule, Stream, StreamResult
@@ -72,7 +72,7 @@ class ModeRun:
     drops_by_port: dict[str, int] = field(default_factory=dict)  # interface -> drops at its queue
     policed: int = 0  # by Railyard's meters at sending leaves
     te_decisions: dict[str, float] = field(default_factory=dict)
-    decisions: list[LoggedDecision] = field(default_factory=list)  # from the controller's log, since traffic start
+    decisions: list[Decided] = field(default_factory=list)  # the controller's, since traffic start
     # Mean decision -> bundle committed, from the controller's histogram (it
     # exports no per-decision commit time); None when nothing was committed.
     commit_s: float | None = None
@@ -242,8 +242,14 @@ def run_mode(
     TE: the daemon and the telemetry agent attached, placement through the API."""
     te = mode == "te"
     ports = Ports.pick()
+    decisions = workdir / f"decisions-{mode}.jsonl"
     ctl = ControllerProcess(
-        spec_path, workdir / f"{mode}.db", ports, workdir / f"controller-{mode}.log", reconcile_interval_s=2.0
+        spec_path,
+        workdir / f"{mode}.db",
+        ports,
+        workdir / f"controller-{mode}.log",
+        reconcile_interval_s=2.0,
+        extra_args=("--te-decisions", str(decisions)),
     )
     run = None
     duration = workload.duration_s
@@ -323,7 +329,7 @@ def run_mode(
             commits = total(samples, "railyard_te_reaction_seconds_count")
             if commits:
                 run.commit_s = total(samples, "railyard_te_reaction_seconds_sum") / commits
-            run.decisions = parse_decisions((workdir / f"controller-{mode}.log").read_text(errors="replace"), start)
+            run.decisions = read_decisions(decisions, start)
         finally:
             if agent is not None:
                 agent.stop()

@@ -1,13 +1,11 @@
-"""TE's decisions over a run, read back from the controller's log, and the
-figures made of them: collision-to-fix, moves and path changes per flow. Pure.
-
-The controller logs every decision as `te KIND SUBJECT at WALLCLOCK: REASON`
-(controller/runtime/te_runner.py). A collision's subject is its uplink
-("switch:port"); a move's is the flow ("src:sport->dst:dport/proto") and
-its reason starts "OLD_VIA -> NEW_VIA:".
+"""TE's decisions over a run, read back from the records the controller
+writes (`--te-decisions`: one JSON object per decision, with the flow, the
+link and the old and new via as fields), and the figures made of them:
+collision-to-fix, moves and path changes per flow. Pure but for
+`read_decisions`.
 
 Collision-to-fix, per collision: from its onset to the commit that removes it.
-- Detected: the engine's `collision` line for the uplink.
+- Detected: the engine's `collision` decision for the uplink.
 - Onset: the first sample of the runner's own port telemetry (every 0.25 s,
   independent of the controller) in which that uplink runs full, not before
   the last change that could have made the collision: traffic or a flow
@@ -22,44 +20,69 @@ A collision that no move ever relieves is counted as unfixed, not timed.
 
 from __future__ import annotations
 
-import re
+import json
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from controller.fabric import Endpoint, Fabric, FabricError, NicId
 from controller.fabric import addressing as ad
+from controller.te.engine import Decision, DecisionKind
+from emulation.model.stats import percentile
 
 SATURATED = 0.9  # of capacity: an uplink carrying a collision runs full
-MOVES = ("reroute", "revert")  # decisions that rewrite a flow's entries
-
-_LINE = re.compile(r"\bte (\S+) (\S+) at ([\d.]+): (.*)$", re.MULTILINE)
-_VIAS = re.compile(r"^(\S*) -> (\S+):")
-_FLOW = re.compile(r"^([\d.]+):\d+->([\d.]+):\d+/")
+MOVES = (DecisionKind.REROUTE, DecisionKind.REVERT)  # decisions that rewrite a flow's entries
 
 
 @dataclass(frozen=True)
-class LoggedDecision:
-    kind: str  # DecisionKind's value: collision, reroute, revert, expire, unfixable, ...
-    subject: str
-    at_s: float  # since traffic start
-    reason: str
+class Decided:
+    """A decision of the run, and when: seconds since traffic started."""
+
+    decision: Decision
+    at_s: float
+
+    @property
+    def kind(self) -> DecisionKind:
+        return self.decision.kind
+
+    @property
+    def subject(self) -> str:
+        return self.decision.subject
 
     @property
     def vias(self) -> tuple[str, str] | None:
-        """(old, new) for a move whose reason names both ("" for an old via TE did not know)."""
-        m = _VIAS.match(self.reason)
-        return (m.group(1), m.group(2)) if m else None
+        """(old, new) of a move ("" for an old via TE did not know)."""
+        d = self.decision
+        return None if d.to_via is None else (d.from_via or "", d.to_via)
+
+    @property
+    def nics(self) -> tuple[NicId, NicId] | None:
+        """The flow's NICs, for a decision about a flow of this fabric."""
+        flow = self.decision.flow
+        if flow is None:
+            return None
+        try:
+            return ad.parse_nic_address(flow[0]), ad.parse_nic_address(flow[1])
+        except ad.AddressError:
+            return None
 
 
-def parse_decisions(log_text: str, started_at: float) -> list[LoggedDecision]:
-    """Every decision logged at or after `started_at` (wall clock), in order."""
-    return [
-        LoggedDecision(kind, subject, float(at) - started_at, reason)
-        for kind, subject, at, reason in _LINE.findall(log_text)
-        if float(at) >= started_at
-    ]
+def changed_path(d: Decided) -> bool:
+    """A move that put its flow on another path (not a pin where it is)."""
+    return d.kind in MOVES and (v := d.vias) is not None and v[0] != v[1]
+
+
+def read_decisions(path: Path, started_at: float) -> list[Decided]:
+    """Every decision the controller wrote to `path` at or after
+    `started_at` (wall clock), in order; none if it wrote none."""
+    try:
+        lines = path.read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    decisions = [Decision.from_record(json.loads(line)) for line in lines if line.strip()]
+    return [Decided(d, d.at - started_at) for d in decisions if d.at >= started_at]
 
 
 @dataclass(frozen=True)
@@ -76,7 +99,7 @@ class Episode:
 
 def episodes(
     fabric: Fabric,
-    decisions: Sequence[LoggedDecision],
+    decisions: Sequence[Decided],
     samples: Sequence[tuple[float, Mapping[Endpoint, float]]],
     changes_s: Sequence[float],
     commit_s: float | None,
@@ -85,13 +108,13 @@ def episodes(
     bps per egress); `changes_s`: when traffic or the fabric changed (flow
     starts, scenario events)."""
     commit = commit_s or 0.0
-    moves = [(d, _flow(d.subject), d.vias) for d in decisions if d.kind in MOVES]
+    moves = [(d, d.nics, d.vias) for d in decisions if d.kind in MOVES]
     out: list[Episode] = []
     last_end: dict[str, float] = {}
     for d in decisions:
-        if d.kind != "collision":
+        if d.kind != DecisionKind.COLLISION:
             continue
-        uplink = _endpoint(d.subject)
+        uplink = _endpoint(d.decision.link or "")
         if uplink is None:
             continue
         onto = [
@@ -125,7 +148,7 @@ SETTLE_S = 2.0  # after a change of traffic or links, TE's moves are the reactio
 
 def te_figures(
     fabric: Fabric,
-    decisions: Sequence[LoggedDecision],
+    decisions: Sequence[Decided],
     samples: Sequence[tuple[float, Mapping[Endpoint, float]]],
     changes_s: Sequence[float],
     commit_s: float | None,
@@ -134,7 +157,7 @@ def te_figures(
     found = episodes(fabric, decisions, samples, changes_s, commit_s)
     times = sorted(e.to_fix_s for e in found if e.to_fix_s is not None)
     moves = Counter(d.subject for d in decisions if d.kind in MOVES)
-    changes = Counter(d.subject for d in decisions if d.kind in MOVES and (v := d.vias) and v[0] != v[1])
+    changes = Counter(d.subject for d in decisions if changed_path(d))
     moved_at = sorted(d.at_s for d in decisions if d.kind in MOVES)
     return {
         "last_move_s": moved_at[-1] if moved_at else None,
@@ -145,7 +168,7 @@ def te_figures(
         ),
         "collision_to_fix_s": {
             "median": statistics.median(times) if times else None,
-            "p99": _p99(times),
+            "p99": percentile(times, 0.99) if times else None,
             "all": times,
             "unfixed": sum(e.fixed_s is None for e in found),
             "commit_latency_s": commit_s,
@@ -154,15 +177,11 @@ def te_figures(
                 for e in found
             ],
         },
-        "unfixable_collisions": sum(d.kind == "unfixable" for d in decisions),
+        "unfixable_collisions": sum(d.kind == DecisionKind.UNFIXABLE for d in decisions),
         "moves_per_flow": _per_flow(moves, n_flows),
         "path_changes_per_flow": _per_flow(changes, n_flows),
-        "returned_to_ecmp": sum(d.kind == "expire" and _flow(d.subject) is not None for d in decisions),
+        "returned_to_ecmp": sum(d.kind == DecisionKind.EXPIRE and d.nics is not None for d in decisions),
     }
-
-
-def _p99(ordered: list[float]) -> float | None:
-    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else None
 
 
 def _per_flow(counts: Counter[str], n_flows: int) -> dict:
@@ -172,16 +191,6 @@ def _per_flow(counts: Counter[str], n_flows: int) -> dict:
 def _endpoint(name: str) -> Endpoint | None:
     switch, _, port = name.rpartition(":")
     return Endpoint(switch, int(port)) if switch and port.isdigit() else None
-
-
-def _flow(subject: str) -> tuple[NicId, NicId] | None:
-    m = _FLOW.match(subject)
-    if not m:
-        return None
-    try:
-        return ad.parse_nic_address(m.group(1)), ad.parse_nic_address(m.group(2))
-    except ad.AddressError:
-        return None
 
 
 def _crosses(fabric: Fabric, flow: tuple[NicId, NicId], via: str, uplink: Endpoint) -> bool:

@@ -31,7 +31,7 @@ import numpy as np
 
 from controller.fabric import Fabric
 from controller.intent.model import Intent
-from controller.te.engine import DecisionKind, EngineConfig, TeState, step
+from controller.te.engine import DecisionKind, Engine, EngineConfig, Snapshot, TeState, path_changed
 from controller.te.view import FlowKey
 from emulation.model.fluid import link_loads
 from emulation.simulate.conditions import Condition, at
@@ -173,7 +173,8 @@ class ClosedLoop:
         rng = np.random.default_rng(s.seed)
         cycles_total = s.cycles
         timeline = Timeline(self.flows, self.prep.arm.jobs, s.simulated_s, s.resolve_s)
-        sensor = Sensor(network, self.routes, [f.key for f in self.flows], s.noise)
+        engine = Engine(self.fabric, s.engine)  # this loop's own: two loops in a process share nothing
+        sensor = Sensor(network, self.routes, [f.key for f in self.flows], s.noise, engine.index)
         starts = [c.start_s for c in self.conditions]
 
         state = TeState()
@@ -224,23 +225,15 @@ class ClosedLoop:
             before = state
             drains = self.conditions[c].drains
             cpu = time.process_time()
-            state, decisions = step(
-                self.fabric,
-                before,
-                flows,
-                ports,
-                now,
-                s.engine,
-                drains,
-                self.intent.pinned_pairs,
-                self.intent.job_pairs,
+            state, decisions = engine.step(
+                before, Snapshot(flows, ports, now, drains, self.intent.pinned_pairs, self.intent.job_pairs)
             )
             t3 = time.perf_counter()
             cpu = time.process_time() - cpu
 
             # 4. the overlay and what reconciling it would send
             flow_mods = meter_mods = 0
-            if _changed(before, state):
+            if path_changed(before, state):
                 flow_mods, meter_mods = counter.update(state.moves, state.meters)
                 pending.append(
                     (
@@ -294,12 +287,3 @@ class ClosedLoop:
                 if i is not None:
                     landed.meter[i] = rate
         return landed
-
-
-def _changed(before: TeState, after: TeState) -> bool:
-    """The TE runner's test for asking the reconciler for a pass."""
-    return (
-        before.moves.keys() != after.moves.keys()
-        or any(after.moves[k].via != before.moves[k].via for k in after.moves)
-        or {k: m.rate_bps for k, m in before.meters.items()} != {k: m.rate_bps for k, m in after.meters.items()}
-    )

@@ -20,13 +20,15 @@ from collections.abc import Sequence
 import numpy as np
 
 from controller.te.engine import FlowFrame, PortFrame
-from controller.te.engine.links import UNKNOWN, link_index
+from controller.te.engine.links import UNKNOWN, LinkIndex
 from controller.te.view import EWMA_ALPHA, FlowKey
 from emulation.simulate.routes import Network, Routes
 
 
 class Sensor:
-    def __init__(self, network: Network, routes: Routes, keys: Sequence[FlowKey], noise: float) -> None:
+    def __init__(
+        self, network: Network, routes: Routes, keys: Sequence[FlowKey], noise: float, index: LinkIndex
+    ) -> None:
         self.network = network
         self.routes = routes
         self.keys = list(keys)
@@ -34,7 +36,7 @@ class Sensor:
         self.ewma = np.zeros(network.size)
         self.seen = np.zeros(network.size, dtype=bool)
         # The engine's egress numbers for ours: telemetry goes to it as frames.
-        self.index = link_index(network.fabric)
+        self.index = index
         self.engine_id = np.array([self.index.ids.get(e, UNKNOWN) for e in network.egresses], dtype=np.int64)
 
     def sample(

@@ -39,9 +39,10 @@ def spec_file(workload: Workload, override: str | None = None) -> str | None:
 
 
 def load_workload(name_or_path: str | Path) -> Workload:
-    """A shipped scenario by name, or a YAML file."""
+    """A shipped scenario by name (a suite's as SUITE/NAME, e.g.
+    hedera/stag0-0.2-0.3), or a YAML file."""
     path = Path(name_or_path)
-    if not path.suffix and not path.exists():
+    if path.suffix not in (".yaml", ".yml") and not path.exists():
         path = SCENARIOS_DIR / f"{name_or_path}.yaml"
     if not path.is_file():
         raise WorkloadError("name", f"no scenario {str(name_or_path)!r}", ", ".join(available()) + ", or a YAML path")

@@ -13,10 +13,10 @@ from hypothesis import strategies as st
 from controller.fabric import Endpoint, NicId, build_fabric, parse_spec
 from controller.fabric import addressing as ad
 from controller.te.engine import EngineConfig, FlowFrame, PortFrame
-from controller.te.engine.catalog import flow_catalog
+from controller.te.engine.catalog import FlowCatalog
 from controller.te.engine.fleet import Fleet
 from controller.te.engine.gains import best_of
-from controller.te.engine.links import UNKNOWN
+from controller.te.engine.links import UNKNOWN, LinkIndex
 from controller.te.engine.state import Elephants
 from controller.te.view import FlowSample, PortSample
 
@@ -39,7 +39,7 @@ def random_fleet(fabric, rng: np.random.Generator, flows: int, dead_links: int =
     """Elephants between random NICs with more than one route between them,
     each on a random route, with random demands, rates and background; a
     few links dead."""
-    catalog = flow_catalog(fabric)
+    catalog = FlowCatalog(LinkIndex(fabric))
     nics = list(fabric.nics)
     keys: list[tuple[str, str, str, int, int]] = []
     while len(keys) < flows:
@@ -103,7 +103,7 @@ def test_the_route_peak_bound_never_hides_a_move(shape, seed, flows):
 @pytest.mark.parametrize("shape", sorted(FABRICS))
 def test_the_catalog_reads_each_flow_as_the_fabric_does(shape):
     fabric = FABRICS[shape]
-    catalog = flow_catalog(fabric)
+    catalog = FlowCatalog(LinkIndex(fabric))
     nics = list(fabric.nics)
     keys = [(ad.nic_ip(s), ad.nic_ip(d), "udp", 4791, 4791) for s in nics[:6] for d in nics[-6:] if s != d]
     keys += [("10.200.0.1", ad.nic_ip(nics[0]), "tcp", 1, 2), ("not an address", "x", "tcp", 1, 2)]
@@ -121,7 +121,7 @@ def test_the_catalog_reads_each_flow_as_the_fabric_does(shape):
 @pytest.mark.parametrize("shape", sorted(FABRICS))
 def test_the_via_of_a_flow_is_the_one_route_its_reported_ports_name(shape):
     fabric = FABRICS[shape]
-    index = flow_catalog(fabric).index
+    index = FlowCatalog(LinkIndex(fabric)).index
     nics = list(fabric.nics)
     for src in nics[:4]:
         for dst in nics[-4:]:
@@ -141,7 +141,7 @@ def test_the_via_of_a_flow_is_the_one_route_its_reported_ports_name(shape):
 
 def test_frames_carry_what_the_samples_say():
     fabric = FABRICS["shared"]
-    index = flow_catalog(fabric).index
+    index = FlowCatalog(LinkIndex(fabric)).index
     src, dst = NicId(0, 0, 0), NicId(0, 1, 0)
     uplink = fabric.egress_path(src, dst, fabric.vias(src, dst)[0])[1]
     key = (ad.nic_ip(src), ad.nic_ip(dst), "tcp", 40000, 5201)

@@ -6,6 +6,7 @@ every fixable collision."""
 import math
 import random
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,16 +14,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.fabric import NicId, build_fabric, parse_spec
-from controller.te.engine import EngineConfig, FlowFrame, TeState, step
-from controller.te.engine.catalog import flow_catalog
+from controller.te.engine import EngineConfig, FlowFrame, TeState
 from controller.te.engine.elephants import find_elephants
-from controller.te.engine.links import link_index
 from controller.te.engine.state import Elephants, Recent
 from controller.te.view import FlowSample, LinkView, PortSample
 from emulation.model.fair import max_min_rates
 from emulation.model.network import ModelFlow, Units
 from emulation.model.optimum import optimum_bounds
-from tests.unit.test_engine import FABRIC, World, collided_world, flow_key
+from tests.unit.test_engine import FABRIC, World, collided_world, engine, flow_key, step
 
 RATES = "rates: {nic_gbps: 400, emulated_nic_mbps: 50}\n"
 # 3 spines over 2 servers per pod at 1:1: every uplink is 2/3 of a NIC.
@@ -33,7 +32,7 @@ WIDE = build_fabric(parse_spec("pods: 4\nservers_per_pod: 8\nrails: 2\nspines: 8
 
 
 def elephants_in(fabric, flows, recent=None, planned=frozenset(), now=100.0) -> Elephants:
-    catalog = flow_catalog(fabric)
+    catalog = engine(fabric).catalog
     frame = FlowFrame.of(catalog.index, flows)
     cat = catalog.rows(frame.keys)
     return find_elephants(catalog, frame, cat, {}, recent or Recent(), now, EngineConfig(), planned)[0]
@@ -125,6 +124,7 @@ def test_a_placed_jobs_flows_are_never_metered_as_incast_senders():
     senders = [NicId(0, 0, s) for s in range(3)]
     world = World(CROWDED, {flow_key(s, dst, 41000 + i): (s, dst, "ryr0s0") for i, s in enumerate(senders)})
     flows, ports = world.telemetry(100.0, {})
+    flows = {k: replace(s, rate_bps=400e9) for k, s in flows.items()}  # each offers its NIC, as UDP does
     state, decisions = step(CROWDED, TeState(), flows, ports, 100.0, jobs=frozenset((s, dst) for s in senders))
     assert state.meters == {} and "incast" not in [d.kind for d in decisions]
     state, _ = step(CROWDED, TeState(), flows, ports, 100.0)
@@ -316,7 +316,7 @@ def run_iterating(world, cycles, noise, seed, jobs=frozenset(), rehash=None):
     """`rehash`: (cycle, flow key, via): from that cycle on, the fabric sends
     that flow over that spine (a failover's new hash)."""
     rng, it, state = random.Random(seed), Iterating(world), TeState()
-    index = link_index(world.fabric)
+    index = engine(world.fabric).index
     # The links TE steers over (a leaf's downlink to a NIC is on no route: no elephant's to explain)
     spine_tier = sorted({int(h) for s, d, _ in world.flows.values() for h in index.routes(s, d).hops.ravel()})
     moves_at, residuals = [], []
@@ -407,7 +407,7 @@ def test_the_records_are_smoothed_once_per_port_sample_as_the_linkview_does():
     assert state.explained is not None and again.explained is not None
     assert (again.explained == state.explained).all()
     ((src, dst, _),) = world.flows.values()
-    uplinks = link_index(WIDE).routes(src, dst).hops.ravel()
+    uplinks = engine(WIDE).index.routes(src, dst).hops.ravel()
     assert again.residual is not None and float(abs(again.residual[uplinks]).max()) < 1e-3 * 400e9
 
 
@@ -453,7 +453,7 @@ def test_a_known_elephant_stays_one_until_it_falls_below_half_the_threshold():
         return elephants_in(FABRIC, {key: FlowSample(rate, 0, 100.0, uplink)}, recent).keys
 
     def seen_at(rate):
-        catalog = flow_catalog(FABRIC)
+        catalog = engine(FABRIC).catalog
         return Recent(
             [key],
             np.array([rate]),
@@ -461,7 +461,7 @@ def test_a_known_elephant_stays_one_until_it_falls_below_half_the_threshold():
             np.array([99.8]),
             np.array([-1]),
             catalog.rows([key]),
-            catalog.generation,
+            catalog.owner,
         )
 
     assert found(0.08 * nic, Recent()) == []  # new, under the threshold: a mouse

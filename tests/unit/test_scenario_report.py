@@ -1,18 +1,20 @@
 """Scenario files and the report's arithmetic."""
 
+import json
 from dataclasses import replace
 
 import pytest
 
-from controller.fabric import Endpoint, build_fabric, load_fabric, load_spec, parse_spec
+from controller.fabric import Endpoint, NicId, build_fabric, load_fabric, load_spec, parse_spec
 from controller.fabric.spec import SPECS_DIR
+from controller.te.engine import Decision, DecisionKind
 from emulation.model.pairs import incast_pairs, permutation_pairs
 from emulation.model.stats import percentile
 from emulation.scenarios.judge import ControllerFailed, OptimumExceeded, planned_intervals
 from emulation.scenarios.report import build_report, jain, longest_zero_run_s
 from emulation.scenarios.runner import ModeRun, steady_flows
 from emulation.scenarios.table import table
-from emulation.scenarios.timeline import parse_decisions, te_figures
+from emulation.scenarios.timeline import Decided, read_decisions, te_figures
 from emulation.traffic.iperf import FlowResult
 from emulation.workload import WorkloadError, load_workload, spec_file
 from emulation.workload.events import check_events, spec_uplinks
@@ -186,19 +188,30 @@ def test_spec_uplinks_match_the_built_fabrics():
         assert spec_uplinks(spec) == built, path.name
 
 
-LOG = """\
-2026-01-01 te collision ryl0r0:3 at 1000.600: 2 elephants, demand 2.00 of the uplink
-2026-01-01 te reroute 10.0.0.1:30000->10.0.1.1:5201/tcp at 1000.800: rys0 -> rys1: its bottleneck -0.50 of capacity
-2026-01-01 te reroute 10.0.0.1:30000->10.0.1.1:5201/tcp at 1004.000: rys1 -> rys1: ACKs pinned
-2026-01-01 te collision ryl1r0:4 at 1005.000: 2 elephants, demand 2.00 of the uplink
-2026-01-01 te expire 10.0.0.1:30000->10.0.1.1:5201/tcp at 1009.000: flow quiet; back to ECMP
-"""
+FLOW = ("10.0.0.1", "10.0.1.1", "tcp", 30000, 5201)
+DECISIONS = [
+    Decision(DecisionKind.REROUTE, "x", "before the run", 999.0, flow=FLOW, from_via="rys1", to_via="rys0"),
+    Decision(DecisionKind.COLLISION, "ryl0r0:3", "2 elephants", 1000.6, link="ryl0r0:3"),
+    Decision(DecisionKind.REROUTE, "f", "its bottleneck -0.50", 1000.8, flow=FLOW, from_via="rys0", to_via="rys1"),
+    Decision(DecisionKind.REROUTE, "f", "ACKs pinned", 1004.0, flow=FLOW, from_via="rys1", to_via="rys1"),
+    Decision(DecisionKind.COLLISION, "ryl1r0:4", "2 elephants", 1005.0, link="ryl1r0:4"),
+    Decision(DecisionKind.EXPIRE, "f", "flow quiet; back to ECMP", 1009.0, flow=FLOW),
+]
+
+
+def test_decisions_are_read_back_from_the_controllers_records(tmp_path):
+    """What the TE runner writes (one JSON object a line) reads back as the same decisions."""
+    path = tmp_path / "decisions.jsonl"
+    path.write_text("".join(json.dumps(d.as_record()) + "\n" for d in DECISIONS))
+    read = read_decisions(path, started_at=1000.0)
+    assert [d.decision for d in read] == DECISIONS[1:]
+    assert read[1].at_s == pytest.approx(0.8) and read[1].vias == ("rys0", "rys1")
+    assert read[1].nics == (NicId(0, 0, 0), NicId(0, 1, 0))
+    assert read_decisions(tmp_path / "none.jsonl", 0.0) == []
 
 
 def test_collision_to_fix_runs_from_the_first_sample_showing_it_to_the_commit_removing_it():
-    decisions = parse_decisions("te reroute x at 999.000: before the run\n" + LOG, started_at=1000.0)
-    assert [d.kind for d in decisions] == ["collision", "reroute", "reroute", "collision", "expire"]
-    assert decisions[1].at_s == pytest.approx(0.8) and decisions[1].vias == ("rys0", "rys1")
+    decisions = [Decided(d, d.at - 1000.0) for d in DECISIONS[1:]]
     up = Endpoint("ryl0r0", 3)  # ryl0r0's uplink to rys0, full from the 0.5 s sample on
     samples = [(t, {up: 50e6 if t >= 0.5 else 10e6}) for t in (0.25, 0.5, 0.75, 1.0)]
     figures = te_figures(FABRIC, decisions, samples, [0.0], commit_s=0.05, n_flows=8)

@@ -1,20 +1,24 @@
-"""The adaptive TE engine (pure): `step` takes telemetry and the engine's
-state at an explicit time and returns the new state and its decisions. How a
-cycle runs is in `cycle`; elephants and demand, rebalancing and incast
-metering each have their own module; `frames` is telemetry as columns."""
+"""The adaptive TE engine (pure): an `Engine` per runner takes telemetry
+and the engine's state at an explicit time (a `Snapshot`) and returns the
+new state and its decisions. How a cycle runs is in `cycle`; elephants and
+demand, rebalancing (single moves, then joint plans) and incast metering
+each have their own module; `frames` is telemetry as columns."""
 
-from controller.te.engine.cycle import step
+from controller.te.engine.cycle import Engine, EngineCaches, Snapshot, path_changed
 from controller.te.engine.frames import FlowFrame, PortFrame
 from controller.te.engine.state import Decision, DecisionKind, EngineConfig, Meter, Move, TeState
 
 __all__ = [
     "Decision",
     "DecisionKind",
+    "Engine",
+    "EngineCaches",
     "EngineConfig",
     "FlowFrame",
     "Meter",
     "Move",
     "PortFrame",
+    "Snapshot",
     "TeState",
-    "step",
+    "path_changed",
 ]

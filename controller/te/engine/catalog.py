@@ -6,17 +6,15 @@ worked out together, by NIC and leaf numbers. Pure."""
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Collection, Sequence
 
 import numpy as np
 
-from controller.fabric import Fabric, NicId
+from controller.fabric import NicId
 from controller.fabric import addressing as ad
-from controller.te.engine.links import LinkIndex, link_index
+from controller.te.engine.links import LinkIndex
 from controller.te.view import FlowKey
 
-LIMIT = 1 << 20  # keys remembered; flows come and go, so past this the catalog starts over
 COLUMNS = ("src", "dst", "leaf", "base", "nroutes", "disjoint", "bottleneck")
 
 
@@ -35,14 +33,15 @@ class FlowCatalog:
         self._leaf_number = {name: i for i, name in enumerate(self.leaf_names)}
         self._nic_leaf = np.array([self._leaf_number[name] for name in leaves], dtype=np.int64)
         self.uplinks = [len(fabric.uplinks(name)) for name in self.leaf_names]  # per leaf number
+        # Per NIC number, the egress ids of its access link: its transmit side, and its leaf's port towards it.
+        self.nic_tx = np.array([index.ids[fabric.nic_egress(nic)] for nic in self.nics], dtype=np.int64)
+        self.nic_rx = np.array([index.ids[fabric.attachment(nic)] for nic in self.nics], dtype=np.int64)
         self._pair_routes: dict[int, tuple[int, int, bool, float]] = {}  # leaf pair -> base, nroutes, disjoint, widest
         self._pairs: tuple[Collection[tuple[NicId, NicId]], np.ndarray] | None = None
         self._link_leaf: np.ndarray | None = None
-        self.generation = -1
-        self._clear()
-
-    def _clear(self) -> None:
-        self.generation += 1  # rows given out before mean nothing now
+        # Rows mean something only in this catalog: a state made with another
+        # (TeState.recent) says whose, and its flows are found again by key.
+        self.owner = object()
         self._row: dict[FlowKey, int] = {}
         self.src = np.zeros(0, dtype=np.int64)  # NIC numbers
         self.dst = np.zeros(0, dtype=np.int64)
@@ -52,11 +51,8 @@ class FlowCatalog:
         self.disjoint = np.zeros(0, dtype=bool)
         self.bottleneck = np.zeros(0)  # the widest route's narrowest hop
 
-    def trim(self) -> None:
-        """Starts over past LIMIT keys: call between cycles, never while a
-        cycle holds rows."""
-        if len(self._row) > LIMIT:
-            self._clear()
+    def __len__(self) -> int:
+        return len(self._row)
 
     def rows(self, keys: Sequence[FlowKey]) -> np.ndarray:
         """Per key its row, -1 where it is not a flow between two NICs of this fabric."""
@@ -133,14 +129,3 @@ class FlowCatalog:
         if not pairs or not len(rows):
             return np.zeros(len(rows), dtype=bool)
         return np.isin(self.src[rows] * len(self.nic_number) + self.dst[rows], self.pair_codes(pairs))
-
-
-_CATALOGS: weakref.WeakKeyDictionary[Fabric, FlowCatalog] = weakref.WeakKeyDictionary()
-
-
-def flow_catalog(fabric: Fabric) -> FlowCatalog:
-    """The fabric's catalog, made on first use (a Fabric is immutable)."""
-    catalog = _CATALOGS.get(fabric)
-    if catalog is None:
-        catalog = _CATALOGS[fabric] = FlowCatalog(link_index(fabric))
-    return catalog

@@ -1,30 +1,30 @@
 """The adaptive TE engine: telemetry in, elephant moves and decisions out. Pure.
 
-One `step` per cycle (the TE runner calls it as each telemetry batch lands, 50-200 ms apart):
+Whoever runs TE owns an `Engine` (the TE runner, each arm of the
+simulator): its caches (the route index, the flow catalog) are derived from
+the fabric and the flow keys it has seen, and are never shared. One
+`Engine.step` per cycle (the TE runner calls it as each telemetry batch
+lands, 50-200 ms apart) takes the state and a `Snapshot` (telemetry, the
+operator's drains and pins, the placed jobs' flows, the time) and runs the
+stages of `_Cycle`:
 
-1. Elephants: fresh flow records (younger than `max_age_s`; stale data is
-   never acted on) at >= `elephant_fraction` of the NIC rate, crossing spines.
-2. Demand: what each elephant would send if the network were not in its way
-   (Hedera's estimator: senders share their NIC, receivers cap what they can
-   take, iterated to a fixed point). A collided TCP flow's *measured* rate is
-   half its demand; moving on measurements alone would under-correct.
-3. Collisions: two or more elephants on one uplink whose demands exceed it
-   while a parallel uplink has room.
-4. Placement: all elephants min-max over the spines (the same greedy +
-   improvement as job placement) on top of the measured non-elephant load.
-   Moves are capped per cycle, a moved flow is left alone for
-   `hysteresis_s`, and a move must lower the flow's predicted bottleneck by
-   `min_gain` of capacity: noisy telemetry cannot make flows flap.
-5. Incast: many senders converging on one NIC beyond its capacity. Their
-   demands are the NIC's fair share each, which spreads them over the spines
-   instead of piling them onto one (protecting bystanders there), and each
-   sender's flow is metered at its ingress leaf to `incast_headroom` of that
-   fair share. The excess is dropped at the edge, before it takes spine and
-   downlink capacity, so the receiver's queue drains and every sender gets
-   the same share (a drop-tail queue under overload is not fair: it favours
-   whichever port the switch serves first). Flow records are counted before
-   the meter, so a metered incast still measures as one and its meters stay
-   until it is over for `expire_after_s`.
+1. `links_down`: a link telemetry reports down is drained for the cycle.
+2. `elephants`: fresh flow records (younger than `max_age_s`; stale data is
+   never acted on) at >= `elephant_fraction` of the NIC rate, crossing
+   spines, with Hedera's demand estimate (senders share their NIC,
+   receivers cap what they take: a collided TCP flow measures half its
+   demand, and moving on measurements alone would under-correct); a placed
+   job's flow that goes quiet between iterations is kept, and its return
+   is not a new collision.
+3. `expire`: moves whose flow went quiet (a job's, once the job is gone)
+   give their entries back; a pin by intent outranks a move.
+4. `background`: load beyond the elephants' records, smoothed.
+5. `settle`: a move checked once, after `hysteresis_s`, against the rate
+   the flow had before: one that measures worse goes back and is held.
+6. `incast`: many senders converging on one NIC beyond its capacity, each
+   metered at its ingress leaf to `incast_headroom` of its fair share.
+7. `rebalance`: single moves, then joint plans (rebalance.py).
+8. `report`: collisions and unfixable links, once per onset.
 
 Moves are soft state, not intent: they are rebuilt from the switches'
 tables (their cookie says "te") after a restart, and expire when the flow
@@ -34,18 +34,18 @@ goes quiet.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.fabric import addressing as ad
-from controller.te.engine.catalog import FlowCatalog, flow_catalog
+from controller.te.engine.catalog import FlowCatalog
 from controller.te.engine.elephants import find_elephants
 from controller.te.engine.frames import FlowFrame, PortFrame, frames
 from controller.te.engine.incast import find_incasts, meter_incasts, pin_metered
-from controller.te.engine.links import LinkIndex, link_index
-from controller.te.engine.rebalance import rebalance
+from controller.te.engine.links import LinkIndex
+from controller.te.engine.rebalance import Inputs, Outcome, rebalance
 from controller.te.engine.state import (
     Decision,
     DecisionKind,
@@ -60,139 +60,276 @@ from controller.te.jobs import Drains
 from controller.te.load import link_name
 from controller.te.view import FlowKey, FlowSample, PortSample
 
+# The caches start over when they hold this many times what the live view
+# needs (and at least MIN_CACHE entries): bounded by the live view, not by history.
+CACHE_SLACK = 4
+MIN_CACHE = 1 << 16
 
-def step(
-    fabric: Fabric,
-    state: TeState,
-    flows: FlowFrame | Mapping[FlowKey, FlowSample],
-    ports: PortFrame | Mapping[Endpoint, PortSample],
-    now: float,
-    cfg: EngineConfig = EngineConfig(),
-    drains: Drains = Drains(),
-    steered: Collection[tuple[NicId, NicId]] = frozenset(),
-    jobs: Collection[tuple[NicId, NicId]] = frozenset(),
-) -> tuple[TeState, list[Decision]]:
-    """`flows`, `ports`: telemetry as frames, or as the LinkView keeps it.
-    `steered`: NIC pairs an operator pins. Their flows count as load but
-    are never moved: that intent outranks adaptive TE (a move made before the
-    pin is given back). `jobs`: NIC pairs of placed jobs' flows. TE may
-    rebalance them among their spines, but never meters them as incast
-    senders: a job's all-to-all converges on every NIC by design; and their
-    fresh records share their NICs in the demand estimate at any rate."""
-    index = link_index(fabric)
-    catalog = flow_catalog(fabric)
-    catalog.trim()
-    flows, ports = frames(index, flows, ports)
-    cat = catalog.rows(flows.keys)
-    decisions: list[Decision] = []
-    moves = dict(state.moves)
-    # A link telemetry reports down is treated like a drain: no elephant is
-    # placed on it, and those on it must move now, hysteresis or not.
-    fresh = now - ports.observed_at <= cfg.max_age_s
-    down = frozenset(
-        link_name(fabric, fabric.link_at(index.egresses[i])) for i in np.flatnonzero(fresh & ~ports.up).tolist()
-    )
-    decisions += [
-        Decision(DecisionKind.LINK_DOWN, name, "telemetry reports no carrier", now)
-        for name in sorted(down - state.down)
-    ]
-    dead = index.dead(Drains(drains.switches, drains.links | down))
 
-    before = state.recent
-    if before.generation != catalog.generation:  # the catalog started over: where the flows are now
-        before = replace(before, cat=catalog.rows(before.keys), generation=catalog.generation)
-    elephants, last = find_elephants(catalog, flows, cat, moves, before, now, cfg, jobs)
-    recent, kept = _recent(before, elephants, last, now, cfg, catalog.generation)
-    seen = recent.find(catalog.rows(list(moves)))
-    for (key, move), r in zip(list(moves.items()), seen.tolist()):
-        if (move.src, move.dst) in steered:
-            del moves[key]
-            decisions.append(Decision(DecisionKind.EXPIRE, describe_flow(key), "pinned by intent; TE lets go", now))
-            continue
-        last_seen = move.last_seen if r < 0 else max(move.last_seen, float(recent.at[r]))
-        if now - last_seen > cfg.expire_after_s:
-            del moves[key]
-            decisions.append(Decision(DecisionKind.EXPIRE, describe_flow(key), "flow quiet; back to ECMP", now))
-    tx = np.where(fresh, ports.tx_bps, 0.0)
-    port_at = np.where(fresh, ports.observed_at, -np.inf)
-    explained, folded_at = _explained(index, elephants, port_at, state, cfg)
-    # Background is believed only once smoothed: the residual's EWMA starts
-    # from nothing, not from its first sample, which is two independent
-    # noisy readings' difference (up to 60% of a full link under ±30% noise).
-    before_residual = state.residual if state.residual is not None and len(state.residual) == len(tx) else 0.0
-    # Unclamped: noise averages out under the EWMA only if its sign is kept.
-    # No port sample: no evidence of background.
-    raw = np.where(np.isfinite(port_at), tx - explained, 0.0)
-    residual = (1 - cfg.background_smoothing) * before_residual + cfg.background_smoothing * raw
-    background = np.where(residual > cfg.background_floor * index.capacity, residual, 0.0)
-    decisions += _settle(index, catalog, dead, elephants, moves, now, cfg)
-    starved = _starved(index, catalog, dead, recent, kept, moves) if dead.any() else None
+@dataclass(frozen=True)
+class Snapshot:
+    """What one cycle sees. `flows`, `ports`: telemetry as frames, or as
+    the LinkView keeps it. `steered`: NIC pairs an operator pins; their
+    flows count as load but are never moved (that intent outranks adaptive
+    TE: a move made before the pin is given back). `jobs`: NIC pairs of
+    placed jobs' flows; TE may rebalance them among their spines, but never
+    meters them as incast senders (a job's all-to-all converges on every
+    NIC by design), and their fresh records share their NICs in the demand
+    estimate at any rate."""
 
-    incasts = find_incasts(catalog, flows, cat, PortFrame(tx, port_at, ports.up), now, cfg, jobs)
-    meters = meter_incasts(fabric, state.meters, incasts, now, cfg)
-    for dst, senders in sorted(incasts.items()):
-        if ad.nic_ip(dst) not in state.incasts:
-            share = meters[senders[0][0]].rate_bps
-            decisions.append(
-                Decision(
-                    DecisionKind.INCAST,
-                    ad.nic_ip(dst),
-                    f"{len(senders)} senders into one NIC; each metered at its leaf to {share / 1e9:.1f} Gb/s",
-                    now,
-                )
+    flows: FlowFrame | Mapping[FlowKey, FlowSample]
+    ports: PortFrame | Mapping[Endpoint, PortSample]
+    now: float
+    drains: Drains = Drains()
+    steered: Collection[tuple[NicId, NicId]] = frozenset()
+    jobs: Collection[tuple[NicId, NicId]] = frozenset()
+
+
+@dataclass
+class EngineCaches:
+    """Sizes of an engine's caches, for their gauges."""
+
+    routes: int = 0  # route-table rows (every leaf pair's routes asked for)
+    flow_keys: int = 0  # flow keys in the catalog
+    restarts: int = 0  # times the caches started over
+
+
+class Engine:
+    """One TE engine for one fabric: its configuration and its caches."""
+
+    def __init__(self, fabric: Fabric, cfg: EngineConfig = EngineConfig()) -> None:
+        self.fabric = fabric
+        self.cfg = cfg
+        self.caches = EngineCaches()
+        self._fresh()
+
+    def _fresh(self) -> None:
+        self.index = LinkIndex(self.fabric)
+        self.catalog = FlowCatalog(self.index)
+
+    def step(self, state: TeState, snapshot: Snapshot) -> tuple[TeState, list[Decision]]:
+        live = len(snapshot.flows) + len(state.recent)
+        if len(self.catalog) > max(CACHE_SLACK * live, MIN_CACHE) or len(self.index) > max(
+            CACHE_SLACK * live, MIN_CACHE
+        ):
+            self._fresh()  # the state's rows are found again by key (TeState.recent)
+            self.caches.restarts += 1
+        result = _Cycle(self, state, snapshot).run()
+        self.caches.routes, self.caches.flow_keys = len(self.index), len(self.catalog)
+        return result
+
+
+class _Cycle:
+    """One step's working data, stage by stage (see the module docstring)."""
+
+    def __init__(self, engine: Engine, state: TeState, snapshot: Snapshot) -> None:
+        self.engine, self.state, self.snap, self.cfg = engine, state, snapshot, engine.cfg
+        self.index, self.catalog = engine.index, engine.catalog
+        self.flows, self.ports = frames(self.index, snapshot.flows, snapshot.ports)
+        self.cat = self.catalog.rows(self.flows.keys)
+        self.now = snapshot.now
+        self.decisions: list[Decision] = []
+        self.moves: dict[FlowKey, Move] = dict(state.moves)
+
+    def run(self) -> tuple[TeState, list[Decision]]:
+        self.links_down()
+        self.elephants()
+        self.expire()
+        self.background()
+        self.settle()
+        self.incast()
+        outcome = self.rebalance()
+        unfixable, collisions = self.report(outcome)
+        pin_metered(self.catalog, self.meters, self.moves, self.flows, self.now)
+        return TeState(
+            moves=self.moves,
+            incasts=frozenset(ad.nic_ip(d) for d in self.incasts),
+            collisions=frozenset(collisions),
+            down=self.down,
+            recent=self.recent,
+            meters=self.meters,
+            unfixable=frozenset(unfixable),
+            residual=self.residual,
+            explained=self.explained,
+            port_at=self.folded_at,
+            traffic=self.traffic,
+            changes=self.changes(outcome),
+            fruitless=outcome.fruitless,
+        ), self.decisions
+
+    def links_down(self) -> None:
+        fabric, ports, index = self.engine.fabric, self.ports, self.index
+        self.fresh = self.now - ports.observed_at <= self.cfg.max_age_s
+        self.down = frozenset(
+            link_name(fabric, fabric.link_at(index.egresses[i]))
+            for i in np.flatnonzero(self.fresh & ~ports.up).tolist()
+        )
+        self.decisions += [
+            Decision(DecisionKind.LINK_DOWN, name, "telemetry reports no carrier", self.now, link=name)
+            for name in sorted(self.down - self.state.down)
+        ]
+        drains = self.snap.drains
+        self.dead = index.dead(Drains(drains.switches, drains.links | self.down))
+
+    def elephants(self) -> None:
+        catalog, cfg = self.catalog, self.cfg
+        before = self.state.recent
+        if before.owner != catalog.owner:  # another catalog's rows, or this one started over
+            before = replace(before, cat=catalog.rows(before.keys), owner=catalog.owner)
+        self.found, last = find_elephants(
+            catalog, self.flows, self.cat, self.moves, before, self.now, cfg, self.snap.jobs
+        )
+        self.recent, self.kept = _recent(before, self.found, last, self.now, cfg, catalog, self.snap.jobs)
+        self.traffic = hash((frozenset(self.recent.keys), self.down))
+
+    def expire(self) -> None:
+        seen = self.recent.find(self.catalog.rows(list(self.moves)))
+        for (key, move), r in zip(list(self.moves.items()), seen.tolist()):
+            if (move.src, move.dst) in self.snap.steered:
+                del self.moves[key]
+                self._decide(DecisionKind.EXPIRE, key, "pinned by intent; TE lets go")
+                continue
+            last_seen = move.last_seen if r < 0 else max(move.last_seen, float(self.recent.at[r]))
+            placed_job = (move.src, move.dst) in self.snap.jobs  # between iterations, not gone
+            if self.now - last_seen > self.cfg.expire_after_s and not placed_job:
+                del self.moves[key]
+                self._decide(DecisionKind.EXPIRE, key, "flow quiet; back to ECMP")
+
+    def _decide(self, kind: DecisionKind, key: FlowKey, why: str, **fields: str) -> None:
+        self.decisions.append(Decision(kind, describe_flow(key), why, self.now, flow=key, **fields))
+
+    def background(self) -> None:
+        cfg, index = self.cfg, self.index
+        self.tx = np.where(self.fresh, self.ports.tx_bps, 0.0)
+        self.port_at = np.where(self.fresh, self.ports.observed_at, -np.inf)
+        self.explained, self.folded_at = _explained(self.catalog, self.found, self.port_at, self.state, cfg)
+        # Background is believed only once smoothed: the residual's EWMA starts
+        # from nothing, not from its first sample, which is two independent
+        # noisy readings' difference (up to 60% of a full link under ±30% noise).
+        residual = self.state.residual
+        before = residual if residual is not None and len(residual) == len(self.tx) else 0.0
+        # Unclamped: noise averages out under the EWMA only if its sign is kept.
+        # No port sample: no evidence of background.
+        raw = np.where(np.isfinite(self.port_at), self.tx - self.explained, 0.0)
+        self.residual = (1 - cfg.background_smoothing) * before + cfg.background_smoothing * raw
+        self.loads = np.where(self.residual > cfg.background_floor * index.capacity, self.residual, 0.0)
+
+    def settle(self) -> None:
+        self.decisions += _settle(self.index, self.catalog, self.dead, self.found, self.moves, self.now, self.cfg)
+        self.starved, self.dormant = _absent(
+            self.index, self.catalog, self.dead, self.recent, self.kept, self.moves, self.snap.jobs
+        )
+
+    def incast(self) -> None:
+        catalog, cfg, now = self.catalog, self.cfg, self.now
+        self.incasts = find_incasts(catalog, self.flows, self.cat, now, cfg, self.snap.jobs)
+        self.meters = meter_incasts(self.engine.fabric, self.state.meters, self.incasts, now, cfg)
+        for dst, senders in sorted(self.incasts.items()):
+            if ad.nic_ip(dst) not in self.state.incasts:
+                share = self.meters[senders[0][0]].rate_bps
+                why = f"{len(senders)} senders into one NIC; each metered at its leaf to {share / 1e9:.1f} Gb/s"
+                self.decisions.append(Decision(DecisionKind.INCAST, ad.nic_ip(dst), why, now))
+        self.decisions += [
+            Decision(DecisionKind.EXPIRE, ad.nic_ip(dst), "incast over; meters removed", now)
+            for dst in sorted({m.dst for m in self.state.meters.values()} - {m.dst for m in self.meters.values()})
+        ]
+
+    def rebalance(self) -> Outcome:
+        placed = self.found + self.starved + self.dormant
+        dormant = np.arange(len(placed)) >= len(placed) - len(self.dormant)
+        # A metered flow carries what its meter lets through, whatever its record
+        # (counted before the meter) says; TE may move it to relieve others.
+        if self.meters:
+            rate = placed.rate_bps.copy()
+            found = placed.find(self.catalog.rows(list(self.meters)))
+            for i, meter in zip(found.tolist(), self.meters.values()):
+                if i >= 0:
+                    rate[i] = min(rate[i], meter.rate_bps)
+            placed = replace(placed, rate_bps=rate)
+        changes = self.state.changes if self.state.traffic == self.traffic else {}
+        outcome = rebalance(
+            Inputs(
+                self.index,
+                self.catalog,
+                self.dead,
+                placed,
+                self.loads,
+                self.tx,
+                self.moves,
+                self.now,
+                self.cfg,
+                self.snap.steered,
+                self.meters.keys(),
+                changes,
+                dormant,
+                self.state.fruitless,
             )
-    decisions += [
-        Decision(DecisionKind.EXPIRE, ad.nic_ip(dst), "incast over; meters removed", now)
-        for dst in sorted({m.dst for m in state.meters.values()} - {m.dst for m in meters.values()})
-    ]
-    placed = elephants if starved is None else elephants + starved
-    # A metered flow carries what its meter lets through, whatever its record
-    # (counted before the meter) says; TE may move it to relieve others.
-    if meters:
-        rate = placed.rate_bps.copy()
-        for i, meter in zip(placed.find(catalog.rows(list(meters))).tolist(), meters.values()):
-            if i >= 0:
-                rate[i] = min(rate[i], meter.rate_bps)
-        placed = replace(placed, rate_bps=rate)
-    outcome = rebalance(index, catalog, dead, placed, background, tx, moves, now, cfg, steered, meters.keys())
-    # An unfixable link stays unfixable while it stays over, until a move
-    # actually relieves it: one decision per onset, not one each time a noisy
-    # verdict wavers.
-    unfixable = outcome.unfixable.keys() | {
-        n for n in state.unfixable & outcome.collisions.keys() if n not in outcome.relieved
-    }
-    collisions = outcome.collisions.keys() - unfixable
-    why = {**outcome.collisions, **outcome.unfixable}
-    decisions += [
-        Decision(DecisionKind.COLLISION, name, why[name], now) for name in sorted(collisions - state.collisions)
-    ]
-    decisions += [
-        Decision(DecisionKind.UNFIXABLE, name, why[name], now) for name in sorted(unfixable - state.unfixable)
-    ]
-    decisions += outcome.decisions
-    pin_metered(catalog, meters, moves, flows, now)
-    return TeState(
-        moves,
-        frozenset(ad.nic_ip(d) for d in incasts),
-        frozenset(collisions),
-        down,
-        recent,
-        meters,
-        frozenset(unfixable),
-        residual,
-        explained,
-        folded_at,
-    ), decisions
+        )
+        self.moves = outcome.moves
+        return outcome
+
+    def report(self, outcome: Outcome) -> tuple[set[str], set[str]]:
+        """(unfixable, collided) links. An unfixable link stays unfixable
+        while it stays over, until a move actually relieves it: one decision
+        per onset, not one each time a noisy verdict wavers."""
+        state, now = self.state, self.now
+        unfixable = outcome.unfixable.keys() | {
+            n for n in state.unfixable & outcome.collisions.keys() if n not in outcome.relieved
+        }
+        collisions = outcome.collisions.keys() - unfixable
+        why = {**outcome.collisions, **outcome.unfixable}
+        self.decisions += [
+            Decision(DecisionKind.COLLISION, name, why[name], now, link=name)
+            for name in sorted(collisions - state.collisions)
+        ]
+        self.decisions += [
+            Decision(DecisionKind.UNFIXABLE, name, why[name], now, link=name)
+            for name in sorted(unfixable - state.unfixable)
+        ]
+        self.decisions += outcome.decisions  # what was seen, then what was done about it
+        return set(unfixable), set(collisions)
+
+    def changes(self, outcome: Outcome) -> dict[FlowKey, int]:
+        """Per flow, the path changes TE made it while the traffic stayed as
+        it is now; only the flows seen lately are remembered."""
+        before = self.state.changes if self.state.traffic == self.traffic else {}
+        recent = set(self.recent.keys)
+        counts = {key: n for key, n in before.items() if key in recent}
+        for d in self.decisions:
+            if d.flow is not None and d.kind in (DecisionKind.REROUTE, DecisionKind.REVERT) and d.from_via != d.to_via:
+                counts[d.flow] = counts.get(d.flow, 0) + 1
+        return counts
+
+
+def path_changed(before: TeState, after: TeState) -> bool:
+    """What a step changed that the switches must be told: a move made,
+    changed or given back, or a meter's rate. One test for the TE runner
+    and the simulator."""
+    return (
+        before.moves.keys() != after.moves.keys()
+        or any(after.moves[k].via != before.moves[k].via for k in after.moves)
+        or {k: m.rate_bps for k, m in before.meters.items()} != {k: m.rate_bps for k, m in after.meters.items()}
+    )
 
 
 def _recent(
-    before: Recent, elephants: Elephants, last: np.ndarray, now: float, cfg: EngineConfig, generation: int
+    before: Recent,
+    elephants: Elephants,
+    last: np.ndarray,
+    now: float,
+    cfg: EngineConfig,
+    catalog: FlowCatalog,
+    jobs: Collection[tuple[NicId, NicId]],
 ) -> tuple[Recent, int]:
     """The elephants seen lately: those of this cycle, and those seen before
-    and not for `expire_after_s`; and how many of the latter (they come first)."""
+    and not for `expire_after_s` (a placed job's, for as long as the job is
+    placed: it iterates); and how many of the latter (they come first)."""
     kept = np.ones(len(before), dtype=bool)
     kept[last[last >= 0]] = False
-    kept &= now - before.at <= cfg.expire_after_s
+    lately = now - before.at <= cfg.expire_after_s
+    if jobs and len(before):
+        lately |= catalog.among(before.cat, jobs)
+    kept &= lately
     old = np.flatnonzero(kept)
     recent = Recent(
         [before.keys[i] for i in old.tolist()] + elephants.keys,
@@ -201,36 +338,57 @@ def _recent(
         np.concatenate([before.at[old], np.full(len(elephants), now)]),
         np.concatenate([before.row[old], elephants.row]),
         np.concatenate([before.cat[old], elephants.cat]),
-        generation,
+        catalog.owner,
     )
     return recent, len(old)
 
 
-def _starved(
-    index: LinkIndex, catalog: FlowCatalog, dead: np.ndarray, recent: Recent, kept: int, moves: Mapping[FlowKey, Move]
-) -> Elephants:
-    """Elephants seen lately and not now whose path crosses a dead link: a
-    flow black-holed by a failure measures ~0 at once and stops looking
-    like an elephant; it is exactly the one to move."""
+def _absent(
+    index: LinkIndex,
+    catalog: FlowCatalog,
+    dead: np.ndarray,
+    recent: Recent,
+    kept: int,
+    moves: Mapping[FlowKey, Move],
+    jobs: Collection[tuple[NicId, NicId]],
+) -> tuple[Elephants, Elephants]:
+    """Elephants seen lately and not now, where they are (where we moved
+    them, or where they were last seen), in two kinds:
+    - starved: those whose path crosses a dead link. A flow black-holed by
+      a failure measures ~0 at once and stops looking like an elephant; it
+      is exactly the one to move;
+    - dormant: a placed job's, between two iterations. They send nothing
+      now and will send again: they count as load by demand where they
+      are, so nothing is planned onto their paths meanwhile."""
     row, cat = recent.row[:kept].copy(), recent.cat[:kept]
     for r, move in zip(recent.find(catalog.rows(list(moves))).tolist(), moves.values()):
         if 0 <= r < kept and cat[r] >= 0:
             row[r] = index.row_of(int(catalog.base[cat[r]]), move.via)  # where it is now: we moved it
-    starved = np.flatnonzero((row >= 0) & (cat >= 0))
-    starved = starved[dead[index.table()[row[starved]]].any(axis=1)]
-    return Elephants(
-        [recent.keys[i] for i in starved.tolist()],
-        np.full(len(starved), -1),
-        cat[starved],
-        recent.rate_bps[starved],
-        np.zeros(len(starved)),
-        recent.demand_bps[starved],
-        row[starved],
-    )
+    row = np.where(row < len(index), row, -1)  # a row of a route index that started over
+    known = np.flatnonzero((row >= 0) & (cat >= 0))
+    on_dead = dead[index.table()[row[known]]].any(axis=1)
+    starved = known[on_dead]
+    dormant = known[~on_dead]
+    dormant = dormant[catalog.among(cat[dormant], jobs)] if jobs else dormant[:0]
+
+    def elephants(i: np.ndarray, measured: bool) -> Elephants:
+        """A starved flow keeps its last rate (a move is checked against it); a dormant one sends nothing."""
+        rate = recent.rate_bps[i] if measured else np.zeros(len(i))
+        return Elephants(
+            [recent.keys[k] for k in i.tolist()],
+            np.full(len(i), -1),
+            cat[i],
+            rate,
+            np.zeros(len(i)),
+            recent.demand_bps[i],
+            row[i],
+        )
+
+    return elephants(starved, True), elephants(dormant, False)
 
 
 def _explained(
-    index: LinkIndex,
+    catalog: FlowCatalog,
     elephants: Elephants,
     port_at: np.ndarray,
     state: TeState,
@@ -252,10 +410,14 @@ def _explained(
     in the compute gap, the residual's EWMA carries it into the next
     iteration, and on a link its one elephant fills exactly, that phantom
     background reads as a collision. Smoothed alike, a flow's tail is
-    explained by its own."""
+    explained by its own. Every elephant's record explains its share of
+    its NIC's link and of its receiver's, located or not."""
+    index = catalog.index
     located = elephants.row >= 0
     # This sample's rates, not the smoothed ones: the same instant as the port counters.
     now_load = index.loads(elephants.row[located], elephants.raw_bps[located])
+    ends = np.concatenate([catalog.nic_tx[catalog.src[elephants.cat]], catalog.nic_rx[catalog.dst[elephants.cat]]])
+    now_load += np.bincount(ends, np.tile(elephants.raw_bps, 2), len(now_load))
     fresh = np.isfinite(port_at)
     if state.explained is None or state.port_at is None or len(state.explained) != len(now_load):
         return np.where(fresh, now_load, 0.0), port_at
@@ -286,7 +448,8 @@ def _settle(
             continue
         rate = float(elephants.rate_bps[i])
         back = index.row_of(int(catalog.base[elephants.cat[i]]), move.from_via) if move.from_via else -1
-        worse = move.rate_before > 0 and rate < move.rate_before * (1 - cfg.revert_margin)
+        before = min(move.rate_before, move.rate_expected) if move.rate_expected > 0 else move.rate_before
+        worse = before > 0 and rate < before * (1 - cfg.revert_margin)
         if worse and back >= 0 and not dead[index.hops(back)].any():
             moves[key] = Move(
                 key, move.src, move.dst, move.from_via, now, now, from_via=move.via, settled=True, held=True
@@ -295,9 +458,12 @@ def _settle(
                 Decision(
                     DecisionKind.REVERT,
                     describe_flow(key),
-                    f"{move.via} -> {move.from_via}: measured {rate / 1e9:.0f} Gb/s after the move, "
-                    f"{move.rate_before / 1e9:.0f} before; held",
+                    f"{move.via} -> {move.from_via}: measured {rate / 1e9:.2f} Gb/s after the move, "
+                    f"{before / 1e9:.2f} before (or planned); held",
                     now,
+                    flow=key,
+                    from_via=move.via,
+                    to_via=move.from_via,
                 )
             )
         else:

@@ -9,7 +9,7 @@ import numpy as np
 
 from controller.fabric import Fabric, NicId
 from controller.te.engine.catalog import FlowCatalog
-from controller.te.engine.frames import FlowFrame, PortFrame
+from controller.te.engine.frames import FlowFrame
 from controller.te.engine.state import EngineConfig, Meter, Move
 from controller.te.view import FlowKey
 
@@ -18,17 +18,16 @@ def find_incasts(
     catalog: FlowCatalog,
     flows: FlowFrame,
     cat: np.ndarray,
-    ports: PortFrame,
     now: float,
     cfg: EngineConfig,
     jobs: Collection[tuple[NicId, NicId]] = frozenset(),
 ) -> dict[NicId, list[tuple[FlowKey, NicId]]]:
-    """Receivers in incast -> their senders' flows (key, source NIC). The
-    offered load is the larger of what the receiver's port sends (`ports`:
-    fresh samples only) and what its senders' flows measure at their
-    ingress (before any meter of ours). A placed job's own flows (an
-    all-to-all converges on every NIC by design) count as load but are never
-    metered as senders. `cat`: the records' catalog rows."""
+    """Receivers in incast -> their senders' flows (key, source NIC): at
+    least `incast_fan_in` senders whose flows, as they measure at their
+    ingress (before any meter of ours), offer `incast_overload` times what
+    the receiver's NIC takes. A placed job's own flows (an all-to-all
+    converges on every NIC by design) count as load but are never metered
+    as senders. `cat`: the records' catalog rows."""
     fabric = catalog.index.fabric
     floor = max(cfg.incast_sender_fraction * fabric.spec.rates.nic_gbps * 1e9, 1.0)
     busy = np.flatnonzero((flows.observed_at >= now - cfg.max_age_s) & (flows.rate_bps >= floor) & (cat >= 0))
@@ -47,9 +46,7 @@ def find_incasts(
         if len(np.unique(catalog.src[c[mine]])) < cfg.incast_fan_in:
             continue
         dst_nic = catalog.dst_nic(int(c[mine[0]]))
-        egress = fabric.attachment(dst_nic)
-        port = ports.tx_bps[catalog.index.ids[egress]]
-        if max(offered[receiver], port) >= cfg.incast_utilization * fabric.link_at(egress).capacity_bps:
+        if offered[receiver] >= cfg.incast_overload * fabric.access_link(dst_nic).capacity_bps:
             senders = zip(busy[mine].tolist(), c[mine].tolist())
             out[dst_nic] = sorted((flows.keys[i], catalog.src_nic(j)) for i, j in senders)
     return out

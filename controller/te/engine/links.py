@@ -5,7 +5,6 @@ arithmetic instead of walking paths. Pure."""
 
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,6 +60,10 @@ class LinkIndex:
         self._dead: tuple[Drains, np.ndarray] | None = None
         self._ends: list[tuple[str, str, str]] | None = None
         self._via_rows: dict[int, int] = {}  # (routes, reported port ids), packed -> route-table row (via_rows)
+
+    def __len__(self) -> int:
+        """Route-table rows: every leaf pair's routes asked for so far."""
+        return len(self._rows)
 
     def routes(self, src: NicId, dst: NicId) -> Routes:
         found = self._pairs.get((src, dst))
@@ -229,14 +232,3 @@ class LinkIndex:
         link = self.fabric.link_at(egress)
         peer = link.peer(egress.node)
         return (egress.node if egress.port else "", peer.node if peer.port else "", link_name(self.fabric, link))
-
-
-_INDEXES: weakref.WeakKeyDictionary[Fabric, LinkIndex] = weakref.WeakKeyDictionary()
-
-
-def link_index(fabric: Fabric) -> LinkIndex:
-    """The fabric's index, made on first use (a Fabric is immutable)."""
-    index = _INDEXES.get(fabric)
-    if index is None:
-        index = _INDEXES[fabric] = LinkIndex(fabric)
-    return index

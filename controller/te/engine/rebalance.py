@@ -1,251 +1,457 @@
-"""Rebalancing: the fewest elephant moves that bring every spine-tier link of
-the fabric back under capacity in one cycle.
+"""Rebalancing: the moves that bring every spine-tier link of the fabric
+back under capacity, as one pass over the cycle's elephants. Pure.
 
-Loads are arrays over the fabric's egresses (LinkIndex), kept twice: by the
-elephants' demands (what they would send, bounded by what a path can carry)
-and by what they measure. A move is made only when it lowers the flow's own
-bottleneck by `min_gain` by demand, and the measurements agree (they show a
-gain too): a gain only the demands see is a demand no routing can meet. So a
-fabric whose best routing still shares a link makes no move at all, and a
-flow is never moved from where the hash put it to somewhere that measures
-worse. Only a squeezed elephant (or a metered one) is a candidate, which
-keeps noisy counters from moving flows that get what they ask for.
+A pass runs in named stages over one `Inputs` record:
+
+1. `off_dead_links`: any live path beats none; an elephant on a dead link
+   moves now, hysteresis or not (and a TCP flow whose ACKs may cross one
+   is pinned where it is, which steers its ACKs back the same way).
+2. `single_moves`: loads are arrays over the fabric's egresses, by the
+   elephants' demands and as measured. The most utilized link over
+   capacity takes a turn (gains.Turn) and sheds elephants while a move
+   lowers the mover's bottleneck by `min_gain` by demand and the
+   measurements agree; a bound from the routes' peaks (Fleet.may_gain)
+   skips links none of whose elephants could gain. The work is
+   proportional to the links over capacity, not to the fabric.
+3. `joint_plans`: where single moves stopped (a swap or a chain is needed,
+   whose first move alone gains nothing), plans of two moves judged by the
+   max-min rates of every flow they touch (plan.Planner), on links the
+   ports measure full.
+4. `outcome`: per elephant that ends the pass elsewhere than it began, one
+   move (a flow moved twice in a pass changes path once; one moved back
+   where it was, not at all), and the links reported collided or unfixable.
 
 Caps are local: each leaf moves at most `max_moves_per_leaf` elephants per
-cycle (by default its uplink count), and a moved flow stays put for
-`hysteresis_s`. The work is proportional to the links over capacity, not to
-the fabric: loads are summed with one bincount; the most utilized link over
-capacity takes a turn (gains.Turn) and sheds elephants while a move passes;
-a bound from the routes' peaks (Fleet.may_gain) tells, with a few lookups,
-the links none of whose elephants could gain, which take no turn at all
-(behind an oversubscribed core, most of them). Pure."""
+pass (by default its uplink count), a moved flow stays put for
+`hysteresis_s`, and no flow changes path more than `max_path_changes`
+times while the traffic stays as it is.
+"""
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from controller.fabric import NicId
+from controller.te.engine.anneal import anneal
 from controller.te.engine.catalog import FlowCatalog
 from controller.te.engine.fleet import Fleet
 from controller.te.engine.gains import ONE_BY_ONE, Turn, any_gain
 from controller.te.engine.links import LinkIndex
-from controller.te.engine.state import Decision, DecisionKind, Elephants, EngineConfig, Move, describe_flow
+from controller.te.engine.plan import Plan, Planner
+from controller.te.engine.state import (
+    Decision,
+    DecisionKind,
+    Elephants,
+    EngineConfig,
+    Fruitless,
+    Move,
+    describe_flow,
+)
 from controller.te.view import FlowKey
+
+ANNEALING_RESTARTS = 3  # seeds an annealing search tries before it gives up for the pass
+SEARCHES = 3  # searches of the same inputs, hysteresis_s apart, before they are left alone
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What one pass works on."""
+
+    index: LinkIndex
+    catalog: FlowCatalog
+    dead: np.ndarray  # per egress
+    elephants: Elephants
+    background: np.ndarray  # per egress, load beyond the elephants'
+    port_load: np.ndarray  # per egress, what its port measures
+    moves: Mapping[FlowKey, Move]  # as the pass starts
+    now: float
+    cfg: EngineConfig
+    steered: Collection[tuple[NicId, NicId]] = frozenset()
+    metered: Collection[FlowKey] = frozenset()
+    changes: Mapping[FlowKey, int] = field(default_factory=dict)  # path changes since the traffic changed
+    # Per elephant: a placed job's flow between iterations, load by demand
+    # where it is, never moved (nothing measures it now). None: none.
+    dormant: np.ndarray | None = None
+    fruitless: Fruitless | None = None  # the last joint search, if it found no plan
 
 
 @dataclass(frozen=True)
 class Outcome:
+    moves: dict[FlowKey, Move]
     decisions: list[Decision]
     collisions: dict[str, str]  # link -> why: over capacity and TE can act on it
     unfixable: dict[str, str]  # link -> why: over capacity and no move relieves it
-    relieved: frozenset[str]  # links a move of this cycle took load off
+    relieved: frozenset[str]  # links a move of this pass took load off
+    fruitless: Fruitless | None = None  # this pass's joint search (or the one before), if it found no plan
 
 
-def rebalance(
-    index: LinkIndex,
-    catalog: FlowCatalog,
-    dead: np.ndarray,
-    elephants: Elephants,
-    background: np.ndarray,
-    port_load: np.ndarray,
-    moves: dict[FlowKey, Move],
-    now: float,
-    cfg: EngineConfig,
-    steered: Collection[tuple[NicId, NicId]] = frozenset(),
-    metered: Collection[FlowKey] = frozenset(),
-) -> Outcome:
+def rebalance(inputs: Inputs) -> Outcome:
     """Starts from where the elephants are (placing min-max those whose
-    switch did not say), moves those on dead links, then fixes every link
-    over capacity that a move can fix. Updates `moves`."""
-    fleet = Fleet(index, catalog, elephants, background, port_load, dead)
-    # Where the switches did not say where a flow is, it counts as load where
-    # it would do least harm, and is not moved: a move judged against a guessed
-    # path can leave the fabric worse than the hash did.
-    located = fleet.rows >= 0
-    for i in np.flatnonzero(~located).tolist():
-        fleet.place(i, fleet.least_loaded(i) or 0)
-    decisions: list[Decision] = []
+    switch did not say), and runs the stages."""
+    rebalancing = Pass(inputs)
+    if inputs.dead.any():
+        rebalancing.off_dead_links()
+    rebalancing.single_moves()
+    rebalancing.joint_plans()
+    return rebalancing.outcome()
 
-    def moved(i: int, row: int, why: str) -> None:
-        key, c = elephants.keys[i], int(elephants.cat[i])
-        before, after = fleet.via(i, fleet.row(i)), fleet.via(i, row)
-        fleet.move(i, row)
-        decisions.append(Decision(DecisionKind.REROUTE, describe_flow(key), f"{before} -> {after}: {why}", now))
-        moves[key] = Move(
-            key,
-            catalog.src_nic(c),
-            catalog.dst_nic(c),
-            after,
-            now,
-            now,
-            from_via=before,
-            rate_before=float(elephants.rate_bps[i]),
+
+class Pass:
+    """One rebalancing pass: the fleet as moves leave it, what may still
+    move, and what moved."""
+
+    def __init__(self, inputs: Inputs) -> None:
+        self.inputs = inputs
+        e, catalog, cfg = inputs.elephants, inputs.catalog, inputs.cfg
+        self.fleet = fleet = Fleet(inputs.index, catalog, e, inputs.background, inputs.port_load, inputs.dead)
+        # Where the switches did not say where a flow is, it counts as load where
+        # it would do least harm, and is not moved: a move judged against a guessed
+        # path can leave the fabric worse than the hash did.
+        self.located = fleet.rows >= 0
+        for i in np.flatnonzero(~self.located).tolist():
+            fleet.place(i, fleet.least_loaded(i) or 0)
+        self.start = fleet.rows.copy()
+        self.why: dict[int, str] = {}  # elephant -> why it moved (its last move's reason)
+        self.acks: list[int] = []  # elephants pinned where they are for their ACKs' sake
+        self.relieved: set[int] = set()
+        self.stuck: set[int] = set()
+        n = len(e)
+        held, resting, metered = (np.zeros(n, dtype=bool) for _ in range(3))
+        for at, move in zip(e.find(catalog.rows(list(inputs.moves))).tolist(), inputs.moves.values()):
+            if at >= 0:
+                held[at], resting[at] = move.held, move.held or inputs.now - move.moved_at < cfg.hysteresis_s
+        at = e.find(catalog.rows(list(inputs.metered)))
+        metered[at[at >= 0]] = True
+        spent = np.zeros(n, dtype=bool)
+        if inputs.changes and cfg.max_path_changes:
+            at = e.find(catalog.rows(list(inputs.changes)))
+            counts = np.array(list(inputs.changes.values()), dtype=np.int64)
+            spent[at[at >= 0]] = counts[at >= 0] >= cfg.max_path_changes
+        self.metered = metered
+        self.movable = self.located & ~held & ~catalog.among(e.cat, inputs.steered)
+        if inputs.dormant is not None:
+            self.movable &= ~inputs.dormant
+        self.free = self.movable & ~resting & ~spent  # may move in this pass
+        # Moves left this pass per source leaf: `max_moves_per_leaf`, or its uplink count.
+        self.moves_left = (
+            np.array(catalog.uplinks)
+            if not cfg.max_moves_per_leaf
+            else np.full(len(catalog.uplinks), cfg.max_moves_per_leaf)
         )
+        self.moved = np.zeros(n, dtype=bool)
+        self.fruitless: Fruitless | None = None
+        self.expected: np.ndarray | None = None  # per elephant, its max-min rate where the plans left it
 
-    if dead.any():
-        _off_dead_links(fleet, catalog, dead, moves, now, steered, moved, decisions)
+    def allowed(self, i: int) -> bool:
+        """Elephant i may move now: free, and its leaf has moves left (a
+        flow moved in this pass already spent its leaf's)."""
+        return bool(self.free[i] and (self.moved[i] or self.moves_left[self.fleet.leaf[i]] > 0))
 
-    # Per elephant, as arrays: what may move at all, and what may move now.
-    held, resting, is_metered = (np.zeros(len(elephants), dtype=bool) for _ in range(3))
-    for at, move in zip(elephants.find(catalog.rows(list(moves))).tolist(), moves.values()):
-        if at >= 0:
-            held[at], resting[at] = move.held, _resting(move, now, cfg)
-    metered_at = elephants.find(catalog.rows(list(metered)))
-    is_metered[metered_at[metered_at >= 0]] = True
-    movable = located & ~held & ~catalog.among(elephants.cat, steered)
-    # A flow getting most of its demand gains nothing from a move; a metered
-    # one's rate is ours to set, and moving it may relieve others.
-    satisfied = (fleet.bps[:, 1] >= cfg.satisfied * fleet.bps[:, 0]) & ~is_metered
-    eligible = movable & ~resting & ~satisfied
-    # Moves left this cycle per source leaf: `max_moves_per_leaf`, or its uplink count.
-    moves_left = (
-        np.array(catalog.uplinks)
-        if not cfg.max_moves_per_leaf
-        else np.full(len(catalog.uplinks), cfg.max_moves_per_leaf)
-    )
-
-    over = fleet.over_mask() & fleet.limiting()
-    hot_at_start = set(np.flatnonzero(over & (fleet.count >= 2)).tolist())
-    relieved: set[int] = set()
-    # A link none of whose elephants may gain from a move (the steady state
-    # behind an oversubscribed core: hundreds of links over capacity by
-    # demand, all alike) is stuck without a turn of its own, unless a move
-    # of this pass touches it: one bound over all their elephants at once.
-    queued_links = np.flatnonzero(over & (fleet.count >= 1))
-    on_queued = fleet.on_links(queued_links)
-    on_queued = on_queued[eligible[on_queued]]
-    maybe = np.zeros(len(elephants), dtype=bool)
-    maybe[on_queued[fleet.may_gain(on_queued, cfg)]] = True
-    has_turn = fleet.links_with(maybe)
-    stuck = set(queued_links[~has_turn[queued_links]].tolist())
-    # One live heap entry per link, at the utilization it was queued with: a
-    # link touched by many moves is evaluated once per change, not once per push.
-    queued = {link: fleet.utilization(link) for link in queued_links[has_turn[queued_links]].tolist()}
-    heap = [(-u, link) for link, u in queued.items()]
-    heapq.heapify(heap)
-
-    def queue(link: int, loaded: bool) -> None:
-        """A link whose load a move changed: queued if over capacity and it
-        took load (its elephants may gain from a move now), or queued
-        already (at its new utilization). One that only gave load up has
-        nothing new to offer its own elephants: their routes are lighter."""
-        if (loaded or link in queued) and fleet.over(link) and queued.get(link) != (u := fleet.utilization(link)):
-            queued[link] = u
-            heapq.heappush(heap, (-u, link))
-
-    loaded: set[int] = set()  # links the moves of a turn loaded and unloaded
-    unloaded: set[int] = set()
-
-    def shed(i: int, row: int, gain: float) -> list[int]:
-        """Moves elephant i off the link whose turn it is; the links it changed."""
-        moves_left[fleet.leaf[i]] -= 1
-        why = (
-            f"its bottleneck -{gain:.2f} of capacity (demand {elephants.demand_bps[i] / 1e9:.0f} Gb/s, "
-            f"measured {elephants.rate_bps[i] / 1e9:.0f})"
-        )
+    def move(self, i: int, row: int, why: str, costs: bool = True) -> tuple[list[int], list[int]]:
+        """Moves elephant i to its route `row`; (the links it left, those it
+        joined). `costs`: it takes one of its leaf's moves (a failover does not)."""
+        fleet = self.fleet
+        if not self.moved[i]:
+            self.moves_left[fleet.leaf[i]] -= costs
+            self.moved[i] = True
         before = fleet.hops(i).tolist()
-        moved(i, row, why)
-        after = fleet.hops(i).tolist()
-        unloaded.update(before)
-        loaded.update(after)
-        eligible[i] = False  # it rests now
-        return before + after
+        fleet.move(i, row)
+        self.why[i] = why
+        return before, fleet.hops(i).tolist()
 
-    while heap:
-        minus_u, link = heapq.heappop(heap)
-        if queued.get(link) != -minus_u:
-            continue  # a later entry of this link is queued
-        del queued[link]
+    def off_dead_links(self) -> None:
+        fleet, index, dead = self.fleet, self.inputs.index, self.inputs.dead
+        elephants = self.inputs.elephants
+        free = ~self.inputs.catalog.among(elephants.cat, self.inputs.steered)
+        on_dead = free & dead[index.table()[fleet.rows]].any(axis=1)
+        for i in np.flatnonzero(on_dead).tolist():
+            row = fleet.least_loaded(i)
+            if row is not None:
+                self.move(i, row, "path down", costs=False)
+        # The data path survived (the ingress leaf failed over) but the ACKs hash
+        # on their own and may cross the dead link: pinning the flow where it is
+        # also steers its ACKs back the same way. They may die where the route
+        # back across the flow's via lives while another route back is dead.
+        tcp = np.array([key[2] == "tcp" and key not in self.inputs.moves for key in elephants.keys], dtype=bool)
+        candidates = np.flatnonzero(free & ~on_dead & tcp)
+        back = index.reverse_rows(fleet.rows[candidates])
+        table = index.table()
+        starts, _, block = index.blocks()
+        row_dead = dead[table].any(axis=1)
+        block_dead = np.logical_or.reduceat(row_dead, starts) if len(starts) else np.zeros(0, dtype=bool)
+        found = back >= 0
+        acks = np.zeros(len(candidates), dtype=bool)
+        acks[found] = ~row_dead[back[found]] & block_dead[block[back[found]]]
+        self.acks = candidates[acks].tolist()
+        self.free[self.acks] = False  # pinned where it is this pass
+
+    def single_moves(self) -> None:
+        """Turns of the links over capacity, hottest first (see the module docstring)."""
+        fleet, cfg = self.fleet, self.inputs.cfg
+        # A flow getting most of its demand gains nothing from a move; a metered
+        # one's rate is ours to set, and moving it may relieve others.
+        satisfied = (fleet.bps[:, 1] >= cfg.satisfied * fleet.bps[:, 0]) & ~self.metered
+        eligible = self.free & ~self.moved & ~satisfied
+        over = fleet.over_mask() & fleet.limiting()
+        self.hot_at_start = set(np.flatnonzero(over & (fleet.count >= 2)).tolist())
+        # A link none of whose elephants may gain from a move (the steady state
+        # behind an oversubscribed core: hundreds of links over capacity by
+        # demand, all alike) is stuck without a turn of its own, unless a move
+        # of this pass touches it: one bound over all their elephants at once.
+        queued_links = np.flatnonzero(over & (fleet.count >= 1))
+        on_queued = fleet.on_links(queued_links)
+        on_queued = on_queued[eligible[on_queued]]
+        maybe = np.zeros(len(eligible), dtype=bool)
+        maybe[on_queued[fleet.may_gain(on_queued, cfg)]] = True
+        has_turn = fleet.links_with(maybe)
+        self.stuck = set(queued_links[~has_turn[queued_links]].tolist())
+        # One live heap entry per link, at the utilization it was queued with: a
+        # link touched by many moves is evaluated once per change, not once per push.
+        queued = {link: fleet.utilization(link) for link in queued_links[has_turn[queued_links]].tolist()}
+        heap = [(-u, link) for link, u in queued.items()]
+        heapq.heapify(heap)
+        while heap:
+            minus_u, link = heapq.heappop(heap)
+            if queued.get(link) != -minus_u:
+                continue  # a later entry of this link is queued
+            del queued[link]
+            loaded, unloaded = self._turn(link, eligible)
+            for changed in unloaded - loaded:
+                self._queue(queued, heap, changed, loaded=False)
+            for changed in loaded:
+                self._queue(queued, heap, changed, loaded=True)
+
+    def _turn(self, link: int, eligible: np.ndarray) -> tuple[set[int], set[int]]:
+        """One link's turn; (the links its moves loaded, those they unloaded)."""
+        fleet, cfg = self.fleet, self.inputs.cfg
+        loaded: set[int] = set()
+        unloaded: set[int] = set()
         if not fleet.over(link) or not fleet.limits_a_member(link):
-            continue
+            return loaded, unloaded
         members = fleet.member_array(link)
         candidates = members[eligible[members]]
         if len(candidates) > ONE_BY_ONE:  # a few are weighed exactly for less than the bound costs
             candidates = candidates[fleet.may_gain(candidates, cfg)]
         if not len(candidates):
-            stuck.add(link)
-            continue
-        loaded.clear()
-        unloaded.clear()
-        if Turn(fleet, link, candidates, is_metered).run(cfg, lambda i: moves_left[fleet.leaf[i]] > 0, shed):
-            relieved.add(link)
+            self.stuck.add(link)
+            return loaded, unloaded
+
+        def shed(i: int, row: int, gain: float) -> list[int]:
+            e = self.inputs.elephants
+            why = (
+                f"its bottleneck -{gain:.2f} of capacity (demand {e.demand_bps[i] / 1e9:.0f} Gb/s, "
+                f"measured {e.rate_bps[i] / 1e9:.0f})"
+            )
+            left, joined = self.move(i, row, why)
+            unloaded.update(left)
+            loaded.update(joined)
+            eligible[i] = False  # it rests now
+            return left + joined
+
+        if Turn(fleet, link, candidates, self.metered).run(cfg, lambda i: self.allowed(i), shed):
+            self.relieved.add(link)
         if not loaded:
-            stuck.add(link)
-            continue
-        for changed in unloaded - loaded:
-            queue(changed, loaded=False)
-        for changed in loaded:
-            queue(changed, loaded=True)
+            self.stuck.add(link)
+        return loaded, unloaded
 
-    collisions: dict[str, str] = {}
-    unfixable: dict[str, str] = {}
-    over_still: list[tuple[str, str, np.ndarray]] = []
-    report = np.array(sorted(hot_at_start | {link for link in stuck if fleet.count[link] >= 2}), dtype=np.int64)
-    for link in report[fleet.collided(report, catalog)].tolist():
-        egress = index.egresses[link]
-        name = f"{egress.node}:{egress.port}"
-        why = f"{fleet.count[link]} elephants, demand {fleet.utilization(link):.2f} of the link"
-        if link in relieved or not fleet.over(link):
-            collisions[name] = why
-        else:
-            over_still.append((name, why, fleet.member_array(link)))
-    # Fixable all the same: a move would relieve it but for hysteresis or budget.
-    if over_still:
-        pool = np.unique(np.concatenate([members for _, _, members in over_still]))
-        pool = pool[movable[pool]]
-        maybe = np.zeros(len(elephants), dtype=bool)
-        maybe[pool[fleet.may_gain(pool, cfg)]] = True
-        for name, why, members in over_still:
-            fixable = any_gain(fleet, members[maybe[members]], cfg, is_metered)
-            (collisions if fixable else unfixable)[name] = why
-    names = frozenset(f"{index.egresses[link].node}:{index.egresses[link].port}" for link in relieved)
-    return Outcome(decisions, collisions, unfixable, names)
+    def _queue(self, queued: dict[int, float], heap: list, link: int, loaded: bool) -> None:
+        """A link whose load a move changed: queued if over capacity and it
+        took load (its elephants may gain from a move now), or queued
+        already (at its new utilization). One that only gave load up has
+        nothing new to offer its own elephants: their routes are lighter."""
+        fleet = self.fleet
+        if (loaded or link in queued) and fleet.over(link) and queued.get(link) != (u := fleet.utilization(link)):
+            queued[link] = u
+            heapq.heappush(heap, (-u, link))
+
+    def joint_plans(self) -> None:
+        """Plans for the flows single moves left squeezed, the slowest first;
+        each link tried once while the routing stays as it is. Only where
+        some link is over capacity by demand (else every elephant gets its
+        demand, the most a routing can give it), and not again on inputs a
+        search found nothing on."""
+        inputs, catalog, fleet = self.inputs, self.inputs.catalog, self.fleet
+        over = fleet.over_mask()
+        over[inputs.index.pad] = False
+        if not over.any():
+            return
+        e = inputs.elephants
+        caps = _caps(e, self.metered)
+        key = self._key(caps)
+        searches = self._searches(key)
+        if searches >= SEARCHES or (
+            searches and inputs.fruitless and inputs.now - inputs.fruitless.at < inputs.cfg.hysteresis_s
+        ):
+            self.fruitless = inputs.fruitless
+            return
+        ends = np.stack([catalog.nic_tx[catalog.src[e.cat]], catalog.nic_rx[catalog.dst[e.cat]]], axis=1)
+        # Measured: a fresh record well under its demand (a dormant job flow measures nothing).
+        held_back = (e.flow >= 0) & (fleet.bps[:, 1] < inputs.cfg.satisfied * fleet.bps[:, 0])
+        planner = Planner(fleet, ends, caps, inputs.background, inputs.port_load, self.free, held_back, inputs.cfg)
+        tried: set[int] = set()
+        annealed = False
+        while True:
+            plan: Plan | None = None
+            for i in planner.squeezed().tolist():
+                link = int(planner.bottleneck[i])
+                if link in tried or not planner.congested(link) or planner.spent():
+                    continue
+                tried.add(link)
+                plan = planner.plans_for(link, self.allowed)
+                if plan is not None:
+                    break
+            if plan is None and not annealed:
+                annealed = True
+                plan = self._annealed(planner)
+            if plan is None:
+                if not self.moved.any():
+                    self.fruitless = Fruitless(key, inputs.background, inputs.now, searches + 1)
+                if self.moved.any():
+                    self.expected = planner.x
+                return
+            why = f"a plan of {len(plan.moves)}: the slowest flow it touches +{plan.gain_bps / 1e9:.2f} Gb/s"
+
+            def move(i: int, row: int, why: str = why) -> None:
+                self.move(i, row, why)
+
+            planner.apply(plan, move)
+            self.relieved.add(plan.relieved)
+            tried.clear()  # the routing changed: a link tried before may have a plan now
+
+    def _step(self) -> float:
+        """min_gain of the narrowest link: measurements closer than this are alike."""
+        capacity = self.fleet.capacity
+        return self.inputs.cfg.min_gain * float(capacity[np.isfinite(capacity)].min())
+
+    def _key(self, caps: np.ndarray) -> int:
+        """A fingerprint of what the joint search works on but the
+        background: the routes, the flows, what may move, the caps in
+        steps (Fruitless)."""
+        inputs, fleet = self.inputs, self.fleet
+        quantized = np.round(np.where(np.isfinite(caps), caps, -1.0) / self._step())
+        return hash(
+            (
+                fleet.rows.tobytes(),
+                inputs.elephants.cat.tobytes(),
+                self.free.tobytes(),
+                quantized.tobytes(),
+                inputs.dead.tobytes(),
+            )
+        )
+
+    def _searches(self, key: int) -> int:
+        """How often these inputs were searched and nothing found (0: new)."""
+        inputs = self.inputs
+        last = inputs.fruitless
+        if last is None or last.key != key or len(last.background) != len(inputs.background):
+            return 0
+        alike = np.abs(last.background - inputs.background).max(initial=0.0) <= self._step()
+        return last.searches if alike else 0
+
+    def _annealed(self, planner: Planner) -> Plan | None:
+        """A plan of any length from simulated annealing (a few restarts),
+        where the slowest squeezed flow's link is congested, if the max-min
+        rates of what it touches beat min_gain. The leaves' budgets bound
+        single moves; a plan is made whole or not at all."""
+        squeezed = [i for i in planner.squeezed().tolist() if planner.congested(int(planner.bottleneck[i]))]
+        if not squeezed:
+            return None
+        link = int(planner.bottleneck[squeezed[0]])
+        threshold = self.inputs.cfg.min_gain * float(self.fleet.capacity[link])
+        seed = int(self.inputs.now * 1000) & 0xFFFFFFFF
+        for restart in range(ANNEALING_RESTARTS):
+            moves = anneal(planner, self.free & planner.movable, seed + restart)
+            if moves and (gain := planner.evaluate(moves)) >= threshold:
+                return Plan(moves, gain, link)
+        return None
+
+    def outcome(self) -> Outcome:
+        return Outcome(*self._moves(), *self._collisions(), self._relieved_names(), self.fruitless)
+
+    def _moves(self) -> tuple[dict[FlowKey, Move], list[Decision]]:
+        """Per elephant that ends elsewhere than it started, one move."""
+        inputs, fleet = self.inputs, self.fleet
+        e, catalog, now = inputs.elephants, inputs.catalog, inputs.now
+        moves = dict(inputs.moves)
+        decisions: list[Decision] = []
+        for i in np.flatnonzero(fleet.rows != self.start).tolist():
+            key, c = e.keys[i], int(e.cat[i])
+            before = inputs.index.via_at[int(self.start[i])]
+            after = fleet.via(i, fleet.row(i))
+            moves[key] = Move(
+                key,
+                catalog.src_nic(c),
+                catalog.dst_nic(c),
+                after,
+                now,
+                now,
+                before,
+                float(e.rate_bps[i]),
+                rate_expected=0.0 if self.expected is None else float(self.expected[i]),
+            )
+            decisions.append(
+                Decision(
+                    DecisionKind.REROUTE,
+                    describe_flow(key),
+                    f"{before} -> {after}: {self.why[i]}",
+                    now,
+                    flow=key,
+                    from_via=before,
+                    to_via=after,
+                )
+            )
+        for i in self.acks:
+            key, c = e.keys[i], int(e.cat[i])
+            via = fleet.via(i, fleet.row(i))
+            moves[key] = Move(key, catalog.src_nic(c), catalog.dst_nic(c), via, now, now, from_via=via)
+            why = f"ACKs pinned via {via}: their hashed path may cross a dead link"
+            decisions.append(
+                Decision(DecisionKind.REROUTE, describe_flow(key), why, now, flow=key, from_via=via, to_via=via)
+            )
+        return moves, decisions
+
+    def _collisions(self) -> tuple[dict[str, str], dict[str, str]]:
+        fleet, index, cfg = self.fleet, self.inputs.index, self.inputs.cfg
+        collisions: dict[str, str] = {}
+        unfixable: dict[str, str] = {}
+        over_still: list[tuple[str, str, np.ndarray]] = []
+        report = np.array(
+            sorted(self.hot_at_start | {link for link in self.stuck if fleet.count[link] >= 2}), dtype=np.int64
+        )
+        for link in report[fleet.collided(report, self.inputs.catalog)].tolist():
+            name = _name(index, link)
+            why = f"{fleet.count[link]} elephants, demand {fleet.utilization(link):.2f} of the link"
+            if link in self.relieved or not fleet.over(link):
+                collisions[name] = why
+            else:
+                over_still.append((name, why, fleet.member_array(link)))
+        # Fixable all the same: a move would relieve it but for hysteresis or budget.
+        if over_still:
+            pool = np.unique(np.concatenate([members for _, _, members in over_still]))
+            pool = pool[self.movable[pool]]
+            maybe = np.zeros(len(self.movable), dtype=bool)
+            maybe[pool[fleet.may_gain(pool, cfg)]] = True
+            for name, why, members in over_still:
+                fixable = any_gain(fleet, members[maybe[members]], cfg, self.metered)
+                (collisions if fixable else unfixable)[name] = why
+        return collisions, unfixable
+
+    def _relieved_names(self) -> frozenset[str]:
+        return frozenset(_name(self.inputs.index, link) for link in self.relieved)
 
 
-def _off_dead_links(
-    fleet: Fleet,
-    catalog: FlowCatalog,
-    dead: np.ndarray,
-    moves: dict[FlowKey, Move],
-    now: float,
-    steered: Collection[tuple[NicId, NicId]],
-    moved: Callable[[int, int, str], None],
-    decisions: list[Decision],
-) -> None:
-    """Any live path beats none: an elephant whose route crosses a dead link
-    moves now, hysteresis or not."""
-    elephants, index = fleet.elephants, fleet.index
-    free = ~catalog.among(elephants.cat, steered)
-    on_dead = free & dead[index.table()[fleet.rows]].any(axis=1)
-    for i in np.flatnonzero(on_dead).tolist():
-        row = fleet.least_loaded(i)
-        if row is not None:
-            moved(i, row, "path down")
-    # The data path survived (the ingress leaf failed over) but the ACKs hash
-    # on their own and may cross the dead link: pinning the flow where it is
-    # also steers its ACKs back the same way. They may die where the route
-    # back across the flow's via lives while another route back is dead.
-    tcp = np.array([key[2] == "tcp" and key not in moves for key in elephants.keys], dtype=bool)
-    candidates = np.flatnonzero(free & ~on_dead & tcp)
-    back = index.reverse_rows(fleet.rows[candidates])
-    table = index.table()
-    starts, _, block = index.blocks()
-    row_dead = dead[table].any(axis=1)
-    block_dead = np.logical_or.reduceat(row_dead, starts) if len(starts) else np.zeros(0, dtype=bool)
-    found = back >= 0
-    acks = np.zeros(len(candidates), dtype=bool)
-    acks[found] = ~row_dead[back[found]] & block_dead[block[back[found]]]
-    for i in candidates[acks].tolist():
-        key, c = elephants.keys[i], int(elephants.cat[i])
-        via = fleet.via(i, fleet.row(i))
-        moves[key] = Move(key, catalog.src_nic(c), catalog.dst_nic(c), via, now, now, from_via=via)
-        why = f"ACKs pinned via {via}: their hashed path may cross a dead link"
-        decisions.append(Decision(DecisionKind.REROUTE, describe_flow(key), why, now))
+def _name(index: LinkIndex, link: int) -> str:
+    egress = index.egresses[link]
+    return f"{egress.node}:{egress.port}"
 
 
-def _resting(move: Move | None, now: float, cfg: EngineConfig) -> bool:
-    return move is not None and (move.held or now - move.moved_at < cfg.hysteresis_s)
+def _caps(elephants: Elephants, metered: np.ndarray) -> np.ndarray:
+    """Per elephant the most it would send: a TCP flow takes what the
+    network gives it; any other sends what it measures (a metered one's
+    rate is its meter's, set in the cycle)."""
+    elastic = np.array([key[2] == "tcp" for key in elephants.keys], dtype=bool) & ~metered
+    return np.where(elastic, np.inf, elephants.rate_bps)

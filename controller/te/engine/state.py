@@ -7,11 +7,11 @@ import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 
 from controller.fabric import NicId
-from controller.fabric import addressing as ad
 from controller.te.view import EWMA_ALPHA, FlowKey
 
 
@@ -20,6 +20,9 @@ class EngineConfig:
     elephant_fraction: float = 0.1  # of the NIC rate (Hedera)
     max_age_s: float = 1.0
     hysteresis_s: float = 3.0  # a moved flow stays put this long (and is then checked against where it was)
+    # Path changes TE makes to one flow while the traffic stays as it is
+    # (the same elephants, the same links up): a bound on churn. 0: none.
+    max_path_changes: int = 2
     # Moves per leaf per cycle, at most: a local cap, so one cycle can fix
     # every leaf of the fabric while no leaf churns. 0: the leaf's uplink count.
     max_moves_per_leaf: int = 0
@@ -29,6 +32,9 @@ class EngineConfig:
     # An elephant measuring at least this fraction of its demand is not
     # squeezed, wherever its link's counters say: moving it can only cost.
     satisfied: float = 0.7
+    # A link whose port measures at least this fraction of its capacity is
+    # full: a plan relieves only links the measurements agree are congested.
+    saturated: float = 0.9
     # Measured load on a link beyond what its elephants send is smoothed
     # (port counters and flow records are sampled apart: their difference is
     # noisy); below this fraction of the link it is noise, not traffic.
@@ -45,7 +51,12 @@ class EngineConfig:
     expire_after_s: float = 3.0  # a moved flow not seen for this long gives its entry back
     incast_fan_in: int = 3
     incast_sender_fraction: float = 0.01  # of the NIC rate: below it a flow is not a sender (an ACK stream, a probe)
-    incast_utilization: float = 0.9
+    # Incast is senders offering more than the receiver's NIC takes, which
+    # only senders that do not back off do (UDP at line rate, a storage
+    # burst): flows that converge and share the NIC as TCP does offer what
+    # it delivers, and a meter would only take from them. The margin keeps
+    # a few noisy records of such flows (each +-30 %) from reading as one.
+    incast_overload: float = 1.5
     # Senders are metered to this fraction of the receiver NIC's fair share:
     # under 1 so the receiver's queue drains instead of sitting full.
     incast_headroom: float = 0.95
@@ -107,7 +118,7 @@ class Elephants(_ByFlow):
 class Recent(_ByFlow):
     """Elephants seen lately, as columns: each as last seen, its rate the
     EWMA of its samples, `row` the route-table row it took (-1 unknown),
-    `cat` its row in the FlowCatalog of that `generation`. A flow
+    `cat` its row in the FlowCatalog whose `owner` token it holds. A flow
     black-holed by a failure measures ~0 at once and stops looking like an
     elephant; it is exactly the one to move."""
 
@@ -117,7 +128,7 @@ class Recent(_ByFlow):
     at: np.ndarray = field(default_factory=lambda: np.zeros(0))
     row: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     cat: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    generation: int = 0
+    owner: object = None  # the FlowCatalog.owner its `cat` rows belong to
 
 
 @dataclass(frozen=True)
@@ -132,6 +143,11 @@ class Move:
     rate_before: float = 0.0  # its smoothed rate then; 0: nothing to compare against
     settled: bool = False  # checked against rate_before (once)
     held: bool = False  # reverted after measuring worse: stays here, TE moves it no more
+    # What the plan it was part of predicted for it (0: not predicted). A
+    # plan may leave one flow less for many more: the move is checked
+    # against the lower of this and rate_before, so a loss the plan meant
+    # is no reason to go back, and a loss it did not mean is.
+    rate_expected: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -143,6 +159,9 @@ class Meter:
     dst: NicId
     rate_bps: float
     last_incast: float  # when its receiver was last seen in incast
+
+
+FLOW_FIELDS = ("src", "dst", "protocol", "sport", "dport")  # a FlowKey's, in order
 
 
 class DecisionKind(StrEnum):
@@ -159,10 +178,58 @@ class DecisionKind(StrEnum):
 
 @dataclass(frozen=True)
 class Decision:
+    """One thing the engine decided, as a record: `subject` names it in
+    words (a flow, an uplink, a NIC), the optional fields say what it is
+    about as data, `reason` why, for people."""
+
     kind: DecisionKind
     subject: str
     reason: str
     at: float
+    flow: FlowKey | None = None  # the flow moved, reverted, let go or metered
+    link: str | None = None  # "switch:port": the uplink collided or unfixable, the link down
+    from_via: str | None = None  # a move's path before ("" where TE did not know it) ...
+    to_via: str | None = None  # ... and after
+
+    def as_record(self) -> dict[str, Any]:
+        """As one JSON object: the flow's fields named, unset fields left out."""
+        record: dict[str, Any] = {"kind": self.kind.value, "subject": self.subject, "at": self.at}
+        if self.flow is not None:
+            record["flow"] = dict(zip(FLOW_FIELDS, self.flow))
+        record |= {name: value for name in ("link", "from_via", "to_via") if (value := getattr(self, name)) is not None}
+        record["reason"] = self.reason
+        return record
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any]) -> Decision:
+        """`as_record`, read back."""
+        flow = record.get("flow")
+        return cls(
+            DecisionKind(record["kind"]),
+            record["subject"],
+            record["reason"],
+            float(record["at"]),
+            flow=(flow["src"], flow["dst"], flow["protocol"], flow["sport"], flow["dport"]) if flow else None,
+            link=record.get("link"),
+            from_via=record.get("from_via"),
+            to_via=record.get("to_via"),
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Fruitless:
+    """The inputs of a joint search that found no plan: the same again are
+    not searched again (the steady state of a fabric whose squeezed flows
+    no routing frees costs no search every cycle). `key` fingerprints what
+    must be equal (routes, flows, what may move, caps, dead links), and
+    the background, which noise moves every cycle, within a step. They
+    are searched again after `hysteresis_s` (the annealer draws anew), up
+    to `searches` times in all.'"""
+
+    key: int
+    background: np.ndarray
+    at: float
+    searches: int = 1
 
 
 @dataclass(frozen=True)
@@ -177,15 +244,9 @@ class TeState:
     residual: np.ndarray | None = None  # per egress: smoothed load beyond the elephants' (see background_floor)
     explained: np.ndarray | None = None  # per egress: the elephants' record load, smoothed as the port's rate
     port_at: np.ndarray | None = None  # per egress: when the port sample last in `explained` was taken (-inf: none)
-
-
-@functools.lru_cache(maxsize=1 << 17)
-def nic_of(address: str) -> NicId | None:
-    """Parsed once per address: a cycle sees every elephant's addresses."""
-    try:
-        return ad.parse_nic_address(address)
-    except ad.AddressError:
-        return None
+    traffic: int = 0  # a fingerprint of the traffic: the elephants seen lately and the links down
+    changes: Mapping[FlowKey, int] = field(default_factory=dict)  # path changes per flow since `traffic` changed
+    fruitless: Fruitless | None = None  # the last joint search that found no plan, if the last one did not
 
 
 def describe_flow(key: FlowKey) -> str:

@@ -1,0 +1,232 @@
+"""Joint re-routing: plans of one or two moves, judged by the max-min rates
+the whole routing would give, for the elephants single moves left squeezed.
+
+A single move must lower the moving flow's own bottleneck, so it stops
+where freeing a flow takes a swap or a chain: the first move alone gains
+nothing, or even costs, and only the pair does. Here a plan is weighed by
+what every flow it touches would get. The model is the elephants on their
+routes, each crossing its source NIC's link and its receiver's as well as
+the switches' (so a NIC shared by several flows is shared here too, and a
+flow no routing can help is seen as such), elastic (TCP, a placed job's) or
+held to what it sends (UDP, a meter), over the capacity background leaves.
+
+A flow is squeezed where a switch-to-switch link (one a route chooses, not
+a NIC's) froze it. For the most squeezed first, the planner tries every
+move of a flow on that link to another route, and, behind each, every move
+of a flow off the link where the mover would now be held (which makes a
+swap when that flow takes the mover's old route). A plan is judged on its
+component (the flows on every link its moves leave or join, the rest held
+at their rates) by the max-min order: the sorted rates after against
+before, at the first place they differ. The best plan that beats
+`min_gain` of the relieved link's capacity there is made, and the rates
+are worked out again; the next squeezed flow follows. Pure.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from controller.te.engine.fleet import Fleet, distinct
+from controller.te.engine.maxmin import fill_paths, lex_gain
+from controller.te.engine.state import EngineConfig
+
+RATE_TOLERANCE = 1e-6  # of capacity: rates closer than this are equal in the max-min order
+# Plans weighed per pass, at most: the joint search's work is bounded
+# whatever the fabric (its single moves already fixed what one move fixes).
+EVALUATIONS = 600
+# Up to this many elephants a plan is weighed on all of them; beyond, on
+# its component (the flows on the links it changes, the others held at
+# their rates, which ignores how a change there ripples further).
+WHOLE = 4096
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Moves (elephant, route as a row of its routes) made together, what
+    they gain in the max-min order (bps) and the link they relieve."""
+
+    moves: tuple[tuple[int, int], ...]
+    gain_bps: float
+    relieved: int
+
+
+class Planner:
+    """The fleet's placed elephants with their full paths (NIC links
+    included) and max-min rates, kept current as plans are made."""
+
+    def __init__(
+        self,
+        fleet: Fleet,
+        ends: np.ndarray,
+        cap: np.ndarray,
+        background: np.ndarray,
+        port_load: np.ndarray,
+        movable: np.ndarray,
+        held_back: np.ndarray,
+        cfg: EngineConfig,
+    ) -> None:
+        """`ends`: (elephants, 2) per elephant the link ids of its source
+        NIC's transmit side and its receiver's leaf port; `cap`: per
+        elephant the most it sends (inf: elastic); `movable`: may move now;
+        `held_back`: measures well under its demand."""
+        self.fleet = fleet
+        self.ends = ends
+        self.cap = cap
+        self.cfg = cfg
+        self.movable = movable & (fleet.rows >= 0) & (fleet.nroutes > 1)
+        capacity = fleet.capacity
+        self.capacity = np.maximum(capacity - background, 0.0)
+        self.capacity[fleet.index.pad] = np.inf
+        self.port_load = port_load
+        self.held_back = held_back
+        self.placed = np.flatnonzero(fleet.rows >= 0)
+        self.tolerance = RATE_TOLERANCE * float(np.min(capacity[np.isfinite(capacity)], initial=1.0))
+        self._joined: dict[int, list[int]] = {}
+        self.evaluations = 0
+        self._index()
+        self.rates()
+
+    def path(self, i: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """(len(i), hops): each elephant's full path on the route-table rows `rows`."""
+        table = self.fleet.index.table()
+        return np.concatenate([self.ends[i, :1], table[rows], self.ends[i, 1:]], axis=1)
+
+    def _index(self) -> None:
+        self.paths = np.full((len(self.fleet.rows), self.fleet.index.table().shape[1] + 2), self.fleet.index.pad)
+        self.paths[self.placed] = self.path(self.placed, self.fleet.rows[self.placed])
+        links = self.paths[self.placed].ravel()
+        order = np.argsort(links, kind="stable")
+        self._links = links[order]
+        self._owners = np.repeat(self.placed, self.paths.shape[1])[order]
+
+    def members(self, links: np.ndarray) -> np.ndarray:
+        """The placed elephants on any of `links` now."""
+        lo = np.searchsorted(self._links, links)
+        hi = np.searchsorted(self._links, links, side="right")
+        found = [self._owners[a:b] for a, b in zip(lo.tolist(), hi.tolist())]
+        found += [np.array(self._joined[link], dtype=np.int64) for link in links.tolist() if link in self._joined]
+        candidates = distinct(np.concatenate(found)) if found else np.zeros(0, dtype=np.int64)
+        return candidates[np.isin(self.paths[candidates], links).any(axis=1)]
+
+    def rates(self) -> None:
+        """Every placed elephant's max-min rate and bottleneck, and the load they put on each link."""
+        self.x = np.zeros(len(self.fleet.rows))
+        self.bottleneck = np.full(len(self.fleet.rows), -1, dtype=np.int64)
+        placed = self.placed
+        self.x[placed], self.bottleneck[placed] = fill_paths(self.paths[placed], self.capacity, self.cap[placed])
+        self.load = np.bincount(
+            self.paths[placed].ravel(), np.repeat(self.x[placed], self.paths.shape[1]), len(self.capacity)
+        )
+
+    def squeezed(self) -> np.ndarray:
+        """Placed elephants frozen by a link a route chooses (not a NIC's), the slowest first."""
+        b = self.bottleneck
+        on_route = (b >= 0) & (b != self.ends[:, 0]) & (b != self.ends[:, 1])
+        found = np.flatnonzero(on_route)
+        return found[np.argsort(self.x[found], kind="stable")]
+
+    def spent(self) -> bool:
+        """The pass has weighed as many plans as it may."""
+        return self.evaluations >= EVALUATIONS
+
+    def evaluate(self, moves: tuple[tuple[int, int], ...]) -> float:
+        """What the moves gain in the max-min order on their component."""
+        self.evaluations += 1
+        fleet = self.fleet
+        movers = np.array([i for i, _ in moves], dtype=np.int64)
+        new_rows = np.array([fleet.base[i] + row for i, row in moves], dtype=np.int64)
+        if len(self.placed) <= WHOLE:
+            component = self.placed
+        else:
+            touched = np.concatenate([self.paths[movers].ravel(), self.path(movers, new_rows).ravel()])
+            component = self.members(distinct(touched[touched != fleet.index.pad]))
+        before = self.paths[component]
+        after = before.copy()
+        at = np.searchsorted(component, movers)
+        after[at] = self.path(movers, new_rows)
+        held = np.bincount(before.ravel(), np.repeat(self.x[component], before.shape[1]), len(self.capacity))
+        left = np.maximum(self.capacity - (self.load - held), 0.0)
+        left[fleet.index.pad] = np.inf
+        cap = self.cap[component]
+        was, _ = fill_paths(before, left, cap)
+        now, _ = fill_paths(after, left, cap)
+        return lex_gain(was, now, self.tolerance)
+
+    def apply(self, plan: Plan, move: Callable[[int, int], object]) -> None:
+        """Makes the plan's moves through `move(elephant, row)`, which moves it in the fleet."""
+        for i, row in plan.moves:
+            move(i, row)
+            new = self.path(np.array([i]), np.array([self.fleet.rows[i]]))[0]
+            for link in new.tolist():
+                self._joined.setdefault(link, []).append(i)
+            self.paths[i] = new
+        self.rates()
+
+    def alternatives(self, i: int) -> list[int]:
+        """Elephant i's live routes other than its own, as rows of its routes."""
+        fleet = self.fleet
+        base, here = int(fleet.base[i]), int(fleet.rows[i])
+        rows = np.arange(base, base + int(fleet.nroutes[i]))
+        hops = fleet.index.table()[rows]
+        live = ~fleet.dead[hops].any(axis=1) & (rows != here)
+        return (rows[live] - base).tolist()
+
+    def _blocking(self, i: int, row: int) -> np.ndarray:
+        """The links of route `row`, not on elephant i's path now, where
+        elephants already are and i would have to share: those a second
+        move may clear for it."""
+        hops = self.fleet.route_hops(i, row)
+        hops = hops[~np.isin(hops, self.paths[i])]
+        spare = self.capacity[hops] - self.load[hops]
+        return hops[(self.fleet.count[hops] > 0) & (spare < self.x[i] + self.cfg.min_gain * self.capacity[hops])]
+
+    def plans_for(self, link: int, allowed: Callable[[int], bool]) -> Plan | None:
+        """The best plan that relieves `link`, None if none gains enough:
+        the best single move if one does (fewest moves first), else the
+        best pair."""
+        threshold = self.cfg.min_gain * float(self.fleet.capacity[link])
+        movers = [int(g) for g in self.members(np.array([link])) if self.movable[g] and allowed(int(g))]
+        singles = [(g, row) for g in movers for row in self.alternatives(g)]
+        best: Plan | None = None
+        for g, row in singles:
+            if self.spent():
+                break
+            best = self._better(best, ((g, row),), link)
+        if best is not None and best.gain_bps >= threshold:
+            return best
+        for g, row in singles:
+            blocking = self._blocking(g, row)
+            if not len(blocking):
+                continue
+            for f in self.members(blocking).tolist():
+                if f == g or not self.movable[f] or not allowed(f):
+                    continue
+                for row2 in self.alternatives(f):
+                    if self.spent():
+                        break
+                    best = self._better(best, ((g, row), (f, row2)), link)
+        return best if best is not None and best.gain_bps >= threshold else None
+
+    def _better(self, best: Plan | None, moves: tuple[tuple[int, int], ...], link: int) -> Plan | None:
+        gain = self.evaluate(moves)
+        if (
+            best is None
+            or gain > best.gain_bps + self.tolerance
+            or (gain > best.gain_bps - self.tolerance and len(moves) < len(best.moves))
+        ):
+            return Plan(moves, gain, link)
+        return best
+
+    def congested(self, link: int) -> bool:
+        """The measurements agree that the link holds its elephants back: its
+        port measures it full and an elephant on it measures well under its
+        demand (a noisy background estimate can make a link that one flow
+        fills look squeezed in the model, never in the flow's own record);
+        or a move of this pass loaded it (our own doing, not yet measured)."""
+        if link in self._joined:
+            return True
+        full = self.port_load[link] >= self.cfg.saturated * self.fleet.capacity[link]
+        return bool(full and self.held_back[self.members(np.array([link]))].any())
