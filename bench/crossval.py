@@ -45,13 +45,19 @@ def simulated_workload(scenario: Workload, telemetry: Telemetry) -> Workload:
     return replace(scenario, telemetry=telemetry)
 
 
-def simulated_fractions(result: dict) -> dict[str, float]:
-    """ECMP time-weighted over its phases, TE averaged over its (evenly spaced) cycles."""
+JUDGED_FROM_S = 1.0  # the emulated report judges a TCP flow from its second second on (slow start)
+
+
+def simulated_fractions(result: dict, judged_from_s: float = JUDGED_FROM_S) -> dict[str, float]:
+    """Over the window the emulated report judges (from `judged_from_s`):
+    ECMP time-weighted over its phases, TE averaged over its (evenly
+    spaced) cycles."""
     duration = result["duration_s"]
     phases = result["phases"]
     ends = [p["start_s"] for p in phases[1:]] + [duration]
-    ecmp = sum(p["ecmp"]["fraction_of_optimum"] * (end - p["start_s"]) for p, end in zip(phases, ends)) / duration
-    te = statistics.fmean(c["fraction_of_optimum"] for c in result["cycles"])
+    spans = [(p, max(end - max(p["start_s"], judged_from_s), 0.0)) for p, end in zip(phases, ends)]
+    ecmp = sum(p["ecmp"]["fraction_of_optimum"] * span for p, span in spans) / sum(span for _, span in spans)
+    te = statistics.fmean(c["fraction_of_optimum"] for c in result["cycles"] if c["t"] > judged_from_s)
     return {"ecmp": ecmp, "te": te}
 
 

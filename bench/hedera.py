@@ -1,0 +1,176 @@
+"""Hedera's testbed benchmark suite (NSDI 2010) on Railyard: the authors' 30
+patterns (their own input files, bench/hedera_suite.py) on the k=4 fat
+tree, emulated and simulated, ECMP and TE, beside Hedera's published
+ECMP, Global First Fit and Simulated Annealing figures.
+
+make bench-hedera  ->  bench/results/hedera.json
+(python -m bench.hedera --seeds 1 2 3 [--pattern randbij0 ...] [--no-emulation])
+
+Railyard's figures are fractions of the exact max-min optimum of the same
+flows (the emulated report's, goodput from each TCP flow's second second
+on; the simulator's, its TE cycles from the same second on). Hedera's are
+fractions of their non-blocking switch, the testbed's own ceiling, capped
+at 100 % (their two-chip switch read above it on a few patterns). The
+targets of the issue that asked for this: TE's mean >= 98 % over the 30
+patterns, every pattern >= 95 %, every randbij and stride >= 97 %, TE >=
+ECMP on every pattern and seed, at most 2 path changes per flow, and the
+simulator within 5 points of the emulation on every pattern, ECMP and TE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+from typing import Any
+
+from bench import write_result
+from bench.crossval import simulated_fractions
+from bench.hedera_suite import PATTERNS, Pattern, published
+from controller.fabric import load_fabric
+from emulation.net import ovs
+from emulation.scenarios.report import build_report
+from emulation.scenarios.runner import run_scenario
+from emulation.simulate.run import simulate
+from emulation.workload import Workload, load_workload, spec_file
+
+TOLERANCE_POINTS = 5.0
+TARGETS = {"te_mean": 0.98, "te_min": 0.95, "te_min_randbij_stride": 0.97, "path_changes_max": 2}
+
+
+def emulated(workload: Workload, seed: int) -> dict[str, Any]:
+    spec_path = spec_file(workload)
+    fabric = load_fabric(spec_path)
+    report = build_report(fabric, workload, seed, run_scenario(fabric, spec_path, workload, seed))
+    te, ecmp = report["modes"]["te"], report["modes"]["ecmp"]
+    return {
+        "ecmp": ecmp["fraction_of_optimum"],
+        "te": te["fraction_of_optimum"],
+        "path_changes_per_flow_max": te["path_changes_per_flow"]["max"],
+        "reroutes": te["te_decisions"].get("reroute", 0),
+        "moves_in_steady_traffic": te["moves_in_steady_traffic"],
+        "collision_to_fix_median_s": te["collision_to_fix_s"]["median"],
+        "flow_errors": sum(1 for m in report["modes"].values() for f in m["flows"] if f["error"]),
+    }
+
+
+def simulated(workload: Workload, seed: int) -> dict[str, Any]:
+    fabric = load_fabric(spec_file(workload))
+    result = simulate(fabric, workload, seed)
+    fractions = simulated_fractions(result)
+    return {**fractions, "path_changes_per_flow_max": result["te"]["path_changes_per_flow_max"]}
+
+
+def run_pattern(pattern: Pattern, seeds: list[int], emulate: bool) -> dict[str, Any]:
+    workload = load_workload(f"hedera/{pattern.name}")
+    hedera = published()[pattern.label]
+    runs = []
+    for seed in seeds:
+        run: dict[str, Any] = {"seed": seed, "simulated": simulated(workload, seed)}
+        if emulate:
+            run["emulated"] = emulated(workload, seed)
+            run["difference_points"] = {
+                mode: 100 * (run["simulated"][mode] - run["emulated"][mode]) for mode in ("ecmp", "te")
+            }
+        runs.append(run)
+        print(_line(pattern, run), flush=True)
+    return {
+        "pattern": pattern.label,
+        "scenario": f"hedera/{pattern.name}",
+        "hedera": {name: min(getattr(hedera, name) / hedera.nonblocking, 1.0) for name in ("ecmp", "gff", "sa")},
+        "hedera_mbps": vars(hedera),
+        "runs": runs,
+    }
+
+
+def _line(pattern: Pattern, run: dict[str, Any]) -> str:
+    sim = run["simulated"]
+    text = f"{pattern.label:16} seed {run['seed']}: simulated ECMP {sim['ecmp']:6.1%} TE {sim['te']:6.1%}"
+    if "emulated" in run:
+        emu = run["emulated"]
+        text += (
+            f"; emulated ECMP {emu['ecmp']:6.1%} TE {emu['te']:6.1%}, {emu['reroutes']} reroutes,"
+            f" path changes per flow <= {emu['path_changes_per_flow_max']}"
+        )
+    return text
+
+
+def summary(patterns: list[dict[str, Any]], emulate: bool) -> dict[str, Any]:
+    world = "emulated" if emulate else "simulated"
+    te = {p["pattern"]: statistics.fmean(r[world]["te"] for r in p["runs"]) for p in patterns}
+    worst = {p["pattern"]: min(r[world]["te"] for r in p["runs"]) for p in patterns}
+    strict = [p for p in worst if p.startswith(("randbij", "stride"))]
+    out: dict[str, Any] = {
+        "judged_on": world,
+        "te_mean": statistics.fmean(te.values()),
+        "te_min": min(worst.values()),
+        "te_min_randbij_stride": min((worst[p] for p in strict), default=None),
+        "te_below_ecmp": [
+            (p["pattern"], r["seed"]) for p in patterns for r in p["runs"] if r[world]["te"] < r[world]["ecmp"]
+        ],
+        "path_changes_max": max(r[world]["path_changes_per_flow_max"] for p in patterns for r in p["runs"]),
+        "hedera_sa_mean": statistics.fmean(p["hedera"]["sa"] for p in patterns),
+        "hedera_gff_mean": statistics.fmean(p["hedera"]["gff"] for p in patterns),
+        "te_below_hedera_sa": sorted(p["pattern"] for p in patterns if te[p["pattern"]] < p["hedera"]["sa"]),
+    }
+    if emulate:
+        diffs = [abs(d) for p in patterns for r in p["runs"] for d in r["difference_points"].values()]
+        out["simulator_within_points"] = TOLERANCE_POINTS
+        out["simulator_agrees"] = sum(
+            all(abs(d) <= TOLERANCE_POINTS for d in r["difference_points"].values())
+            for p in patterns
+            for r in p["runs"]
+        )
+        out["simulator_cases"] = sum(len(p["runs"]) for p in patterns)
+        out["simulator_max_difference_points"] = max(diffs, default=0.0)
+    out["targets"] = {
+        "te_mean": out["te_mean"] >= TARGETS["te_mean"],
+        "te_min": out["te_min"] >= TARGETS["te_min"],
+        "te_min_randbij_stride": (out["te_min_randbij_stride"] or 1.0) >= TARGETS["te_min_randbij_stride"],
+        "te_never_below_ecmp": not out["te_below_ecmp"],
+        "path_changes": out["path_changes_max"] <= TARGETS["path_changes_max"],
+    }
+    return out
+
+
+def table(patterns: list[dict[str, Any]], emulate: bool) -> str:
+    head = "| pattern | Hedera ECMP | Hedera GFF | Hedera SA | Railyard ECMP | Railyard TE | path changes max |"
+    lines = [head, "|" + "---|" * 7]
+    world = "emulated" if emulate else "simulated"
+    for p in patterns:
+        runs = [r[world] for r in p["runs"]]
+        h = p["hedera"]
+        lines.append(
+            f"| {p['pattern']} | {h['ecmp']:.1%} | {h['gff']:.1%} | {h['sa']:.1%}"
+            f" | {statistics.fmean(r['ecmp'] for r in runs):.1%} | {statistics.fmean(r['te'] for r in runs):.1%}"
+            f" | {max(r['path_changes_per_flow_max'] for r in runs)} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    parser.add_argument("--pattern", action="append", help="a scenario name of the suite (repeatable; default: all)")
+    parser.add_argument("--no-emulation", action="store_true", help="the simulator only (no root, minutes)")
+    parser.add_argument("--out", default="bench/results/hedera.json")
+    args = parser.parse_args()
+    emulate = not args.no_emulation
+    if emulate:
+        ovs.check_running()
+    chosen = [p for p in PATTERNS if not args.pattern or p.name in args.pattern]
+    patterns = [run_pattern(p, args.seeds, emulate) for p in chosen]
+    result = {
+        "benchmark": "hedera",
+        "host": platform.node(),
+        "seeds": args.seeds,
+        "summary": summary(patterns, emulate),
+        "patterns": patterns,
+    }
+    print(table(patterns, emulate))
+    print(result["summary"])
+    print(f"wrote {write_result(args.out, result)}")
+
+
+if __name__ == "__main__":
+    main()
