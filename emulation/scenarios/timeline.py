@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 from controller.fabric import Endpoint, Fabric, FabricError, NicId
 from controller.fabric import addressing as ad
+from emulation.model.stats import percentile
 
 SATURATED = 0.9  # of capacity: an uplink carrying a collision runs full
 MOVES = ("reroute", "revert")  # decisions that rewrite a flow's entries
@@ -145,7 +146,7 @@ def te_figures(
         ),
         "collision_to_fix_s": {
             "median": statistics.median(times) if times else None,
-            "p99": _p99(times),
+            "p99": percentile(times, 0.99) if times else None,
             "all": times,
             "unfixed": sum(e.fixed_s is None for e in found),
             "commit_latency_s": commit_s,
@@ -159,10 +160,6 @@ def te_figures(
         "path_changes_per_flow": _per_flow(changes, n_flows),
         "returned_to_ecmp": sum(d.kind == "expire" and _flow(d.subject) is not None for d in decisions),
     }
-
-
-def _p99(ordered: list[float]) -> float | None:
-    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] if ordered else None
 
 
 def _per_flow(counts: Counter[str], n_flows: int) -> dict:
