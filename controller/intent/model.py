@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from functools import cached_property
 
 from controller.errors import NAME_RULE, Conflict, FieldError, NotFound, shown, valid_name
@@ -19,6 +20,17 @@ from controller.te.jobs import Drains, Job
 
 class IntentError(FieldError):
     context = "intent"
+
+
+class RecordKind(StrEnum):
+    """What a stored record holds. The value is its kind on disk (SQLite's
+    `kind` column, the etcd key's segment): renaming one orphans stored intent."""
+
+    PIN = "pin"
+    JOB = "job"
+    DRAINED_SWITCH = "drain-switch"
+    DRAINED_LINK = "drain-link"
+    RETIRED = "retired"  # a released job's retry key (retries.py)
 
 
 PROTOCOLS = ("tcp", "udp")

@@ -19,9 +19,9 @@ from enum import StrEnum
 from controller.errors import AlreadyExists, Conflict, NotFound, RevisionGone, shown
 from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
-from controller.intent.drains import rerouted_jobs, resolve_link, resolve_switch
+from controller.intent.drains import DrainTarget, rerouted_jobs
 from controller.intent.loading import intent_from_store
-from controller.intent.model import FlowPin, Intent, pin_to_doc, validate_pin
+from controller.intent.model import FlowPin, Intent, RecordKind, pin_to_doc, validate_pin
 from controller.intent.retries import (
     MAX_RETIRED,
     Retired,
@@ -178,7 +178,7 @@ class IntentService:
             if current.pins.get(pin.name) == pin:
                 return pin
             new = current.with_pin(pin)
-            self._commit(new, Change(puts={("pin", pin.name): pin_to_doc(pin)}))
+            self._commit(new, Change(puts={(RecordKind.PIN, pin.name): pin_to_doc(pin)}))
         log.info("pin %s: %s via %s (revision %d)", pin.name, pin.match.describe(), pin.spine, new.revision)
         self._changed(new, [])
         return pin
@@ -187,7 +187,7 @@ class IntentService:
         with self._lock:
             current = self._writable()
             new = current.without_pin(name)  # raises NotFound
-            self._commit(new, Change(puts={}, deletes=frozenset({("pin", name)})))
+            self._commit(new, Change(puts={}, deletes=frozenset({(RecordKind.PIN, name)})))
         log.info("unpin %s (revision %d)", name, new.revision)
         self._changed(new, [])
         return current.pins[name]
@@ -237,8 +237,10 @@ class IntentService:
                 return job, False
             new = current.with_jobs({job.job_id: job})
             # A new placement under this id ends the old key's replay.
-            forgotten = {("retired", job.job_id)} if retired is not None else set()
-            self._commit(new, Change(puts={("job", job.job_id): job_to_doc(job)}, deletes=frozenset(forgotten)))
+            forgotten = {(RecordKind.RETIRED, job.job_id)} if retired is not None else set()
+            self._commit(
+                new, Change(puts={(RecordKind.JOB, job.job_id): job_to_doc(job)}, deletes=frozenset(forgotten))
+            )
             self._retired.pop(job.job_id, None)
             self._ledger.add(job)
             self._usage.add(job)
@@ -307,8 +309,10 @@ class IntentService:
                 retired[job_id] = Retired(job, now)
             # Keys past their window, and the oldest beyond MAX_RETIRED, are forgotten here.
             retired = dict(sorted(retired.items(), key=lambda kv: kv[1].released_at)[-MAX_RETIRED:])
-            puts = {("retired", job_id): retired_to_doc(retired[job_id])} if job_id in retired else {}
-            deletes = {("job", job_id)} | {("retired", j) for j in self._retired.keys() - retired.keys()}
+            puts = {(RecordKind.RETIRED, job_id): retired_to_doc(retired[job_id])} if job_id in retired else {}
+            deletes = {(RecordKind.JOB, job_id)} | {
+                (RecordKind.RETIRED, j) for j in self._retired.keys() - retired.keys()
+            }
             self._commit(new, Change(puts=puts, deletes=frozenset(deletes)))
             self._retired = retired
             self._ledger.add(job, sign=-1.0)
@@ -318,25 +322,21 @@ class IntentService:
         return job
 
     # --- drains -------------------------------------------------------------
-    def set_drain(self, kind: str, name: str, drained: bool) -> tuple[str, list[Job]]:
+    def set_drain(self, target: DrainTarget, name: str, drained: bool) -> tuple[str, list[Job]]:
         """Drains or undrains a switch or link; returns its canonical name and
         the jobs whose flows moved off it."""
         with self._lock:
             current = self._writable()
-            if kind == "switch":
-                canonical = resolve_switch(self.fabric, name)
-                members = current.drains.switches
-            else:
-                canonical = resolve_link(self.fabric, name)
-                members = current.drains.links
+            canonical = target.resolve(self.fabric, name)
+            members = target.drained(current.drains)
             if (canonical in members) == drained:
                 return canonical, []
             members = members | {canonical} if drained else members - {canonical}
-            drains = replace(current.drains, **{"switches" if kind == "switch" else "links": frozenset(members)})
+            drains = target.with_drained(current.drains, members)
             moved = rerouted_jobs(self.fabric, current, drains) if drained else {}
             new = current.with_jobs(moved, drains)
-            record = (f"drain-{kind}", canonical)
-            puts = {("job", jid): job_to_doc(job) for jid, job in moved.items()}
+            record = (target.record, canonical)
+            puts = {(RecordKind.JOB, jid): job_to_doc(job) for jid, job in moved.items()}
             change = Change(
                 puts={**puts, record: {}} if drained else puts, deletes=frozenset() if drained else frozenset({record})
             )
@@ -345,7 +345,7 @@ class IntentService:
         log.info(
             "%s %s %s; %d job(s) rerouted (revision %d)",
             "drained" if drained else "undrained",
-            kind,
+            target,
             canonical,
             len(moved),
             new.revision,

@@ -18,12 +18,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 import grpc
 
 from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
+from controller.intent.drains import DrainTarget
 from controller.metrics import TE_DECISIONS
 from controller.southbound.overlay import is_railyard_meter
 from controller.te.jobs import JobRequest
@@ -45,7 +47,15 @@ from emulation.workload.placers import railyard_placer
 log = logging.getLogger(__name__)
 
 SAMPLE_INTERVAL_S = 0.25
-MODES = ("ecmp", "te")
+
+
+class ScenarioMode(StrEnum):
+    """How a scenario's fabric is run; the value names the report's section and files."""
+
+    ECMP = "ecmp"  # the underlay's hashing alone: no controller
+    TE = "te"  # Railyard's controller with adaptive TE
+
+
 MAX_EMULATED_S = 600.0
 
 
@@ -58,7 +68,7 @@ class Sample:
 
 @dataclass
 class ModeRun:
-    mode: str
+    mode: ScenarioMode
     plan: Plan
     flows: list[FlowSpec]  # the plan's unbounded transfers, run as iperf3, in plan order
     results: list[FlowResult] = field(default_factory=list)
@@ -232,7 +242,7 @@ def run_mode(
     spec_path,
     workload: Workload,
     seed: int,
-    mode: str,
+    mode: ScenarioMode,
     workdir: Path,
     progress: Callable[[str], None],
     raw_dir: Path | None = None,
@@ -240,7 +250,7 @@ def run_mode(
     """ECMP: the fabric alone (its underlay), no controller; jobs placed by
     the same placement code in-process, so both runs carry the same flows.
     TE: the daemon and the telemetry agent attached, placement through the API."""
-    te = mode == "te"
+    te = mode is ScenarioMode.TE
     ports = Ports.pick()
     ctl = ControllerProcess(
         spec_path, workdir / f"{mode}.db", ports, workdir / f"controller-{mode}.log", reconcile_interval_s=2.0
@@ -358,7 +368,7 @@ def _apply(fabric: Fabric, event: Event, client, skipped: list[str]) -> None:
         if client is None:
             skipped.append(what + ": no controller in this run")
             return
-        client.drain("link" if event.on_link else "switch", event.target, event.kind == "drain")
+        client.drain(DrainTarget.LINK if event.on_link else DrainTarget.SWITCH, event.target, event.kind == "drain")
     else:
         state = "down" if event.kind.endswith("_down") else "up"
         if event.on_link:
@@ -377,7 +387,7 @@ def run_scenario(
     seed: int,
     progress: Callable[[str], None] = lambda _: None,
     raw_dir: Path | None = None,
-) -> dict[str, ModeRun]:
+) -> dict[ScenarioMode, ModeRun]:
     """`raw_dir`: keep iperf3's own JSON reports there, one folder per mode."""
     # Refusals (an event that is no uplink, what the emulation cannot run) stop here, before Mininet.
     workload = check_events(workload, fabric)
@@ -388,5 +398,5 @@ def run_scenario(
             mode: run_mode(
                 fabric, spec_path, workload, seed, mode, Path(tmp), progress, raw_dir / mode if raw_dir else None
             )
-            for mode in MODES
+            for mode in ScenarioMode
         }

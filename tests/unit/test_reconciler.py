@@ -12,6 +12,7 @@ from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controller.fabric import DEFAULT_SPEC, Fabric, NicId, Tier, build_fabric, load_spec, parse_spec
+from controller.intent.drains import DrainTarget
 from controller.intent.model import FlowMatch, FlowPin
 from controller.intent.service import IntentService
 from controller.intent.store import SqliteIntentStore
@@ -469,7 +470,7 @@ def test_a_job_is_programmed_once_every_switch_it_uses_holds_its_entries(tmp_pat
     assert rig.metrics.registry.get_sample_value("railyard_jobs_unprogrammed") == 0
 
     # Its paths move (a drain): unprogrammed until the moved entries are in.
-    _, moved = rig.intent.set_drain("switch", "rys0", True)
+    _, moved = rig.intent.set_drain(DrainTarget.SWITCH, "rys0", True)
     assert [j.job_id for j in moved] == ["ring"]
     moved_job = rig.intent.snapshot().jobs["ring"]
     assert rig.intent.programmed_revision(moved_job) == 0
