@@ -13,7 +13,7 @@ from dataclasses import replace
 from enum import StrEnum
 
 from controller.errors import Conflict, FieldError, NotFound, shown
-from controller.fabric import Endpoint, Fabric, Tier
+from controller.fabric import Endpoint, Fabric, FabricError, Tier
 from controller.fabric import addressing as ad
 from controller.intent.model import Intent, RecordKind, directions
 from controller.te.jobs import Drains, Job
@@ -56,7 +56,7 @@ def resolve_link(fabric: Fabric, name: str) -> str:
         raise DrainError("link", f"{name!r} is not SWITCH:PORT", "e.g. ryl0r0:3 (see `railyard links`)")
     try:
         link = fabric.ports(node)[int(port)]
-    except KeyError:
+    except (FabricError, KeyError):  # no such switch, or no such port on it
         raise NotFound(f"no link at {shown(name)} in fabric {fabric.spec.name!r}") from None
     return link_name(fabric, link)
 

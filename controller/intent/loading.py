@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from controller.errors import FieldError
+from controller.errors import RailyardError
 from controller.fabric import Fabric, NicId
 from controller.intent.drains import resolve_link, resolve_switch
 from controller.intent.model import Intent, RecordKind, pin_from_doc, validate_pin
@@ -52,7 +52,8 @@ def intent_from_store(fabric: Fabric, store: IntentStore, metrics: Metrics) -> t
                 drained_links.add(resolve_link(fabric, name))
             else:
                 retired[name] = retired_from_doc(name, doc)
-        except (KeyError, ValueError, TypeError, LookupError, FieldError) as exc:
+        # A document of the wrong shape, or naming what this fabric does not have.
+        except (KeyError, ValueError, TypeError, RailyardError) as exc:
             log.error("stored %s %r ignored: %s", stored_kind, name, exc)
             metrics.errors.labels("intent", "invalid_stored_intent").inc()
     for stored_kind, name in snapshot.unreadable:

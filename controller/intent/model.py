@@ -13,7 +13,7 @@ from enum import StrEnum
 from functools import cached_property
 
 from controller.errors import NAME_RULE, Conflict, FieldError, NotFound, shown, valid_name
-from controller.fabric import Fabric, NicId
+from controller.fabric import Fabric, FabricError, NicId
 from controller.fabric import addressing as ad
 from controller.te.jobs import Drains, Job
 
@@ -136,7 +136,7 @@ def parse_nic(fabric: Fabric, value: str, where: str) -> NicId:
         raise IntentError(where, str(exc), "a NIC address 10.<rail>.<pod>.<server+1> of this fabric") from None
     try:
         fabric.access_link(nic)
-    except KeyError:
+    except FabricError:
         raise IntentError(
             where,
             f"{value} is not a NIC of fabric {fabric.spec.name!r}",

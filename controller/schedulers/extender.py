@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from controller.errors import RailyardError, Status
 from controller.schedulers.hosts import HostMap
 
 JOB_LABEL = "railyard.io/job"
@@ -29,8 +30,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 MAX_PRIORITY = 10  # kube-scheduler's MaxExtenderPriority
 
 
-class ExtenderError(ValueError):
+class ExtenderError(RailyardError):
     """A request the extender cannot answer: said in the result's Error."""
+
+    status = Status.INVALID_ARGUMENT
 
 
 @dataclass(frozen=True)

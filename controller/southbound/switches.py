@@ -21,11 +21,12 @@ from typing import Any
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
+from controller.errors import RailyardError
 from controller.southbound import ofcodec, wire
 from controller.southbound.overlay import EntryKey, OverlayEntry, OverlayMeter, is_railyard_meter
 
 
-class SwitchError(Exception):
+class SwitchError(RailyardError):
     """A switch did not answer, refused a message, or went away. `reason` is
     the metric label that tells the kinds apart."""
 

@@ -23,6 +23,7 @@ from os_ken.lib import addrconv
 from os_ken.ofproto import ofproto_common
 from os_ken.ofproto import ofproto_v1_3 as ofp
 
+from controller.errors import RailyardError
 from controller.southbound.overlay import COOKIE_ALL, OverlayEntry
 
 OVERLAY_TABLE = 0
@@ -48,7 +49,7 @@ _OXM_FIELDS: dict[str, tuple[int, struct.Struct]] = {
 }
 
 
-class EncodingError(ValueError):
+class EncodingError(RailyardError):
     """An overlay entry this encoder has no OpenFlow for (a bug in the overlay)."""
 
 

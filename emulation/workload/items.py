@@ -133,7 +133,7 @@ def _endpoint(value: Any, where: str) -> Any:
     elif isinstance(value, str):
         try:
             return ad.parse_nic_address(value)
-        except ValueError as exc:
+        except ad.AddressError as exc:
             raise WorkloadError(where, str(exc), forms) from None
     else:
         raise WorkloadError(where, f"got {kind_of(value)}", forms)
