@@ -393,6 +393,7 @@ def test_a_refused_bundle_changes_nothing_on_the_switch_and_fails_the_pass(tmp_p
     assert leaf.received.count("ONFBundleAddMsg") == 2
     assert rig.count("bundle_commits", switch="ryl0r0", result="failed") == 1
     assert rig.count("switch_errors", switch="ryl0r0", reason="refused") == 1
+    assert rig.count("errors", component="southbound", reason="bundle_failed") == 1  # the series the alert names
     assert rig.count("flow_mods", switch="ryl0r0", kind="add") == adds_before
     assert rig.count("reconcile_runs", trigger="intent", result="failed") == 1
     assert rig.installed()["ryl1r0"] == rig.desired()["ryl1r0"]  # the other switch went ahead
