@@ -22,8 +22,9 @@ from enum import StrEnum
 from typing import Protocol
 
 from controller.fabric import Fabric
+from controller.intent.events import JobEvent, JobEventKind
 from controller.intent.model import Intent
-from controller.intent.service import IntentService, JobEvent, JobEventKind
+from controller.intent.service import IntentService
 from controller.metrics import RESULTS, Metrics
 from controller.southbound import ofcodec, wire
 from controller.southbound.connections import SwitchConnections
