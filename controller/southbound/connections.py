@@ -13,10 +13,14 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING
 
 from controller.fabric import Fabric
 from controller.metrics import Metrics
 from controller.southbound.switches import CallTable, SwitchError, SwitchSession
+
+if TYPE_CHECKING:  # os-ken's controller module imports half of os-ken; annotations only
+    from os_ken.controller.controller import Datapath
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +59,7 @@ class SwitchConnections:
         self._role: Role | None = None
 
     # --- called from the os-ken app thread -----------------------------------
-    def switch_connected(self, datapath) -> None:
+    def switch_connected(self, datapath: Datapath) -> None:
         name = self._by_dpid.get(datapath.id)
         if name is None:
             log.warning("ignoring switch dpid %016x: not in fabric %s", datapath.id, self.fabric.spec.name)
@@ -72,7 +76,7 @@ class SwitchConnections:
             return
         self._adopt(name, datapath)
 
-    def _arbitrate(self, name: str, current: SwitchSession, datapath) -> None:
+    def _arbitrate(self, name: str, current: SwitchSession, datapath: Datapath) -> None:
         try:
             current.echo()
         except SwitchError:
@@ -87,7 +91,7 @@ class SwitchConnections:
         self.metrics.errors.labels("southbound", "duplicate_dpid").inc()
         datapath.close()
 
-    def _adopt(self, name: str, datapath) -> None:
+    def _adopt(self, name: str, datapath: Datapath) -> None:
         with self._lock:
             stale = self._sessions.get(name)
             self._sessions[name] = SwitchSession(name, datapath, self.calls, self.reply_timeout_s)
@@ -100,7 +104,7 @@ class SwitchConnections:
         log.info("switch %s connected (dpid %016x)", name, datapath.id)
         self._connected(name)
 
-    def switch_disconnected(self, datapath) -> None:
+    def switch_disconnected(self, datapath: Datapath) -> None:
         name = self._by_dpid.get(datapath.id)
         if name is None:
             return  # not a switch of this fabric: switch_connected never gave it a session

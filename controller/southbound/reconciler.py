@@ -19,7 +19,7 @@ import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from controller.fabric import Fabric
 from controller.intent.events import JobEvent, JobEventKind
@@ -52,6 +52,9 @@ from controller.southbound.reconcile import (
 from controller.southbound.switches import SWITCH_ERROR_REASONS, CallTable, SwitchError, SwitchSession
 from controller.southbound.tables import KnownTables
 from controller.te.engine import Meter, Move
+
+if TYPE_CHECKING:  # os-ken's controller module imports half of os-ken; annotations only
+    from os_ken.controller.controller import Datapath
 
 log = logging.getLogger(__name__)
 
@@ -149,10 +152,10 @@ class Reconciler:
         intent.subscribe(self._intent_changed)
 
     # --- called from the os-ken app thread -----------------------------------
-    def switch_connected(self, datapath) -> None:
+    def switch_connected(self, datapath: Datapath) -> None:
         self.connections.switch_connected(datapath)
 
-    def switch_disconnected(self, datapath) -> None:
+    def switch_disconnected(self, datapath: Datapath) -> None:
         self.connections.switch_disconnected(datapath)
 
     def connected(self) -> set[str]:
