@@ -10,13 +10,16 @@ from dataclasses import replace
 import pytest
 
 from controller.fabric import NicId, Tier
+from controller.fabric import addressing as ad
 from controller.southbound import ofcodec
 from controller.southbound.overlay import (
     EntryKey,
     OverlayEntry,
     desired_meters,
 )
+from emulation.net.underlay import build_underlay
 from tests.fakes import Applied, FakeSwitch, StaticTe
+from tests.fakes.forwarding import Packet, install_underlay, routes
 from tests.fakes.reconciler_rig import (
     FABRIC,
     FAT_TREE,
@@ -144,3 +147,34 @@ def test_removing_a_pin_deletes_at_the_ingress_first(tmp_path, order):
     for applied, tables in replay(before, journal(rig)):
         assert not steering_gaps(tables), f"after {applied.kind} on {applied.switch}"
     assert not any(rig.installed().values())
+
+
+@pytest.mark.parametrize(
+    ("fabric", "dst", "spine"),
+    [(FABRIC, NicId(0, 1, 0), "rys1"), (FAT_TREE, NicId(0, 2, 0), "rys2")],
+    ids=["rail-optimized", "fat-tree"],
+)
+def test_a_pinned_five_tuple_leaves_by_its_spine_and_its_neighbours_keep_every_branch(tmp_path, fabric, dst, spine):
+    # The switches hold the underlay (cookie 0) and what the reconciler sent; the
+    # fake switches say where packets leave through both (tests/fakes/forwarding.py).
+    rig = make_rig(fabric, tmp_path / "intent.db")
+    underlay = build_underlay(fabric)
+    for name, switch in rig.switches.items():
+        install_underlay(switch, underlay[name])
+    src = NicId(0, 0, 0)
+    pinned = Packet(ad.nic_ip(src), ad.nic_ip(dst), "tcp", 40000, 5201)
+    neighbour = Packet(ad.nic_ip(src), ad.nic_ip(dst), "tcp", 40001, 5201)
+    every_branch = {fabric.egress_path(src, dst, via)[1:] for via in fabric.vias(src, dst)}
+    assert {r.hops for r in routes(fabric, rig.switches, pinned)} == every_branch
+
+    rig.intent.pin_flow(tcp_pin("p", src, dst, spine))
+    assert rig.reconcile()
+    (route,) = routes(fabric, rig.switches, pinned)
+    assert route.hops == fabric.egress_path(src, dst, spine)[1:] and route.nic == ad.nic_name(dst)
+    (ack,) = routes(fabric, rig.switches, pinned.reversed())  # symmetric: the ACKs come back the same way
+    assert ack.hops == fabric.egress_path(dst, src, spine)[1:]
+    assert {r.hops for r in routes(fabric, rig.switches, neighbour)} == every_branch
+
+    rig.intent.unpin("p")
+    assert rig.reconcile()
+    assert {r.hops for r in routes(fabric, rig.switches, pinned)} == every_branch
