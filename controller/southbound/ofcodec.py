@@ -72,6 +72,8 @@ def entry_from_stats(switch: str, stats: Stats) -> OverlayEntry:
                     actions.append(f"output:{action.port}")
                 elif isinstance(action, parser.OFPActionSetField) and action.key in ("eth_src", "eth_dst"):
                     actions.append(f"set_field:{action.key}={action.value}")
+                elif isinstance(action, parser.OFPActionGroup):  # the underlay's ECMP; never Railyard's
+                    actions.append(f"group:{action.group_id}")
                 else:
                     actions.append(f"unknown:{type(action).__name__}")
         else:

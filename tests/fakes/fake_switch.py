@@ -107,24 +107,23 @@ def message_name(buf: bytes) -> str:
     return name
 
 
+def _parts(buf: bytes, offset: int, parse: Callable[[bytes, int], Any]) -> list:
+    """Length-prefixed items from `offset` to the end (a meter's bands, a group's buckets)."""
+    parts = []
+    while offset < len(buf):
+        parts.append(parse(buf, offset))
+        offset += parts[-1].len
+    return parts
+
+
 def decode_meter_mod(buf: bytes) -> MeterMod:
     command, flags, meter_id = struct.unpack_from(ofp.OFP_METER_MOD_PACK_STR, buf, ofp.OFP_HEADER_SIZE)
-    bands, offset = [], ofp.OFP_METER_MOD_SIZE
-    while offset < len(buf):
-        band = parser.OFPMeterBandHeader.parser(buf, offset)
-        bands.append(band)
-        offset += band.len
-    return MeterMod(command, flags, meter_id, bands)
+    return MeterMod(command, flags, meter_id, _parts(buf, ofp.OFP_METER_MOD_SIZE, parser.OFPMeterBandHeader.parser))
 
 
 def decode_group_mod(buf: bytes) -> GroupMod:
     command, type_, group_id = struct.unpack_from(ofp.OFP_GROUP_MOD_PACK_STR, buf, ofp.OFP_HEADER_SIZE)
-    buckets, offset = [], ofp.OFP_GROUP_MOD_SIZE
-    while offset < len(buf):
-        bucket = parser.OFPBucket.parser(buf, offset)
-        buckets.append(bucket)
-        offset += bucket.len
-    return GroupMod(command, type_, group_id, buckets)
+    return GroupMod(command, type_, group_id, _parts(buf, ofp.OFP_GROUP_MOD_SIZE, parser.OFPBucket.parser))
 
 
 def flow_key(mod) -> FlowKey:

@@ -4,9 +4,10 @@ A fake switch's table holds what reached it as OpenFlow: the underlay
 (loaded here from emulation/net/underlay.py as flow and select-group mods,
 cookie 0) and Railyard's overlay (the reconciler's bundles). `egress` looks a
 packet up as OpenFlow 1.3 does (the highest-priority entry whose every match
-field matches; masked fields under their mask) and says what the entry does
-with it: the ports it may leave by (a select group's every live bucket: the
-hash picks one), and its other actions. `routes` follows a packet across the
+field matches; masked fields under their mask) and reads the entry with the
+controller's own codec (ofcodec.entry_from_stats) to say what it does: the
+ports it may leave by (a select group's every bucket: the hash picks one), and
+its other actions. `routes` follows a packet across the
 fabric's links along every such branch, to the NIC it reaches, as Faucet's
 FakeOFNetwork.is_output walks its tables.
 """
@@ -23,6 +24,7 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
+from controller.southbound import ofcodec
 from emulation.net.underlay import SwitchUnderlay
 from tests.fakes.fake_switch import FakeDatapath, FakeSwitch
 
@@ -104,29 +106,17 @@ def egress(switch: FakeSwitch, packet: Packet) -> Egress | None:
     ]
     if not hits:
         return None
-    mod = max(hits, key=lambda m: m.priority)
+    entry = ofcodec.entry_from_stats(switch.name, max(hits, key=lambda m: m.priority))
     ports: list[int] = []
-    actions: list[str] = []
-    for inst in mod.instructions:
-        if isinstance(inst, parser.OFPInstructionMeter):
-            actions.append(f"meter:{inst.meter_id}")
-        elif isinstance(inst, parser.OFPInstructionActions) and inst.type == ofp.OFPIT_APPLY_ACTIONS:
-            for action in inst.actions:
-                ports += _outputs(switch, action)
-                if isinstance(action, parser.OFPActionDecNwTtl):
-                    actions.append("dec_ttl")
-                elif isinstance(action, parser.OFPActionSetField):
-                    actions.append(f"set_field:{action.key}={action.value}")
-    return Egress(tuple(ports), tuple(actions), mod.cookie)
-
-
-def _outputs(switch: FakeSwitch, action: Any) -> list[int]:
-    if isinstance(action, parser.OFPActionOutput):
-        return [action.port]
-    if isinstance(action, parser.OFPActionGroup):
-        group = switch.groups[action.group_id]
-        return [a.port for bucket in group.buckets for a in bucket.actions if isinstance(a, parser.OFPActionOutput)]
-    return []
+    for action in entry.actions:
+        name, _, arg = action.partition(":")
+        if name == "output":
+            ports.append(int(arg))
+        elif name == "group":
+            group = switch.groups[int(arg)]
+            ports += [a.port for b in group.buckets for a in b.actions if isinstance(a, parser.OFPActionOutput)]
+    others = tuple(a for a in entry.actions if not a.startswith(("output:", "group:")))
+    return Egress(tuple(ports), others, entry.cookie)
 
 
 def routes(fabric: Fabric, switches: Mapping[str, FakeSwitch], packet: Packet) -> list[Route]:
