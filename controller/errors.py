@@ -4,8 +4,8 @@ answers with it, and nothing else maps exceptions to codes.
 
 The one shape of a user-facing input error is `FieldError`: which field,
 what was wrong, what is allowed. Nothing that raises one has changed any
-state. Only FieldError keeps a built-in base (ValueError): argparse type
-converters and `except ValueError` around parsing rely on it.
+state. No class has a built-in base besides Exception: catch them by their
+own names (no caller needs one as a ValueError or a KeyError).
 
 Pure and the lowest layer: the status is named here (google.rpc.Code's names,
 which grpc.StatusCode shares), and the API layer turns it into gRPC's.
@@ -60,7 +60,7 @@ class RailyardError(Exception):
     status: ClassVar[Status] = Status.INTERNAL
 
 
-class FieldError(RailyardError, ValueError):
+class FieldError(RailyardError):
     """`field` is the dotted path of the offending input."""
 
     status = Status.INVALID_ARGUMENT

@@ -43,6 +43,14 @@ def test_every_project_exception_has_the_one_root():
     assert sorted(name.rsplit(".", 1)[1] for name in outside) == sorted(NOT_YET), outside
 
 
+def test_no_project_exception_is_also_a_builtin_one():
+    # `except ValueError` or `except KeyError` must not catch Railyard's errors by accident.
+    for name, cls in _exception_classes().items():
+        if issubclass(cls, RailyardError):
+            builtins = {c for c in cls.__mro__ if c.__module__ == "builtins"}
+            assert builtins == {Exception, BaseException, object}, name
+
+
 def test_every_status_is_a_grpc_status_code():
     for status in Status:
         assert grpc.StatusCode[status.name].value[0] == status.value
