@@ -45,10 +45,14 @@ COVERAGE_FLOOR ?= 83
 test: setup lint
 	$(PY) -m pytest --cov --cov-report= --cov-fail-under=$(COVERAGE_FLOOR) $(PYTEST_ARGS)
 
-# mypy --strict where the code is typed through: the fabric model and the
-# southbound but for its os-ken shim (app.py subclasses os-ken's untyped
-# OSKenApp); a module added there is strict from its first line.
-MYPY_STRICT := controller/fabric $(filter-out controller/southbound/app.py,$(wildcard controller/southbound/*.py))
+# mypy --strict where the code is typed through: the pure core but for the
+# engine and the simulator (controller/te, emulation/model and emulation/simulate
+# come next), and the southbound but for its os-ken shim (app.py subclasses
+# os-ken's untyped OSKenApp). A module added to a package named here is strict
+# from its first line.
+MYPY_STRICT := controller/fabric controller/schedulers emulation/workload \
+	controller/intent/model.py controller/intent/drains.py controller/intent/events.py controller/intent/retries.py \
+	$(filter-out controller/southbound/app.py,$(wildcard controller/southbound/*.py))
 
 # Lint, format, types and the layer rules (pyproject.toml holds every
 # setting); the protos' style, compatibility with the last release, and Go build.

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from functools import cached_property
+from typing import Any
 
 from controller.errors import NAME_RULE, Conflict, FieldError, NotFound, shown, valid_name
 from controller.fabric import Fabric, FabricError, NicId
@@ -195,7 +196,7 @@ def directions(pin: FlowPin) -> tuple[FlowMatch, ...]:
 # --- durable form (the store keeps these JSON documents) ----------------------
 
 
-def pin_to_doc(pin: FlowPin) -> dict:
+def pin_to_doc(pin: FlowPin) -> dict[str, Any]:
     m = pin.match
     return {
         "src": ad.nic_ip(m.src),
@@ -208,7 +209,7 @@ def pin_to_doc(pin: FlowPin) -> dict:
     }
 
 
-def pin_from_doc(name: str, doc: Mapping) -> FlowPin:
+def pin_from_doc(name: str, doc: Mapping[str, Any]) -> FlowPin:
     match = FlowMatch(
         ad.parse_nic_address(doc["src"]),
         ad.parse_nic_address(doc["dst"]),
