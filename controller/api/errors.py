@@ -39,15 +39,18 @@ def status_of(exc: BaseException) -> grpc.StatusCode:
 MAX_DETAILS_CHARS = 2000  # a status message travels in trailers, whose size is bounded
 
 
-def _details(exc: BaseException) -> str:
-    text = str(exc)
+def _cut(text: str) -> str:
     return text if len(text) <= MAX_DETAILS_CHARS else text[:MAX_DETAILS_CHARS] + "... (truncated)"
+
+
+def _details(exc: BaseException) -> str:
+    return _cut(str(exc))
 
 
 def _rich_details(exc: RailyardError) -> list[Message]:
     """The standard error details (google/rpc/error_details.proto) that say what `exc` says."""
     if isinstance(exc, FieldError):
-        description = f"{exc.problem}; allowed: {exc.allowed}" if exc.allowed else exc.problem
+        description = _cut(f"{exc.problem}; allowed: {exc.allowed}" if exc.allowed else exc.problem)
         violation = error_details_pb2.BadRequest.FieldViolation(field=exc.field[:FIELD_CHARS], description=description)
         return [error_details_pb2.BadRequest(field_violations=[violation])]
     if isinstance(exc, RateLimited):

@@ -15,7 +15,7 @@ from grpc_status import rpc_status
 
 import controller
 import emulation
-from controller.api.errors import FIELD_METADATA_KEY, _trailers, status_of
+from controller.api.errors import FIELD_METADATA_KEY, MAX_DETAILS_CHARS, _trailers, status_of
 from controller.errors import FieldError, NotFound, RailyardError, RateLimited, Status
 from controller.intent.model import IntentError
 
@@ -95,3 +95,13 @@ def test_a_rate_limit_carries_retry_info_and_grpcs_pushback():
 
 def test_an_error_without_details_sends_no_status_proto():
     assert _trailers(NotFound("no pin 'p'"), grpc.StatusCode.NOT_FOUND, "no pin 'p'") == ()
+
+
+def test_a_long_allowed_list_is_cut_like_the_message():
+    # Trailers are bounded: a fabric's every spine name must not make the status too large to send.
+    exc = FieldError("spine", "'x' is not on an equal-cost path", ", ".join(f"rys{i}" for i in range(5000)))
+    trailers = dict(_trailers(exc, grpc.StatusCode.INVALID_ARGUMENT, "message"))
+    status = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
+    bad = error_details_pb2.BadRequest()
+    assert status.details[0].Unpack(bad)
+    assert len(bad.field_violations[0].description) <= MAX_DETAILS_CHARS + len("... (truncated)")
