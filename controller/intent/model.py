@@ -17,6 +17,7 @@ from controller.errors import NAME_RULE, Conflict, FieldError, NotFound, shown, 
 from controller.fabric import Fabric, FabricError, NicId
 from controller.fabric import addressing as ad
 from controller.te.jobs import Drains, Job
+from controller.te.load import drained
 
 
 class IntentError(FieldError):
@@ -187,6 +188,13 @@ def validate_pin(fabric: Fabric, intent: Intent, pin: FlowPin) -> None:
         owner = intent.steered.get(match)
         if owner is not None and owner != pin.name:
             raise Conflict(f"pin {owner!r} already steers {match.describe()}")
+        # A drain refuses to cross a pin (drains.py); a pin must not cross a drain either.
+        hit = drained(fabric, intent.drains, fabric.egress_path(match.src, match.dst, pin.spine))
+        if hit:
+            raise Conflict(
+                f"pin {pin.name!r} would steer {match.describe()} across {hit}, which is drained; "
+                "undrain it first, or pin another spine"
+            )
 
 
 def directions(pin: FlowPin) -> tuple[FlowMatch, ...]:

@@ -10,6 +10,7 @@ import pytest
 from controller.api import codegen
 from controller.errors import Conflict, NotFound
 from controller.fabric import NicId, load_fabric
+from controller.intent.drains import DrainTarget
 from controller.intent.etcd_store import EtcdUrl, StoreUrlError
 from controller.intent.model import FlowMatch, FlowPin, IntentError, RecordKind
 from controller.intent.service import IntentService
@@ -54,6 +55,19 @@ def test_identical_pin_is_a_no_op_and_rejections_change_nothing(tmp_path):
     assert svc.snapshot() is before
     svc.close()
     assert service(tmp_path / "i.db").snapshot().pins == before.pins
+
+
+def test_a_pin_across_a_drain_is_refused_as_a_drain_across_a_pin_is(tmp_path):
+    svc = service(tmp_path / "i.db")
+    svc.set_drain(DrainTarget.SWITCH, "rys0", True)
+    before = svc.snapshot()
+    with pytest.raises(Conflict, match="across rys0, which is drained"):
+        svc.pin_flow(FlowPin("p", FlowMatch(A, B), "rys0"))
+    assert svc.snapshot() is before
+    svc.pin_flow(FlowPin("p", FlowMatch(A, B), "rys1"))  # the other spine is in service
+    svc.set_drain(DrainTarget.SWITCH, "rys0", False)
+    with pytest.raises(Conflict, match="pin 'p' steers"):
+        svc.set_drain(DrainTarget.SWITCH, "rys1", True)
 
 
 def test_a_failed_write_leaves_store_and_snapshot_unchanged(tmp_path):

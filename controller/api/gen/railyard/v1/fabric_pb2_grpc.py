@@ -167,7 +167,8 @@ class FabricServiceServicer:
         moves a pinned flow.
         - INVALID_ARGUMENT: a bad name, match or spine; the field is named.
         - FAILED_PRECONDITION: another pin already steers the same match (in
-        either direction, unless forward_only).
+        either direction, unless forward_only), or the path across the spine
+        crosses a drained switch or link. Nothing changes.
         Idempotent: sending the pin as stored changes nothing (same revision).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
