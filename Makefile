@@ -7,6 +7,13 @@ STAMPS := .stamps
 PYTHON_SYSTEM := /usr/bin/python3.11
 SEED ?= 3
 PYTEST_ARGS ?=
+# buf (the proto linter) from the npm registry, whose package ships its binary.
+TOOLS := .tools
+BUF_VERSION := 1.75.0
+BUF := $(TOOLS)/buf-$(BUF_VERSION)/node_modules/.bin/buf
+# The last release's protos, which `buf breaking` holds these to: main when
+# the check came in (there is no release tag yet). Move it to each release.
+BUF_BASELINE ?= d7f82903f2483a6979429b1b3baf8877b6b13f65
 
 .PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-fabric bench-crossval bench-three-tier bench-pinned observe fabric-down clean
 
@@ -28,15 +35,39 @@ $(STAMPS)/venv: pyproject.toml | host
 demo: setup
 	$(VENV)/bin/railyard demo --seed $(SEED) --out reports
 
+# The coverage floor: the share of controller/ and emulation/ lines the suite
+# runs in its own process (the daemons it starts are not traced). When it came
+# in, the unit suite alone ran 77.6%, and with four integration files
+# (reflection, host names, large jobs, scenarios) 83.3%; the whole suite runs
+# those and more. Raise it as tests come. A narrowed run (PYTEST_ARGS=-k ...)
+# wants COVERAGE_FLOOR=0.
+COVERAGE_FLOOR ?= 83
 test: setup lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --cov --cov-report= --cov-fail-under=$(COVERAGE_FLOOR) $(PYTEST_ARGS)
 
-# Lint, format, types and the layer rules (pyproject.toml holds every setting).
-lint: venv
+# mypy --strict where the code is typed through: the pure core but for the
+# engine and the simulator (controller/te, emulation/model and emulation/simulate
+# come next), and the southbound but for its os-ken shim (app.py subclasses
+# os-ken's untyped OSKenApp). A module added to a package named here is strict
+# from its first line.
+MYPY_STRICT := controller/fabric controller/schedulers emulation/workload \
+	controller/intent/model.py controller/intent/drains.py controller/intent/events.py controller/intent/retries.py \
+	$(filter-out controller/southbound/app.py,$(wildcard controller/southbound/*.py))
+
+# Lint, format, types and the layer rules (pyproject.toml holds every
+# setting); the protos' style, compatibility with the last release, and Go build.
+lint: venv $(BUF)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/mypy --strict $(MYPY_STRICT)
 	$(VENV)/bin/lint-imports
+	$(BUF) lint proto
+	$(BUF) breaking proto --against "$$(git rev-parse --git-common-dir)#ref=$(BUF_BASELINE),subdir=proto"
+	proto/go-build.sh $(BUF) $(TOOLS)/go-cache
+
+$(BUF): | host
+	npm install --silent --no-audit --no-fund --prefix $(TOOLS)/buf-$(BUF_VERSION) @bufbuild/buf@$(BUF_VERSION)
 
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
@@ -111,4 +142,4 @@ fabric-down: venv
 	$(VENV)/bin/railyard fabric down
 
 clean:
-	rm -rf $(VENV) $(STAMPS) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .import_linter_cache bench/results reports .state
+	rm -rf $(VENV) $(STAMPS) $(TOOLS) build *.egg-info .pytest_cache .mypy_cache .ruff_cache .import_linter_cache bench/results reports .state

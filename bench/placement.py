@@ -47,6 +47,7 @@ from controller.te.jobs import Drains, Job, JobRequest, Pattern
 from controller.te.load import LoadLedger, max_utilization
 from controller.te.paths import assign_hashed
 from controller.te.placement import FabricState, NoCapacity, available_servers, place
+from emulation.model.stats import percentile
 from emulation.processes.controller_process import ControllerProcess, Ports, total
 
 SPEC = SPECS_DIR / "large.yaml"
@@ -84,18 +85,13 @@ def naive(fabric, state: FabricState, request: JobRequest, tier) -> tuple[float,
 
 
 def percentiles(samples: list[float]) -> dict:
-    ordered = sorted(samples)
-
-    def at(q: float) -> float:
-        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
-
     return {
-        "n": len(ordered),
-        "p50_ms": at(0.50) * 1e3,
-        "p90_ms": at(0.90) * 1e3,
-        "p99_ms": at(0.99) * 1e3,
-        "max_ms": ordered[-1] * 1e3,
-        "mean_ms": statistics.fmean(ordered) * 1e3,
+        "n": len(samples),
+        "p50_ms": percentile(samples, 0.50) * 1e3,
+        "p90_ms": percentile(samples, 0.90) * 1e3,
+        "p99_ms": percentile(samples, 0.99) * 1e3,
+        "max_ms": max(samples) * 1e3,
+        "mean_ms": statistics.fmean(samples) * 1e3,
     }
 
 

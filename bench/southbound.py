@@ -29,7 +29,7 @@ from typing import TypedDict
 
 from bench import fanout, ofctl, write_result
 from controller.fabric import NicId, load_fabric
-from controller.intent.model import FlowMatch, FlowPin, pin_to_doc
+from controller.intent.model import FlowMatch, FlowPin, RecordKind, pin_to_doc
 from controller.intent.store import Change, SqliteIntentStore
 from controller.southbound.overlay import pin_entries
 from emulation.net import ovs
@@ -77,7 +77,7 @@ def run(entries: int, repeats: int) -> dict:
     with tempfile.TemporaryDirectory(prefix="railyard-bench-") as tmp:
         workdir = Path(tmp)
         store = SqliteIntentStore(workdir / "intent.db")
-        store.apply(Change(puts={("pin", p.name): pin_to_doc(p) for p in pins}), 1)
+        store.apply(Change(puts={(RecordKind.PIN, p.name): pin_to_doc(p) for p in pins}), 1)
         store.close()
         for r in range(repeats):
             ports = Ports.pick()

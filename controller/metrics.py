@@ -37,6 +37,7 @@ KNOWN_ERRORS = (
     ("southbound", "reconcile_crash"),
     ("intent", "invalid_stored_intent"),
     ("southbound", "meter_mod_failed"),
+    ("southbound", "bundle_failed"),
     ("te", "cycle_failed"),
 )
 

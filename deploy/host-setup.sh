@@ -6,7 +6,11 @@ set -euo pipefail
 
 PACKAGES=(openvswitch-switch mininet iperf3 ethtool iproute2 iputils-ping procps util-linux
           python3.11 python3.11-venv python3-pip prometheus etcd-server
-          slurmctld slurm-client munge)
+          slurmctld slurm-client munge
+          # Go, with Debian's protobuf and gRPC sources: the protos' Go build check (proto/go-build.sh)
+          golang-go protoc-gen-go protoc-gen-go-grpc golang-google-protobuf-dev golang-google-grpc-dev)
+# npm installs buf (`make lint`); a Node.js that ships its own npm needs no package.
+command -v npm >/dev/null || PACKAGES+=(nodejs npm)
 
 need_root() {
     if [[ $(id -u) -ne 0 ]]; then

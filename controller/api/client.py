@@ -18,6 +18,7 @@ from controller.api.gen.railyard.v1 import placement_pb2 as ppb
 from controller.api.gen.railyard.v1 import placement_pb2_grpc as ppb_grpc
 from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
 from controller.api.gen.railyard.v1 import telemetry_pb2_grpc as tpb_grpc
+from controller.intent.drains import DrainTarget
 from controller.security.tokens import read_token
 
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -285,14 +286,14 @@ class Client:
         request = fpb.ListLinksRequest(switch=switch, include_access=include_access)
         return _pages(lambda r: self.fabric.ListLinks(r, timeout=self.timeout), request, "links")
 
-    def drain(self, kind: str, name: str, drained: bool = True):
+    def drain(self, target: DrainTarget, name: str, drained: bool = True):
         calls = {
-            ("link", True): (self.fabric.DrainLink, fpb.DrainLinkRequest(link=name)),
-            ("link", False): (self.fabric.UndrainLink, fpb.UndrainLinkRequest(link=name)),
-            ("switch", True): (self.fabric.DrainSwitch, fpb.DrainSwitchRequest(switch=name)),
-            ("switch", False): (self.fabric.UndrainSwitch, fpb.UndrainSwitchRequest(switch=name)),
+            (DrainTarget.LINK, True): (self.fabric.DrainLink, fpb.DrainLinkRequest(link=name)),
+            (DrainTarget.LINK, False): (self.fabric.UndrainLink, fpb.UndrainLinkRequest(link=name)),
+            (DrainTarget.SWITCH, True): (self.fabric.DrainSwitch, fpb.DrainSwitchRequest(switch=name)),
+            (DrainTarget.SWITCH, False): (self.fabric.UndrainSwitch, fpb.UndrainSwitchRequest(switch=name)),
         }
-        call, request = calls[(kind, drained)]
+        call, request = calls[(target, drained)]
         return call(request, timeout=self.timeout)
 
     def pin_flow(

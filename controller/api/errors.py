@@ -1,4 +1,10 @@
-"""Domain exceptions -> gRPC status codes, and per-RPC metrics. Nothing leaves as UNKNOWN."""
+"""Domain exceptions -> gRPC status codes, and per-RPC metrics. Nothing leaves as UNKNOWN.
+
+Each RailyardError names its own status (controller/errors.py). The details
+travel twice where a client may look: a bad field as a google.rpc.BadRequest
+(AIP-193) and in the railyard-field trailer older clients read; a rate limit
+as a google.rpc.RetryInfo and as gRPC's own retry pushback.
+"""
 
 from __future__ import annotations
 
@@ -8,58 +14,70 @@ import logging
 import time
 
 import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.protobuf.message import Message
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
 
 from controller.api.audit import is_mutation
 from controller.api.client import LEADER_METADATA_KEY
-from controller.errors import (
-    AlreadyExists,
-    Conflict,
-    FieldError,
-    NotFound,
-    NotLeader,
-    PermissionDenied,
-    RateLimited,
-    RevisionGone,
-)
-from controller.intent.etcd_store import StoreConflict, StoreRefused, StoreUnavailable
-from controller.te.placement import NoCapacity
-from controller.telemetry.ingest import Overloaded
+from controller.errors import FieldError, NotLeader, RailyardError, RateLimited, Status
 
 log = logging.getLogger(__name__)
 
-FIELD_METADATA_KEY = "railyard-field"
-
-_CODES = (
-    (FieldError, grpc.StatusCode.INVALID_ARGUMENT),
-    (NotLeader, grpc.StatusCode.FAILED_PRECONDITION),
-    (StoreConflict, grpc.StatusCode.ABORTED),
-    (StoreUnavailable, grpc.StatusCode.UNAVAILABLE),
-    (StoreRefused, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (NotFound, grpc.StatusCode.NOT_FOUND),
-    (AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
-    (Conflict, grpc.StatusCode.FAILED_PRECONDITION),
-    (NoCapacity, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (Overloaded, grpc.StatusCode.RESOURCE_EXHAUSTED),
-    (RevisionGone, grpc.StatusCode.OUT_OF_RANGE),
-    (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
-    (RateLimited, grpc.StatusCode.RESOURCE_EXHAUSTED),
-)
-DOMAIN_ERRORS = tuple(cls for cls, _ in _CODES)
+FIELD_METADATA_KEY = "railyard-field"  # the offending field, for clients older than the BadRequest detail
+FIELD_CHARS = 200  # of a field path, in a trailer
 
 
 def status_of(exc: BaseException) -> grpc.StatusCode:
-    for cls, code in _CODES:
-        if isinstance(exc, cls):
-            return code
+    """A RailyardError's own status; INTERNAL for anything else."""
+    if isinstance(exc, RailyardError):
+        return grpc.StatusCode[exc.status.name]
     return grpc.StatusCode.INTERNAL
 
 
 MAX_DETAILS_CHARS = 2000  # a status message travels in trailers, whose size is bounded
 
 
-def _details(exc: BaseException) -> str:
-    text = str(exc)
+def _cut(text: str) -> str:
     return text if len(text) <= MAX_DETAILS_CHARS else text[:MAX_DETAILS_CHARS] + "... (truncated)"
+
+
+def _details(exc: BaseException) -> str:
+    return _cut(str(exc))
+
+
+def _rich_details(exc: RailyardError) -> list[Message]:
+    """The standard error details (google/rpc/error_details.proto) that say what `exc` says."""
+    if isinstance(exc, FieldError):
+        description = _cut(f"{exc.problem}; allowed: {exc.allowed}" if exc.allowed else exc.problem)
+        violation = error_details_pb2.BadRequest.FieldViolation(field=exc.field[:FIELD_CHARS], description=description)
+        return [error_details_pb2.BadRequest(field_violations=[violation])]
+    if isinstance(exc, RateLimited):
+        delay = duration_pb2.Duration()
+        delay.FromNanoseconds(int(exc.retry_after_s * 1e9))
+        return [error_details_pb2.RetryInfo(retry_delay=delay)]
+    return []
+
+
+def _trailers(exc: RailyardError, code: grpc.StatusCode, details: str) -> tuple[tuple[str, str | bytes], ...]:
+    """Every trailer `exc` answers with: one call sets them all (each call replaces the last)."""
+    trailers: list[tuple[str, str | bytes]] = []
+    if isinstance(exc, FieldError):
+        trailers.append((FIELD_METADATA_KEY, exc.field[:FIELD_CHARS]))
+    if isinstance(exc, NotLeader):
+        trailers.append((LEADER_METADATA_KEY, exc.leader))
+    if isinstance(exc, RateLimited):  # gRPC's own retry hint, which its retry policies honour
+        trailers.append(("grpc-retry-pushback-ms", str(int(exc.retry_after_s * 1000) + 1)))
+    rich = _rich_details(exc)
+    if rich:
+        packed = []
+        for message in rich:
+            packed.append(any_pb2.Any())
+            packed[-1].Pack(message)
+        status = status_pb2.Status(code=code.value[0], message=details, details=packed)
+        trailers.extend(rpc_status.to_status(status).trailing_metadata)
+    return tuple(trailers)
 
 
 def _abort(context, method: str, exc: BaseException) -> None:
@@ -68,14 +86,10 @@ def _abort(context, method: str, exc: BaseException) -> None:
         # routine for telemetry agents, not an internal error. Nothing to answer.
         log.debug("%s: the client went away (%s)", method, type(exc).__name__)
         return
-    if isinstance(exc, DOMAIN_ERRORS):
-        if isinstance(exc, FieldError):
-            context.set_trailing_metadata(((FIELD_METADATA_KEY, exc.field[:200]),))
-        if isinstance(exc, NotLeader):
-            context.set_trailing_metadata(((LEADER_METADATA_KEY, exc.leader),))
-        if isinstance(exc, RateLimited):  # gRPC's own retry hint, which its retry policies honour
-            context.set_trailing_metadata((("grpc-retry-pushback-ms", str(int(exc.retry_after_s * 1000) + 1)),))
-        context.abort(status_of(exc), _details(exc))
+    if isinstance(exc, RailyardError) and exc.status is not Status.INTERNAL:
+        code, details = status_of(exc), _details(exc)
+        context.set_trailing_metadata(_trailers(exc, code, details))
+        context.abort(code, details)
     if context.code() is not None:
         raise exc  # the servicer aborted with its own status
     log.error("%s failed", method, exc_info=exc)

@@ -11,6 +11,7 @@ from controller.api.gen.railyard.v1 import fabric_pb2_grpc as pb_grpc
 from controller.api.paging import page
 from controller.fabric import Endpoint
 from controller.fabric import addressing as ad
+from controller.intent.drains import DrainTarget
 from controller.intent.model import FlowMatch, FlowPin, IntentError, parse_nic
 from controller.intent.service import IntentService
 from controller.schedulers.hosts import HostMap
@@ -200,28 +201,28 @@ class FabricServicer(pb_grpc.FabricServiceServicer):
                     d.measure_time.FromNanoseconds(int(sample.observed_at * 1e9))
         return reply
 
-    def _drain(self, kind: str, name: str, drained: bool):
-        canonical, moved = self.service.set_drain(kind, name, drained)
+    def _drain(self, target: DrainTarget, name: str, drained: bool):
+        canonical, moved = self.service.set_drain(target, name, drained)
         return canonical, [job.job_id for job in moved], self.service.snapshot().revision
 
     @rpc
     def DrainLink(self, request, context):
-        link, moved, revision = self._drain("link", request.link, True)
+        link, moved, revision = self._drain(DrainTarget.LINK, request.link, True)
         return pb.DrainLinkResponse(link=link, rerouted_job_ids=moved, intent_revision=revision)
 
     @rpc
     def UndrainLink(self, request, context):
-        link, _, revision = self._drain("link", request.link, False)
+        link, _, revision = self._drain(DrainTarget.LINK, request.link, False)
         return pb.UndrainLinkResponse(link=link, intent_revision=revision)
 
     @rpc
     def DrainSwitch(self, request, context):
-        switch, moved, revision = self._drain("switch", request.switch, True)
+        switch, moved, revision = self._drain(DrainTarget.SWITCH, request.switch, True)
         return pb.DrainSwitchResponse(switch=switch, rerouted_job_ids=moved, intent_revision=revision)
 
     @rpc
     def UndrainSwitch(self, request, context):
-        switch, _, revision = self._drain("switch", request.switch, False)
+        switch, _, revision = self._drain(DrainTarget.SWITCH, request.switch, False)
         return pb.UndrainSwitchResponse(switch=switch, intent_revision=revision)
 
     @rpc

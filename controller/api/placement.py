@@ -14,7 +14,8 @@ from controller.api.paging import encode_token, page
 from controller.errors import FieldError, NotFound, shown
 from controller.fabric import Fabric
 from controller.fabric import addressing as ad
-from controller.intent.service import IntentService, JobEvent, JobEventKind
+from controller.intent.events import JobEvent, JobEventKind
+from controller.intent.service import IntentService
 from controller.schedulers.hosts import HostMap
 from controller.te.jobs import Job, JobError, JobFlow, JobRequest, Pattern
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from grpc_reflection.v1alpha import reflection
 
+from controller.api import reflection
 from controller.api.audit import AuditLog
 from controller.api.auth import Authorize
 from controller.api.fabric import FabricServicer
@@ -170,7 +170,7 @@ class ApiServer:
         telemetry_pb2_grpc.add_TelemetryServiceServicer_to_server(servicers[2], self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)
+        reflection.enable((*SERVICE_NAMES, health.SERVICE_NAME), self.server)
         if tls is None:
             self.port = self.server.add_insecure_port(listen)
         else:

@@ -10,6 +10,7 @@ import grpc
 from controller.api.client import DEFAULT_TARGET, PATTERNS, Client, ClientTls
 from controller.api.gen.railyard.v1.placement_pb2 import PlaceJobRequest
 from controller.errors import FieldError
+from controller.intent.drains import DrainTarget
 
 PATTERN_NAMES = {value: name for name, value in PATTERNS.items()}
 
@@ -79,7 +80,7 @@ def _api_parsers(sub):
     drains = []
     for verb in ("drain", "undrain"):
         parser = sub.add_parser(verb, help=f"{verb} a link (SWITCH:PORT) or a switch")
-        parser.add_argument("kind", choices=["link", "switch"])
+        parser.add_argument("kind", choices=[t.value for t in DrainTarget])
         parser.add_argument("name")
         drains.append(parser)
     health = sub.add_parser(
@@ -307,7 +308,7 @@ def _run_api(client: Client, args) -> int:
         links = client.list_links(args.switch, args.access)
         _print([_as_json(link) for link in links] if args.json else [_link_row(link) for link in links], args.json)
     else:
-        reply = client.drain(args.kind, args.name, drained=cmd == "drain")
+        reply = client.drain(DrainTarget(args.kind), args.name, drained=cmd == "drain")
         _print(
             [_as_json(reply)]
             if args.json

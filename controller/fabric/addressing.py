@@ -18,6 +18,8 @@ import functools
 import ipaddress
 from typing import NamedTuple
 
+from controller.errors import RailyardError, Status
+
 NAME_PREFIX = "ry"
 GATEWAY_HOST = 254
 
@@ -29,8 +31,10 @@ RAIL_LIMIT = 16
 POD_LIMIT = 4096
 
 
-class AddressError(ValueError):
-    pass
+class AddressError(RailyardError):
+    """Not an address (or name) of the fabric's scheme."""
+
+    status = Status.INVALID_ARGUMENT
 
 
 class NicId(NamedTuple):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING, NamedTuple
 
+from controller.errors import RailyardError
 from controller.fabric import addressing
 from controller.fabric.addressing import NicId
 from controller.fabric.spec import FabricSpec
@@ -92,8 +93,9 @@ class Link:
         return self.b if self.end(node) is self.a else self.a
 
 
-class FabricError(KeyError):
-    pass
+class FabricError(RailyardError):
+    """The fabric has no such thing (a switch, port, NIC or path). The API
+    checks names before it asks, so one reaching a caller is a bug (INTERNAL)."""
 
 
 class Fabric:

@@ -207,7 +207,7 @@ def spec_from_dict(doc: Any) -> FabricSpec:
     )
 
 
-def _clusters(doc: Mapping, plane_mode: PlaneMode, spines: int) -> tuple[int, CoreLayer | None]:
+def _clusters(doc: Mapping[str, Any], plane_mode: PlaneMode, spines: int) -> tuple[int, CoreLayer | None]:
     """`clusters` and `core` come together: a third tier needs both."""
     if "clusters" not in doc and "core" not in doc:
         return 1, None
@@ -269,13 +269,15 @@ def _is_controller_target(text: str) -> bool:
     return len(parts) == 3 and parts[0] == "tcp" and bool(parts[1]) and parts[2].isdigit() and 0 < int(parts[2]) < 65536
 
 
-def _only(value: Mapping, where: str, allowed: set[str]) -> None:
+def _only(value: Mapping[str, Any], where: str, allowed: set[str]) -> None:
     for key in value:
         if key not in allowed:
             raise SpecError(f"{where}.{key}", "unknown key", ", ".join(sorted(allowed)))
 
 
-def _int(doc: Mapping, key: str, lower: int, upper: int, *, prefix: str = "", default: int | None = None) -> int:
+def _int(
+    doc: Mapping[str, Any], key: str, lower: int, upper: int, *, prefix: str = "", default: int | None = None
+) -> int:
     value = doc.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or not lower <= value <= upper:
         raise SpecError(prefix + key, f"got {value!r}", f"an integer from {lower} to {upper}")
@@ -283,7 +285,7 @@ def _int(doc: Mapping, key: str, lower: int, upper: int, *, prefix: str = "", de
 
 
 def _number(
-    doc: Mapping,
+    doc: Mapping[str, Any],
     key: str,
     example: float,
     *,

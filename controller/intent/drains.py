@@ -10,11 +10,12 @@ Otherwise the affected job flows are re-placed min-max on what remains.
 from __future__ import annotations
 
 from dataclasses import replace
+from enum import StrEnum
 
 from controller.errors import Conflict, FieldError, NotFound, shown
-from controller.fabric import Endpoint, Fabric, Tier
+from controller.fabric import Endpoint, Fabric, FabricError, Tier
 from controller.fabric import addressing as ad
-from controller.intent.model import Intent, directions
+from controller.intent.model import Intent, RecordKind, directions
 from controller.te.jobs import Drains, Job
 from controller.te.load import drained, flow_path, jobs_load, link_name
 from controller.te.paths import NoPath, assign_greedy
@@ -24,6 +25,30 @@ class DrainError(FieldError):
     context = "drain"
 
 
+class DrainTarget(StrEnum):
+    """What a drain takes out of service. The value is the CLI's word for it."""
+
+    SWITCH = "switch"
+    LINK = "link"
+
+    @property
+    def record(self) -> RecordKind:
+        return RecordKind.DRAINED_SWITCH if self is DrainTarget.SWITCH else RecordKind.DRAINED_LINK
+
+    def resolve(self, fabric: Fabric, name: str) -> str:
+        """The target's canonical name (a link by either end); NotFound or DrainError if there is none."""
+        return resolve_switch(fabric, name) if self is DrainTarget.SWITCH else resolve_link(fabric, name)
+
+    def drained(self, drains: Drains) -> frozenset[str]:
+        return drains.switches if self is DrainTarget.SWITCH else drains.links
+
+    def with_drained(self, drains: Drains, names: frozenset[str]) -> Drains:
+        """`drains` with this kind's drained set replaced by `names`."""
+        if self is DrainTarget.SWITCH:
+            return replace(drains, switches=names)
+        return replace(drains, links=names)
+
+
 def resolve_link(fabric: Fabric, name: str) -> str:
     """'switch:port' naming either end of a link -> the link's canonical name."""
     node, _, port = name.rpartition(":")
@@ -31,7 +56,7 @@ def resolve_link(fabric: Fabric, name: str) -> str:
         raise DrainError("link", f"{name!r} is not SWITCH:PORT", "e.g. ryl0r0:3 (see `railyard links`)")
     try:
         link = fabric.ports(node)[int(port)]
-    except KeyError:
+    except (FabricError, KeyError):  # no such switch, or no such port on it
         raise NotFound(f"no link at {shown(name)} in fabric {fabric.spec.name!r}") from None
     return link_name(fabric, link)
 

@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from controller.errors import FieldError
+from controller.errors import FieldError, Status
 from controller.intent.store import Change, Snapshot, StoreError
 
 with warnings.catch_warnings():
@@ -52,13 +52,19 @@ class StoreUrlError(FieldError):
 class StoreUnavailable(StoreError):
     """No etcd member answered: the change may or may not have landed (UNAVAILABLE)."""
 
+    status = Status.UNAVAILABLE
+
 
 class StoreConflict(StoreError):
     """The store moved under this writer (another writer, or leadership lost): nothing was written."""
 
+    status = Status.ABORTED
+
 
 class StoreRefused(StoreError):
     """etcd refused the request (e.g. over its size or operation limits): nothing was written."""
+
+    status = Status.RESOURCE_EXHAUSTED
 
 
 # What one change may send: etcd must run with limits at least these

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import logging
 
-from controller.errors import FieldError
+from controller.errors import RailyardError
 from controller.fabric import Fabric, NicId
 from controller.intent.drains import resolve_link, resolve_switch
-from controller.intent.model import Intent, pin_from_doc, validate_pin
+from controller.intent.model import Intent, RecordKind, pin_from_doc, validate_pin
 from controller.intent.retries import Retired, retired_from_doc
 from controller.intent.store import IntentStore
 from controller.metrics import Metrics
@@ -26,15 +26,16 @@ def intent_from_store(fabric: Fabric, store: IntentStore, metrics: Metrics) -> t
     pins, jobs, drained_switches, drained_links = {}, {}, set(), set()
     retired: dict[str, Retired] = {}
     gpu_holder: dict[NicId, str] = {}  # a GPU (by its NIC) -> the job holding it
-    for (kind, name), doc in snapshot.records.items():
+    for (stored_kind, name), doc in snapshot.records.items():
         try:
-            if kind == "pin":
+            kind = RecordKind(stored_kind)  # ValueError for a kind this version does not know
+            if kind is RecordKind.PIN:
                 pin = pin_from_doc(name, doc)
                 # Alone, not against the others: stored pins were checked for
                 # overlap when written, and this keeps loading linear.
                 validate_pin(fabric, Intent(), pin)
                 pins[name] = pin
-            elif kind == "job":
+            elif kind is RecordKind.JOB:
                 job = job_from_doc(name, doc)
                 for flow in job.flows:
                     fabric.egress_path(flow.src, flow.dst, flow.via or None)
@@ -45,19 +46,18 @@ def intent_from_store(fabric: Fabric, store: IntentStore, metrics: Metrics) -> t
                     raise ValueError(f"its GPUs are already held by job(s) {', '.join(taken)}")
                 gpu_holder.update((g.nic, name) for g in job.gpus)
                 jobs[name] = job
-            elif kind == "drain-switch":
+            elif kind is RecordKind.DRAINED_SWITCH:
                 drained_switches.add(resolve_switch(fabric, name))
-            elif kind == "drain-link":
+            elif kind is RecordKind.DRAINED_LINK:
                 drained_links.add(resolve_link(fabric, name))
-            elif kind == "retired":
-                retired[name] = retired_from_doc(name, doc)
             else:
-                raise ValueError(f"unknown record kind {kind!r}")
-        except (KeyError, ValueError, TypeError, LookupError, FieldError) as exc:
-            log.error("stored %s %r ignored: %s", kind, name, exc)
+                retired[name] = retired_from_doc(name, doc)
+        # A document of the wrong shape, or naming what this fabric does not have.
+        except (KeyError, ValueError, TypeError, RailyardError) as exc:
+            log.error("stored %s %r ignored: %s", stored_kind, name, exc)
             metrics.errors.labels("intent", "invalid_stored_intent").inc()
-    for kind, name in snapshot.unreadable:
-        log.error("stored %s %r ignored: its record is not valid JSON", kind, name)
+    for stored_kind, name in snapshot.unreadable:
+        log.error("stored %s %r ignored: its record is not valid JSON", stored_kind, name)
         metrics.errors.labels("intent", "invalid_stored_intent").inc()
     drains = Drains(frozenset(drained_switches), frozenset(drained_links))
     return Intent(pins=pins, jobs=jobs, drains=drains, revision=snapshot.revision), retired

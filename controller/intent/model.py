@@ -9,16 +9,30 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from functools import cached_property
+from typing import Any
 
 from controller.errors import NAME_RULE, Conflict, FieldError, NotFound, shown, valid_name
-from controller.fabric import Fabric, NicId
+from controller.fabric import Fabric, FabricError, NicId
 from controller.fabric import addressing as ad
 from controller.te.jobs import Drains, Job
+from controller.te.load import drained
 
 
 class IntentError(FieldError):
     context = "intent"
+
+
+class RecordKind(StrEnum):
+    """What a stored record holds. The value is its kind on disk (SQLite's
+    `kind` column, the etcd key's segment): renaming one orphans stored intent."""
+
+    PIN = "pin"
+    JOB = "job"
+    DRAINED_SWITCH = "drain-switch"
+    DRAINED_LINK = "drain-link"
+    RETIRED = "retired"  # a released job's retry key (retries.py)
 
 
 PROTOCOLS = ("tcp", "udp")
@@ -124,7 +138,7 @@ def parse_nic(fabric: Fabric, value: str, where: str) -> NicId:
         raise IntentError(where, str(exc), "a NIC address 10.<rail>.<pod>.<server+1> of this fabric") from None
     try:
         fabric.access_link(nic)
-    except KeyError:
+    except FabricError:
         raise IntentError(
             where,
             f"{value} is not a NIC of fabric {fabric.spec.name!r}",
@@ -174,6 +188,13 @@ def validate_pin(fabric: Fabric, intent: Intent, pin: FlowPin) -> None:
         owner = intent.steered.get(match)
         if owner is not None and owner != pin.name:
             raise Conflict(f"pin {owner!r} already steers {match.describe()}")
+        # A drain refuses to cross a pin (drains.py); a pin must not cross a drain either.
+        hit = drained(fabric, intent.drains, fabric.egress_path(match.src, match.dst, pin.spine))
+        if hit:
+            raise Conflict(
+                f"pin {pin.name!r} would steer {match.describe()} across {hit}, which is drained; "
+                "undrain it first, or pin another spine"
+            )
 
 
 def directions(pin: FlowPin) -> tuple[FlowMatch, ...]:
@@ -183,7 +204,7 @@ def directions(pin: FlowPin) -> tuple[FlowMatch, ...]:
 # --- durable form (the store keeps these JSON documents) ----------------------
 
 
-def pin_to_doc(pin: FlowPin) -> dict:
+def pin_to_doc(pin: FlowPin) -> dict[str, Any]:
     m = pin.match
     return {
         "src": ad.nic_ip(m.src),
@@ -196,7 +217,7 @@ def pin_to_doc(pin: FlowPin) -> dict:
     }
 
 
-def pin_from_doc(name: str, doc: Mapping) -> FlowPin:
+def pin_from_doc(name: str, doc: Mapping[str, Any]) -> FlowPin:
     match = FlowMatch(
         ad.parse_nic_address(doc["src"]),
         ad.parse_nic_address(doc["dst"]),

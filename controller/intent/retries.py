@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
+from typing import Any
 
 from controller.errors import shown
 from controller.te.jobs import Job, JobError, JobRequest, job_from_doc, job_to_doc
@@ -51,9 +52,9 @@ def check_same_request(original: JobRequest, retry: JobRequest) -> None:
             )
 
 
-def retired_to_doc(retired: Retired) -> dict:
+def retired_to_doc(retired: Retired) -> dict[str, Any]:
     return {"released_at": retired.released_at, "job": job_to_doc(retired.job)}
 
 
-def retired_from_doc(job_id: str, doc: Mapping) -> Retired:
+def retired_from_doc(job_id: str, doc: Mapping[str, Any]) -> Retired:
     return Retired(job_from_doc(job_id, doc["job"]), float(doc["released_at"]))

@@ -11,17 +11,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from enum import StrEnum
+from dataclasses import replace
 
-from controller.errors import AlreadyExists, Conflict, NotFound, RevisionGone, shown
+from controller.errors import AlreadyExists, Conflict, NotFound, shown
 from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
-from controller.intent.drains import rerouted_jobs, resolve_link, resolve_switch
+from controller.intent.drains import DrainTarget, rerouted_jobs
+from controller.intent.events import WATCH_HISTORY, JobEvent, JobEventKind, JobEvents, Listener
 from controller.intent.loading import intent_from_store
-from controller.intent.model import FlowPin, Intent, pin_to_doc, validate_pin
+from controller.intent.model import FlowPin, Intent, RecordKind, pin_to_doc, validate_pin
 from controller.intent.retries import (
     MAX_RETIRED,
     Retired,
@@ -38,28 +37,6 @@ from controller.te.placement import FabricState, place
 from controller.te.scoring import MAX_CANDIDATES, CandidateScore, score_candidates
 
 log = logging.getLogger(__name__)
-
-
-class JobEventKind(StrEnum):
-    PLACED = "placed"
-    MOVED = "moved"  # its paths moved (a drain)
-    RELEASED = "released"
-    # Every switch carrying its entries holds them (the reconciler says so).
-    # A state of the fabric, not a change of intent: never in the history.
-    PROGRAMMED = "programmed"
-
-
-@dataclass(frozen=True)
-class JobEvent:
-    kind: JobEventKind
-    job: Job
-    revision: int
-
-
-Listener = Callable[[Intent, list[JobEvent]], None]
-
-
-WATCH_HISTORY = 4096  # job events a watch can replay from
 
 
 class IntentService:
@@ -90,15 +67,7 @@ class IntentService:
         self._ledger: LoadLedger
         self._usage: Usage
         self._reload()
-        self._listeners: list[Listener] = []
-        # The last job events, for watches that start from a revision: every
-        # event after `_history_from` is in `_history`. Appended and handed to
-        # listeners under `_events`, so a watch that subscribes and copies the
-        # history under it sees each event once, either replayed or live.
-        self._events = threading.Lock()
-        self._history: deque[JobEvent] = deque(maxlen=watch_history)
-        self._history_from = self._intent.revision
-        self._programmed: dict[str, int] = {}  # job id -> the intent revision the fabric held it at
+        self.events = JobEvents(lambda: self._intent, watch_history)
         self._publish_counts()
 
     def free_capacity(self, all_servers: bool = False) -> tuple[FreeCapacity, int]:
@@ -115,59 +84,20 @@ class IntentService:
         return self._intent
 
     def subscribe(self, listener: Listener) -> None:
-        with self._events:
-            self._listeners.append(listener)
+        self.events.subscribe(listener)
 
     def unsubscribe(self, listener: Listener) -> None:
-        with self._events:
-            self._listeners.remove(listener)
+        self.events.unsubscribe(listener)
 
     def watch_from(self, since: int, listener: Listener) -> list[JobEvent]:
-        """Subscribes `listener` and returns the job events after revision
-        `since`: together, every event after it exactly once. Raises
-        RevisionGone if the history no longer reaches back to it, or it is
-        ahead of the intent."""
-        with self._events:
-            current = self._intent.revision
-            if since > current:
-                raise RevisionGone(f"revision {since} is ahead of the intent's ({current}); list again")
-            if since < self._history_from:
-                raise RevisionGone(
-                    f"revision {since} is older than the watch history, which starts after revision "
-                    f"{self._history_from} (the last {self._history.maxlen} job events); list again"
-                )
-            self._listeners.append(listener)
-            replay = [event for event in self._history if event.revision > since]
-            # PROGRAMMED is a state: each job programmed at or after `since`
-            # (which a client that listed at `since` may not have seen).
-            jobs = self._intent.jobs
-            return replay + [
-                JobEvent(JobEventKind.PROGRAMMED, jobs[job_id], revision)
-                for job_id, revision in sorted(self._programmed.items(), key=lambda item: item[1])
-                if revision >= since and job_id in jobs
-            ]
+        """Subscribes `listener` and returns the job events after revision `since` (events.py)."""
+        return self.events.watch_from(since, listener)
 
     def programmed_revision(self, job: Job) -> int:
-        """The intent revision at which the fabric held every entry of `job`
-        (this very placement of it); 0 while it does not (yet), or once it
-        moved or went."""
-        revision = self._programmed.get(job.job_id, 0)
-        return revision if self._intent.jobs.get(job.job_id) is job else 0
+        return self.events.programmed_revision(job)
 
     def mark_programmed(self, jobs: Iterable[tuple[Job, int]]) -> None:
-        """The reconciler's word that each job (the very object it read from
-        the intent) is on every switch it uses, as of an intent revision.
-        A job that changed or went since is not marked: it must be
-        programmed again."""
-        with self._events:
-            events = []
-            for job, revision in jobs:
-                if self._intent.jobs.get(job.job_id) is job and job.job_id not in self._programmed:
-                    self._programmed[job.job_id] = revision
-                    events.append(JobEvent(JobEventKind.PROGRAMMED, job, revision))
-            if events:
-                for listener in list(self._listeners):
-                    listener(self._intent, events)
+        self.events.mark_programmed(jobs)
 
     # --- pins ---------------------------------------------------------------
     def pin_flow(self, pin: FlowPin) -> FlowPin:
@@ -178,7 +108,7 @@ class IntentService:
             if current.pins.get(pin.name) == pin:
                 return pin
             new = current.with_pin(pin)
-            self._commit(new, Change(puts={("pin", pin.name): pin_to_doc(pin)}))
+            self._commit(new, Change(puts={(RecordKind.PIN, pin.name): pin_to_doc(pin)}))
         log.info("pin %s: %s via %s (revision %d)", pin.name, pin.match.describe(), pin.spine, new.revision)
         self._changed(new, [])
         return pin
@@ -187,7 +117,7 @@ class IntentService:
         with self._lock:
             current = self._writable()
             new = current.without_pin(name)  # raises NotFound
-            self._commit(new, Change(puts={}, deletes=frozenset({("pin", name)})))
+            self._commit(new, Change(puts={}, deletes=frozenset({(RecordKind.PIN, name)})))
         log.info("unpin %s (revision %d)", name, new.revision)
         self._changed(new, [])
         return current.pins[name]
@@ -237,8 +167,10 @@ class IntentService:
                 return job, False
             new = current.with_jobs({job.job_id: job})
             # A new placement under this id ends the old key's replay.
-            forgotten = {("retired", job.job_id)} if retired is not None else set()
-            self._commit(new, Change(puts={("job", job.job_id): job_to_doc(job)}, deletes=frozenset(forgotten)))
+            forgotten = {(RecordKind.RETIRED, job.job_id)} if retired is not None else set()
+            self._commit(
+                new, Change(puts={(RecordKind.JOB, job.job_id): job_to_doc(job)}, deletes=frozenset(forgotten))
+            )
             self._retired.pop(job.job_id, None)
             self._ledger.add(job)
             self._usage.add(job)
@@ -307,8 +239,10 @@ class IntentService:
                 retired[job_id] = Retired(job, now)
             # Keys past their window, and the oldest beyond MAX_RETIRED, are forgotten here.
             retired = dict(sorted(retired.items(), key=lambda kv: kv[1].released_at)[-MAX_RETIRED:])
-            puts = {("retired", job_id): retired_to_doc(retired[job_id])} if job_id in retired else {}
-            deletes = {("job", job_id)} | {("retired", j) for j in self._retired.keys() - retired.keys()}
+            puts = {(RecordKind.RETIRED, job_id): retired_to_doc(retired[job_id])} if job_id in retired else {}
+            deletes = {(RecordKind.JOB, job_id)} | {
+                (RecordKind.RETIRED, j) for j in self._retired.keys() - retired.keys()
+            }
             self._commit(new, Change(puts=puts, deletes=frozenset(deletes)))
             self._retired = retired
             self._ledger.add(job, sign=-1.0)
@@ -318,25 +252,21 @@ class IntentService:
         return job
 
     # --- drains -------------------------------------------------------------
-    def set_drain(self, kind: str, name: str, drained: bool) -> tuple[str, list[Job]]:
+    def set_drain(self, target: DrainTarget, name: str, drained: bool) -> tuple[str, list[Job]]:
         """Drains or undrains a switch or link; returns its canonical name and
         the jobs whose flows moved off it."""
         with self._lock:
             current = self._writable()
-            if kind == "switch":
-                canonical = resolve_switch(self.fabric, name)
-                members = current.drains.switches
-            else:
-                canonical = resolve_link(self.fabric, name)
-                members = current.drains.links
+            canonical = target.resolve(self.fabric, name)
+            members = target.drained(current.drains)
             if (canonical in members) == drained:
                 return canonical, []
             members = members | {canonical} if drained else members - {canonical}
-            drains = replace(current.drains, **{"switches" if kind == "switch" else "links": frozenset(members)})
+            drains = target.with_drained(current.drains, members)
             moved = rerouted_jobs(self.fabric, current, drains) if drained else {}
             new = current.with_jobs(moved, drains)
-            record = (f"drain-{kind}", canonical)
-            puts = {("job", jid): job_to_doc(job) for jid, job in moved.items()}
+            record = (target.record, canonical)
+            puts = {(RecordKind.JOB, jid): job_to_doc(job) for jid, job in moved.items()}
             change = Change(
                 puts={**puts, record: {}} if drained else puts, deletes=frozenset() if drained else frozenset({record})
             )
@@ -345,7 +275,7 @@ class IntentService:
         log.info(
             "%s %s %s; %d job(s) rerouted (revision %d)",
             "drained" if drained else "undrained",
-            kind,
+            target,
             canonical,
             len(moved),
             new.revision,
@@ -417,15 +347,7 @@ class IntentService:
     def _changed(self, intent: Intent, events: list[JobEvent]) -> None:
         allocated = [e.job for e in events if e.kind in (JobEventKind.PLACED, JobEventKind.RELEASED)]
         self._publish_counts({(g.nic.pod, g.nic.rail) for job in allocated for g in job.gpus})
-        with self._events:
-            for event in events:
-                self._programmed.pop(event.job.job_id, None)  # placed, moved or released: not on the fabric yet
-                if len(self._history) == self._history.maxlen:
-                    self._history_from = self._history[0].revision  # the oldest goes: the history starts after it
-                self._history.append(event)
-            listeners = list(self._listeners)
-            for listener in listeners:
-                listener(intent, events)
+        self.events.publish(intent, events)
 
     def _publish_counts(self, pod_rails: Iterable[tuple[int, int]] | None = None) -> None:
         """Gauges from the intent. The allocation gauges (one per pod and rail:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from controller.errors import HostError
+from controller.intent.model import RecordKind
 
 log = logging.getLogger(__name__)
 
@@ -31,12 +32,14 @@ SCHEMA_VERSION = 1
 class Change:
     """One atomic change: upserts and deletes of (kind, name) records."""
 
-    puts: Mapping[tuple[str, str], dict]
-    deletes: frozenset[tuple[str, str]] = frozenset()
+    puts: Mapping[tuple[RecordKind, str], dict]
+    deletes: frozenset[tuple[RecordKind, str]] = frozenset()
 
 
 @dataclass(frozen=True)
 class Snapshot:
+    # Keyed by the kinds as stored: a kind this version does not know is
+    # reported by loading.py, not dropped here.
     records: Mapping[tuple[str, str], dict]
     revision: int
     unreadable: tuple[tuple[str, str], ...] = ()  # records whose body is not JSON: skipped, left in the store

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
 import yaml
 
@@ -141,7 +142,7 @@ def _labels(fabric: Fabric, tree: FabricTree) -> dict[str, dict[str, str]]:
     return out
 
 
-def _nodes(hosts: HostMap, labels_of: dict[str, dict[str, str]]) -> list[dict]:
+def _nodes(hosts: HostMap, labels_of: dict[str, dict[str, str]]) -> list[dict[str, Any]]:
     """Node objects carrying only labels, for `kubectl apply --server-side`."""
     return [
         {"apiVersion": "v1", "kind": "Node", "metadata": {"name": hosts.node(server), "labels": labels}}
@@ -172,7 +173,7 @@ def volcano(fabric: Fabric, hosts: HostMap) -> str:
     cluster (its leaf groups), then every domain under the top switches."""
     tree = fabric_tree(fabric)
 
-    def hypernode(name: str, tier: int, kind: str, members: list[str]) -> dict:
+    def hypernode(name: str, tier: int, kind: str, members: list[str]) -> dict[str, Any]:
         return {
             "apiVersion": "topology.volcano.sh/v1alpha1",
             "kind": "HyperNode",
@@ -221,7 +222,7 @@ def topograph_labels(fabric: Fabric, hosts: HostMap) -> str:
     return _stream(_nodes(hosts, out))
 
 
-def _stream(docs: list[dict]) -> str:
+def _stream(docs: list[dict[str, Any]]) -> str:
     return yaml.safe_dump_all(docs, sort_keys=False)
 
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from controller.errors import RailyardError, Status
 from controller.schedulers.hosts import HostMap
 
 JOB_LABEL = "railyard.io/job"
@@ -29,8 +30,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 MAX_PRIORITY = 10  # kube-scheduler's MaxExtenderPriority
 
 
-class ExtenderError(ValueError):
+class ExtenderError(RailyardError):
     """A request the extender cannot answer: said in the result's Error."""
+
+    status = Status.INVALID_ARGUMENT
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ def pod_job(pod: Any) -> PodJob | None:
     return PodJob(str(job_id)[:63], gpus, total)
 
 
-def _object(value: Any, what: str) -> dict:
+def _object(value: Any, what: str) -> dict[str, Any]:
     """`value` when it is a JSON object (None: an empty one); else ExtenderError naming `what`."""
     if value is None:
         return {}
@@ -109,7 +112,7 @@ def _count(value: Any, what: str) -> int:
     return count
 
 
-def candidate_nodes(args: Any) -> tuple[list[str], dict[str, dict] | None]:
+def candidate_nodes(args: Any) -> tuple[list[str], dict[str, dict[str, Any]] | None]:
     """The node names of ExtenderArgs, and the Node objects by name when it
     sent them (Nodes, without nodeCacheCapable): the result must then carry
     Nodes too, as kube-scheduler reads only that field."""
@@ -127,7 +130,7 @@ def candidate_nodes(args: Any) -> tuple[list[str], dict[str, dict] | None]:
     return names, objects
 
 
-def filter_result(passing: list[str], objects: dict[str, dict] | None, **fields: Any) -> dict:
+def filter_result(passing: list[str], objects: dict[str, dict[str, Any]] | None, **fields: Any) -> dict[str, Any]:
     """ExtenderFilterResult with the passing nodes where kube-scheduler will
     look for them: NodeNames, or Nodes when it sent Node objects."""
     result = {"NodeNames": passing, "FailedNodes": {}, "FailedAndUnresolvableNodes": {}, "Error": "", **fields}
@@ -138,8 +141,12 @@ def filter_result(passing: list[str], objects: dict[str, dict] | None, **fields:
 
 
 def filter_nodes(
-    view: FabricView, hosts: HostMap, job: PodJob | None, nodes: list[str], objects: dict[str, dict] | None = None
-) -> dict:
+    view: FabricView,
+    hosts: HostMap,
+    job: PodJob | None,
+    nodes: list[str],
+    objects: dict[str, dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """ExtenderFilterResult: the nodes the pod's job can use rail-aligned."""
     if job is None:
         return filter_result(nodes, objects)
@@ -161,7 +168,7 @@ def filter_nodes(
     return filter_result(passing, objects, FailedNodes=failed, FailedAndUnresolvableNodes=unresolvable)
 
 
-def prioritize(view: FabricView, hosts: HostMap, job: PodJob | None, nodes: list[str]) -> list[dict]:
+def prioritize(view: FabricView, hosts: HostMap, job: PodJob | None, nodes: list[str]) -> list[dict[str, Any]]:
     """HostPriorityList. A placed job's own nodes score 10, others 0. Else a
     node scores for its pod: 60% for how much of the job the pod can hold
     rail-aligned (a job inside one pod sends nothing over the spines), 40%

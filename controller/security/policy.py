@@ -30,7 +30,11 @@ from controller.yamldoc import read_yaml
 PLACEMENT = "/railyard.v1.PlacementService/"
 FABRIC = "/railyard.v1.FabricService/"
 TELEMETRY = "/railyard.v1.TelemetryService/"
-OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerReflection/")
+OPEN_PREFIXES = (
+    "/grpc.health.v1.Health/",
+    "/grpc.reflection.v1.ServerReflection/",
+    "/grpc.reflection.v1alpha.ServerReflection/",
+)
 
 
 class Role(StrEnum):

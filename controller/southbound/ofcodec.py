@@ -12,6 +12,9 @@ reconcile.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
@@ -23,31 +26,38 @@ from controller.southbound.overlay import (
 )
 from controller.southbound.wire import OVERLAY_TABLE
 
+if TYPE_CHECKING:  # os-ken's controller module imports half of os-ken; annotations only
+    from os_ken.controller.controller import Datapath
 
-def _railyard_entries(request_class, datapath):
+Request = TypeVar("Request")
+# os-ken's parsed messages and their stats entries carry no types: Any, by name.
+Stats = Any
+
+
+def _railyard_entries(request_class: Callable[..., Request], datapath: Datapath) -> Request:
     """A flow-stats-shaped request for the overlay table's Railyard-cookie entries only."""
     return request_class(
         datapath, 0, OVERLAY_TABLE, ofp.OFPP_ANY, ofp.OFPG_ANY, COOKIE_PREFIX, COOKIE_PREFIX_MASK, parser.OFPMatch()
     )
 
 
-def overlay_dump_request(datapath) -> parser.OFPFlowStatsRequest:
+def overlay_dump_request(datapath: Datapath) -> parser.OFPFlowStatsRequest:
     return _railyard_entries(parser.OFPFlowStatsRequest, datapath)
 
 
-def overlay_count_request(datapath) -> parser.OFPAggregateStatsRequest:
+def overlay_count_request(datapath: Datapath) -> parser.OFPAggregateStatsRequest:
     """How many Railyard entries the overlay table holds: one small reply
     whatever the table's size (the periodic audit's cheap check)."""
     return _railyard_entries(parser.OFPAggregateStatsRequest, datapath)
 
 
-def _canonical_value(value):
+def _canonical_value(value: int | str | tuple[int | str, ...]) -> int | str:
     if isinstance(value, tuple):  # masked field: keep it visible and unequal to any exact match
         return "/".join(str(v) for v in value)
     return value
 
 
-def entry_from_stats(switch: str, stats) -> OverlayEntry:
+def entry_from_stats(switch: str, stats: Stats) -> OverlayEntry:
     match = tuple(sorted((name, _canonical_value(value)) for name, value in stats.match.items()))
     meters: list[str] = []
     actions: list[str] = []
@@ -62,6 +72,8 @@ def entry_from_stats(switch: str, stats) -> OverlayEntry:
                     actions.append(f"output:{action.port}")
                 elif isinstance(action, parser.OFPActionSetField) and action.key in ("eth_src", "eth_dst"):
                     actions.append(f"set_field:{action.key}={action.value}")
+                elif isinstance(action, parser.OFPActionGroup):  # the underlay's ECMP; never Railyard's
+                    actions.append(f"group:{action.group_id}")
                 else:
                     actions.append(f"unknown:{type(action).__name__}")
         else:
@@ -75,18 +87,18 @@ def entry_from_stats(switch: str, stats) -> OverlayEntry:
 METER_FLAGS = ofp.OFPMF_KBPS | ofp.OFPMF_BURST
 
 
-def meter_mod(datapath, meter: OverlayMeter, command: str) -> parser.OFPMeterMod:
+def meter_mod(datapath: Datapath, meter: OverlayMeter, command: str) -> parser.OFPMeterMod:
     """command: 'add' | 'modify' | 'delete'. Meter mods cannot go in a bundle."""
     code = {"add": ofp.OFPMC_ADD, "modify": ofp.OFPMC_MODIFY, "delete": ofp.OFPMC_DELETE}[command]
     bands = [] if command == "delete" else [parser.OFPMeterBandDrop(rate=meter.rate_kbps, burst_size=meter.burst_kbits)]
     return parser.OFPMeterMod(datapath, command=code, flags=METER_FLAGS, meter_id=meter.meter_id, bands=bands)
 
 
-def meter_dump_request(datapath) -> parser.OFPMeterConfigStatsRequest:
+def meter_dump_request(datapath: Datapath) -> parser.OFPMeterConfigStatsRequest:
     return parser.OFPMeterConfigStatsRequest(datapath, 0, ofp.OFPM_ALL)
 
 
-def meter_from_stats(switch: str, stats) -> OverlayMeter:
+def meter_from_stats(switch: str, stats: Stats) -> OverlayMeter:
     """Anything but one kbps drop band with a burst reads as rate -1: never
     equal to a desired meter, so it gets rewritten."""
     bands = stats.bands
@@ -98,4 +110,4 @@ def meter_from_stats(switch: str, stats) -> OverlayMeter:
 def error_code(msg: parser.OFPErrorMsg) -> int:
     """The error's code. os-ken parses an experimenter error (OVS's ONF bundle
     errors) with no `code`, the code being its `exp_type`."""
-    return msg.exp_type if msg.type == ofp.OFPET_EXPERIMENTER else msg.code
+    return int(msg.exp_type if msg.type == ofp.OFPET_EXPERIMENTER else msg.code)

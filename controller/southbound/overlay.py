@@ -17,7 +17,7 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 
-from controller.fabric import Fabric, NicId
+from controller.fabric import Endpoint, Fabric, NicId
 from controller.fabric import addressing as ad
 from controller.intent.model import FlowMatch, FlowPin, Intent, directions
 from controller.te.engine import Meter as TeMeter
@@ -119,7 +119,7 @@ def canonical_match(match: FlowMatch) -> Match:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _steering_hops(fabric: Fabric, src: NicId, dst: NicId, spine: str):
+def _steering_hops(fabric: Fabric, src: NicId, dst: NicId, spine: str) -> tuple[Endpoint, ...]:
     """A NIC pair's flows (a job's, an elephant's pins, its ACKs) share their
     hops: a bounded cache over passes, where the fabric keeps none per pair."""
     return fabric.steering_hops(src, dst, spine)
@@ -169,16 +169,16 @@ class OverlayMemo:
     moves: dict[MoveIdentity, MoveEntries] = field(default_factory=dict)
 
 
-def _te_cookie(key, reverse: bool = False) -> int:
+def _te_cookie(key: FlowKey, reverse: bool = False) -> int:
     return owner_cookie("te", ("rev|" if reverse else "") + "|".join(map(str, key)))
 
 
-def meter_ids(fabric: Fabric, meters: Iterable[TeMeter]) -> dict:
+def meter_ids(fabric: Fabric, meters: Iterable[TeMeter]) -> dict[FlowKey, tuple[str, int]]:
     """Flow key -> (ingress leaf, meter id). An id is a hash of the flow into
     Railyard's range, probed linearly in key order on a clash: the same set of
     meters always gets the same ids, and one more meter rarely renumbers any."""
     taken: dict[str, set[int]] = {}
-    out = {}
+    out: dict[FlowKey, tuple[str, int]] = {}
     for meter in sorted(meters, key=lambda m: m.key):
         leaf = fabric.attachment(meter.src).node
         used = taken.setdefault(leaf, set())

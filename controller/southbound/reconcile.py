@@ -14,11 +14,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from controller.fabric import Fabric
 from controller.southbound.overlay import EntryKey, Match, OverlayEntry, OverlayMeter
 
 Table = Mapping[EntryKey, OverlayEntry]
+
+
+class FlowModKind(StrEnum):
+    """What one bundle does: a pass commits a switch's additions and its
+    deletions in separate bundles (make-before-break). The value is the
+    flow-mod metric's label."""
+
+    ADD = "add"
+    DELETE = "delete"
 
 
 @dataclass(frozen=True)
@@ -89,3 +99,18 @@ def tiers(fabric: Fabric, ordered: list[str]) -> list[list[str]]:
             groups.append([])
         groups[-1].append(name)
     return groups
+
+
+def changes(deltas: Mapping[str, SwitchDelta], meters: Mapping[str, MeterDelta], most: int = 8) -> tuple[int, str]:
+    """How many switches a pass changes, and what, for one log line: the
+    first `most` by name (a TE cycle may touch hundreds of leaves)."""
+    changed = sorted(n for n in deltas if not deltas[n].empty or not meters[n].empty)
+    parts = []
+    for name in changed[:most]:
+        part = f"{name} +{len(deltas[name].adds)} -{len(deltas[name].deletes)}"
+        if not meters[name].empty:
+            meter = meters[name]
+            part += f" meters +{len(meter.adds)} ~{len(meter.changes)} -{len(meter.deletes)}"
+        parts.append(part)
+    more = f" and {len(changed) - most} more" if len(changed) > most else ""
+    return len(changed), ", ".join(parts) + more

@@ -16,18 +16,21 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from controller.fabric import Fabric
+from controller.intent.events import JobEvent, JobEventKind
 from controller.intent.model import Intent
-from controller.intent.service import IntentService, JobEvent, JobEventKind
+from controller.intent.service import IntentService
 from controller.metrics import RESULTS, Metrics
 from controller.southbound import ofcodec, wire
+from controller.southbound.connections import SwitchConnections
 from controller.southbound.fanout import fan_out
 from controller.southbound.overlay import (
+    EntryKey,
     OverlayEntry,
     OverlayMemo,
     OverlayMeter,
@@ -36,22 +39,22 @@ from controller.southbound.overlay import (
 )
 from controller.southbound.programmed import JobProgress, programmed_now
 from controller.southbound.reconcile import (
+    FlowModKind,
     MeterDelta,
     SwitchDelta,
+    changes,
     diff_meters,
     diff_table,
     order_for_adds,
     order_for_deletes,
     tiers,
 )
-from controller.southbound.switches import (
-    SWITCH_ERROR_REASONS,
-    CallTable,
-    SwitchError,
-    SwitchSession,
-)
+from controller.southbound.switches import SWITCH_ERROR_REASONS, CallTable, SwitchError, SwitchSession
 from controller.southbound.tables import KnownTables
 from controller.te.engine import Meter, Move
+
+if TYPE_CHECKING:  # os-ken's controller module imports half of os-ken; annotations only
+    from os_ken.controller.controller import Datapath
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +77,18 @@ class Trigger:
 
 
 _STOP = Trigger(None)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One pass's plan: the overlay wanted on each switch whose table is known, and the difference."""
+
+    te_generation: int  # of the TE moves and meters planned for (TePlanner.applied)
+    intent: Intent
+    desired: dict[str, dict[EntryKey, OverlayEntry]]  # switch -> the overlay entries it should hold
+    meters: dict[str, dict[int, OverlayMeter]]  # switch -> its meters
+    deltas: dict[str, SwitchDelta]
+    meter_deltas: dict[str, MeterDelta]
 
 
 class TePlanner(Protocol):
@@ -107,27 +122,24 @@ class Reconciler:
         self.max_in_flight = max_in_flight
         self.tables = KnownTables(metrics, audit_every, max_in_flight)  # only the reconciler thread touches it
         self.calls = CallTable()
-        self._sessions: dict[str, SwitchSession] = {}
-        self._lock = threading.Lock()
+        self.connections = SwitchConnections(
+            fabric,
+            metrics,
+            self.calls,
+            reply_timeout_s,
+            connected=lambda name: self._triggers.put(Trigger(ReconcileTrigger.CONNECT, name)),
+            failed=self._failed,
+        )
         self._triggers: queue.Queue[Trigger] = queue.Queue()
         self._thread: threading.Thread | None = None
-        self._by_dpid = {sw.dpid: sw.name for sw in fabric.switches.values()}
         # Set once every switch of the fabric has connected and been reconciled:
         # the API reports SERVING from then on.
         self.fabric_ready = threading.Event()
-        # Switches reconciled since they (re)connected -> the intent revision
-        # they were last found or made in sync with.
-        self._synced: dict[str, int] = {}
         self._jobs: dict[str, JobProgress] = {}  # only the reconciler thread touches it
         self._memo = OverlayMemo()  # only the reconciler thread touches it
         for phase in ("dump", "plan", "commit"):
             metrics.reconcile_phase.labels(phase)
         self.te: TePlanner | None = None  # the TE runner, when adaptive TE is on (set by the daemon)
-        # With replicas (ha.py): (leading, generation). A leader claims every
-        # switch as MASTER with the election's generation before it reads or
-        # writes; a follower is SLAVE and sends nothing else. None: the only
-        # controller, which needs no role (EQUAL).
-        self._role: tuple[bool, int] | None = None
         for name in fabric.switches:
             for kind in SWITCH_ERROR_REASONS:
                 metrics.switch_errors.labels(name, kind)
@@ -140,73 +152,14 @@ class Reconciler:
         intent.subscribe(self._intent_changed)
 
     # --- called from the os-ken app thread -----------------------------------
-    def switch_connected(self, datapath) -> None:
-        name = self._by_dpid.get(datapath.id)
-        if name is None:
-            log.warning("ignoring switch dpid %016x: not in fabric %s", datapath.id, self.fabric.spec.name)
-            self.metrics.errors.labels("southbound", "unknown_dpid").inc()
-            return
-        with self._lock:
-            current = self._sessions.get(name)
-        if current is not None and current.datapath is not datapath:
-            # A second connection claims a connected switch's dpid: a switch that
-            # reconnected before its old connection was seen to die, or another
-            # box with the same dpid. The old one is asked (off the app thread,
-            # which must not block): if it answers, the newcomer is refused.
-            threading.Thread(target=self._arbitrate, args=(name, current, datapath), daemon=True).start()
-            return
-        self._adopt(name, datapath)
+    def switch_connected(self, datapath: Datapath) -> None:
+        self.connections.switch_connected(datapath)
 
-    def _arbitrate(self, name: str, current: SwitchSession, datapath) -> None:
-        try:
-            current.echo()
-        except SwitchError:
-            self._adopt(name, datapath)  # the old connection is gone: the new one is the switch now
-            return
-        log.warning(
-            "switch %s: a second connection (from %s) claims its dpid %016x while the first answers; refused",
-            name,
-            datapath.address,
-            datapath.id,
-        )
-        self.metrics.errors.labels("southbound", "duplicate_dpid").inc()
-        datapath.close()
-
-    def _adopt(self, name: str, datapath) -> None:
-        with self._lock:
-            stale = self._sessions.get(name)
-            self._sessions[name] = SwitchSession(name, datapath, self.calls, self.reply_timeout_s)
-            self._synced.pop(name, None)
-            self._publish_connections()
-        if stale is not None:
-            # The switch reconnected before os-ken noticed the old connection
-            # die; whoever waits on the old one would wait for nothing.
-            self.calls.fail_switch(datapath.id)
-        log.info("switch %s connected (dpid %016x)", name, datapath.id)
-        self._triggers.put(Trigger(ReconcileTrigger.CONNECT, name))
-
-    def switch_disconnected(self, datapath) -> None:
-        name = self._by_dpid.get(datapath.id)
-        if name is None:
-            return  # not a switch of this fabric: switch_connected never gave it a session
-        with self._lock:
-            session = self._sessions.get(name)
-            if session is None or session.datapath is not datapath:
-                return  # a newer connection of the same switch already replaced it
-            del self._sessions[name]
-            self._synced.pop(name, None)
-            self._publish_connections()
-        self.calls.fail_switch(datapath.id)
-        log.info("switch %s disconnected", name)
+    def switch_disconnected(self, datapath: Datapath) -> None:
+        self.connections.switch_disconnected(datapath)
 
     def connected(self) -> set[str]:
-        with self._lock:
-            return set(self._sessions)
-
-    def _publish_connections(self) -> None:
-        self.metrics.switches_connected.set(len(self._sessions))
-        for name in self.fabric.switches:
-            self.metrics.switch_up.labels(name).set(1 if name in self._sessions else 0)
+        return self.connections.names()
 
     # --- worker thread --------------------------------------------------------
     def start(self) -> None:
@@ -222,17 +175,12 @@ class Reconciler:
         generation. A new leader reads every table again (the old leader
         changed them) and adopts the TE moves on them: a takeover with
         nothing to change sends no flow-mod."""
-        with self._lock:
-            was_leading = self._role is not None and self._role[0]
-            self._role = (leading, generation)
-        if leading and not was_leading:
-            self._triggers.put(Trigger(ReconcileTrigger.ROLE))
-        else:
-            self.request(ReconcileTrigger.ROLE)
+        self.connections.set_role(leading, generation)
+        self.request(ReconcileTrigger.ROLE)
 
     @property
     def leading(self) -> bool:
-        return self._role is None or self._role[0]
+        return self.connections.leading
 
     def stop(self) -> None:
         self._triggers.put(_STOP)
@@ -278,72 +226,97 @@ class Reconciler:
             return reason, None
         return reason, {t.switch for t in batch if t.switch is not None}
 
-    def reconcile(self, reason: ReconcileTrigger, scope: set[str] | None = None) -> bool:
+    def reconcile(self, reason: ReconcileTrigger, scope: Collection[str] | None = None) -> bool:
         """One pass over `scope` (None = all connected switches). True if every
         switch in scope ended in sync."""
         started = time.perf_counter()
-        with self._lock:
-            sessions = {n: s for n, s in self._sessions.items() if scope is None or n in scope}
-            role = self._role
+        sessions, role = self.connections.in_scope(scope)
+        unclaimed = 0
         if role is not None:
             leading, generation = role
             if not leading:
                 # A follower claims SLAVE once it knows the leader's generation
                 # (a switch refuses an older one); the leader programs the switches.
                 if generation:
-                    self._claim(sessions, role)
+                    self.connections.claim(sessions, role)
                 return True
-            claimed = self._claim(sessions, role)
+            claimed, reclaimed = self.connections.claim(sessions, role)
+            for name in reclaimed:
+                self.tables.forget(name)  # another replica led since this one read it
             unclaimed, sessions = len(sessions) - len(claimed), claimed
-        else:
-            unclaimed = 0
-        with self._lock:
-            fresh = set(sessions) - self._synced.keys()
         # A switch that would not take this leader's claim was not reconciled: the pass is not a success.
-        ok = self.tables.read(reason is ReconcileTrigger.PERIODIC, sessions, self._failed) and not unclaimed
+        ok = self._read(reason, sessions) and not unclaimed
+        dumped = time.perf_counter()
+        plan = self._plan(sessions)
+        planned = time.perf_counter()
+        in_sync = self._apply(sessions, plan)
+        ok = ok and in_sync == set(plan.deltas)
+        elapsed = self._record(reason, ok, started, dumped, planned)
+        if ok and self.te is not None:
+            self.te.applied(plan.te_generation)
+        synced = self.connections.mark_synced(in_sync, plan.intent.revision)
+        if synced.keys() >= set(self.fabric.switches):
+            self.fabric_ready.set()
+        self._report_programmed(plan.intent, synced)
+        self._log_changes(reason, plan, elapsed)
+        return ok
+
+    def _read(self, reason: ReconcileTrigger, sessions: dict[str, SwitchSession]) -> bool:
+        """Brings the known tables of `sessions` up to date (tables.py); False if a read failed."""
+        fresh = self.connections.unsynced(sessions)
+        ok = self.tables.read(reason is ReconcileTrigger.PERIODIC, sessions, self._failed)
         for name in fresh & self.tables.keys():
             self.metrics.entries_installed.labels(name).set(len(self.tables[name].entries))
             if self.te is not None:
                 # First look at this switch since it (or we) (re)started: keep the
                 # elephant moves and meters it already carries instead of undoing them.
                 self.te.adopt(list(self.tables[name].entries.values()), self.tables[name].meters)
-        dumped = time.perf_counter()
+        return ok
 
+    def _plan(self, sessions: Mapping[str, SwitchSession]) -> _Plan:
+        """What each switch whose table is known should hold, and the difference."""
         te_generation, te_moves, te_meters = self.te.plan() if self.te is not None else (0, [], [])
         intent = self.intent.snapshot()
         desired = desired_overlay(self.fabric, intent, self._memo, te_moves, te_meters)
-        desired_meter_sets = desired_meters(self.fabric, te_meters)
-        known = {n: self.tables[n] for n in sessions if n in self.tables}
+        meters = desired_meters(self.fabric, te_meters)
         deltas: dict[str, SwitchDelta] = {}
         meter_deltas: dict[str, MeterDelta] = {}
-        for name, table in known.items():
-            self.metrics.entries_desired.labels(name).set(len(desired[name]))
-            deltas[name] = diff_table(name, desired[name], table.entries)
-            meter_deltas[name] = diff_meters(desired_meter_sets[name], table.meters)
-        planned = time.perf_counter()
+        for name in sessions:
+            if name in self.tables:
+                self.metrics.entries_desired.labels(name).set(len(desired[name]))
+                deltas[name] = diff_table(name, desired[name], self.tables[name].entries)
+                meter_deltas[name] = diff_meters(meters[name], self.tables[name].meters)
+        return _Plan(te_generation, intent, desired, meters, deltas, meter_deltas)
 
-        # Meters exist before the entries that use them and go after them (a
-        # switch refuses an entry naming a missing meter, and deleting a meter
-        # deletes every entry that uses it). Each step is in flight on every
-        # switch at once; across switches only the tiers' order matters.
+    def _apply(self, sessions: Mapping[str, SwitchSession], plan: _Plan) -> set[str]:
+        """Sends the plan; the switches that ended in sync (the others' tables
+        are unknown now, and read again next pass).
+
+        Meters exist before the entries that use them and go after them (a
+        switch refuses an entry naming a missing meter, and deleting a meter
+        deletes every entry that uses it). Each step is in flight on every
+        switch at once; across switches only the tiers' order matters."""
+        deltas, meter_deltas = plan.deltas, plan.meter_deltas
         in_sync = set(deltas)
         upserts = {
             n: [("add", m) for m in d.adds] + [("modify", m) for m in d.changes] for n, d in meter_deltas.items()
         }
         in_sync -= self._send_meters(sessions, upserts)
         for tier_group in tiers(self.fabric, order_for_adds(self.fabric, in_sync)):
-            in_sync -= self._commit(sessions, {n: deltas[n].adds for n in tier_group}, "add")
+            in_sync -= self._commit(sessions, {n: deltas[n].adds for n in tier_group}, FlowModKind.ADD)
         for tier_group in tiers(self.fabric, order_for_deletes(self.fabric, in_sync)):
-            in_sync -= self._commit(sessions, {n: deltas[n].deletes for n in tier_group}, "delete")
+            in_sync -= self._commit(sessions, {n: deltas[n].deletes for n in tier_group}, FlowModKind.DELETE)
         in_sync -= self._send_meters(sessions, {n: [("delete", m) for m in meter_deltas[n].deletes] for n in in_sync})
         for name in deltas:
             if name in in_sync:
-                known[name].apply(deltas[name], desired_meter_sets[name])
-                self.metrics.entries_installed.labels(name).set(len(desired[name]))
+                self.tables[name].apply(deltas[name], plan.meters[name])
+                self.metrics.entries_installed.labels(name).set(len(plan.desired[name]))
             else:
-                self.tables.forget(name)  # unknown now: read it again next pass
-        ok = ok and in_sync == set(deltas)
+                self.tables.forget(name)
+        return in_sync
 
+    def _record(self, reason: ReconcileTrigger, ok: bool, started: float, dumped: float, planned: float) -> float:
+        """Counts and times the pass; its duration."""
         elapsed = time.perf_counter() - started
         self.metrics.reconcile_phase.labels("dump").observe(dumped - started)
         self.metrics.reconcile_phase.labels("plan").observe(planned - dumped)
@@ -352,45 +325,7 @@ class Reconciler:
         self.metrics.reconcile_runs.labels(reason, "ok" if ok else "failed").inc()
         if ok:
             self.metrics.last_reconcile_success.set(time.time())
-            if self.te is not None:
-                self.te.applied(te_generation)
-        with self._lock:
-            for name in in_sync & set(self._sessions):
-                self._synced[name] = intent.revision
-            synced = dict(self._synced)
-            if synced.keys() >= set(self.fabric.switches):
-                self.fabric_ready.set()
-        self._report_programmed(intent, synced)
-        self._log_changes(reason, deltas, meter_deltas, elapsed)
-        return ok
-
-    def _claim(self, sessions: dict[str, SwitchSession], role: tuple[bool, int]) -> dict[str, SwitchSession]:
-        """Asks each switch not yet in `role` for it; the sessions that hold it.
-        A switch that refuses (a newer generation claimed it: this replica is
-        deposed and has not heard yet) is left alone."""
-        leading, generation = role
-        exchanges = {}
-        for name, session in sessions.items():
-            if session.role != role:
-                try:
-                    exchanges[name] = session.start_role(leading, generation)
-                except SwitchError as exc:
-                    self._failed(name, exc, "role")
-        held = {n: s for n, s in sessions.items() if s.role == role}
-        for name, exchange in exchanges.items():
-            try:
-                exchange.result()
-            except SwitchError as exc:
-                self._failed(name, exc, "role")
-                continue
-            sessions[name].role = role
-            held[name] = sessions[name]
-            if leading:
-                # Another replica led since this one last read the table: read it again.
-                self.tables.forget(name)
-                with self._lock:
-                    self._synced.pop(name, None)
-        return held
+        return elapsed
 
     def _intent_changed(self, _intent: Intent, events: list[JobEvent]) -> None:
         if not events or any(e.kind is not JobEventKind.PROGRAMMED for e in events):
@@ -403,36 +338,21 @@ class Reconciler:
             self.intent.mark_programmed(done)
 
     def _failed(self, name: str, exc: SwitchError, error: str) -> bool:
-        """Logs and counts a switch's failure; False, for `ok = self._failed(...)`."""
+        """Logs and counts a switch's failure (`error`: the railyard_errors
+        reason); False, for `ok = self._failed(...)`."""
         log.warning("reconcile: %s", exc)
         self.metrics.switch_errors.labels(name, exc.reason).inc()
         self.metrics.errors.labels("southbound", error).inc()
         return False
 
-    def _log_changes(self, reason, deltas, meter_deltas, elapsed: float) -> None:
-        changed = sorted(n for n in deltas if not deltas[n].empty or not meter_deltas[n].empty)
-        if not changed:
-            return
-        shown = changed[:8]  # a TE cycle may touch hundreds of leaves: the log line stays one line
-        log.info(
-            "reconcile (%s): %d switches in %.1f ms: %s%s",
-            reason,
-            len(changed),
-            elapsed * 1e3,
-            ", ".join(
-                f"{n} +{len(deltas[n].adds)} -{len(deltas[n].deletes)}"
-                + (
-                    f" meters +{len(meter_deltas[n].adds)} ~{len(meter_deltas[n].changes)} "
-                    f"-{len(meter_deltas[n].deletes)}"
-                    if not meter_deltas[n].empty
-                    else ""
-                )
-                for n in shown
-            ),
-            f" and {len(changed) - len(shown)} more" if len(changed) > len(shown) else "",
-        )
+    def _log_changes(self, reason: ReconcileTrigger, plan: _Plan, elapsed: float) -> None:
+        count, shown = changes(plan.deltas, plan.meter_deltas)
+        if count:
+            log.info("reconcile (%s): %d switches in %.1f ms: %s", reason, count, elapsed * 1e3, shown)
 
-    def _send_meters(self, sessions, mods: dict[str, list[tuple[str, OverlayMeter]]]) -> set[str]:
+    def _send_meters(
+        self, sessions: Mapping[str, SwitchSession], mods: dict[str, list[tuple[str, OverlayMeter]]]
+    ) -> set[str]:
         """Meter mods on every switch at once; the switches that failed."""
         starts = {
             n: functools.partial(
@@ -453,17 +373,18 @@ class Reconciler:
                 self.metrics.meter_mods.labels(name, kind).inc()
         return failed
 
-    def _commit(self, sessions, entries: dict[str, tuple[OverlayEntry, ...]], kind: str) -> set[str]:
+    def _commit(
+        self, sessions: Mapping[str, SwitchSession], entries: dict[str, tuple[OverlayEntry, ...]], kind: FlowModKind
+    ) -> set[str]:
         """One bundle per switch, all in flight at once; the switches that failed."""
-        encode = wire.add_flow if kind == "add" else wire.delete_flow
+        encode = wire.add_flow if kind is FlowModKind.ADD else wire.delete_flow
         starts = {
             n: functools.partial(sessions[n].start_bundle, [encode(e) for e in es]) for n, es in entries.items() if es
         }
         failed = set()
         for name, result in fan_out(starts, self.max_in_flight).items():
             if isinstance(result, SwitchError):
-                log.warning("reconcile: %s", result)
-                self.metrics.switch_errors.labels(name, result.reason).inc()
+                self._failed(name, result, "bundle_failed")
                 self.metrics.bundles.labels(name, "failed").inc()
                 failed.add(name)
                 continue

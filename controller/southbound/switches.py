@@ -16,16 +16,21 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
+from controller.errors import RailyardError
 from controller.southbound import ofcodec, wire
 from controller.southbound.overlay import EntryKey, OverlayEntry, OverlayMeter, is_railyard_meter
 
+if TYPE_CHECKING:  # os-ken's controller module imports half of os-ken; annotations only
+    from os_ken.controller.controller import Datapath
+    from os_ken.ofproto.ofproto_parser import MsgBase
 
-class SwitchError(Exception):
+
+class SwitchError(RailyardError):
     """A switch did not answer, refused a message, or went away. `reason` is
     the metric label that tells the kinds apart."""
 
@@ -75,7 +80,7 @@ class Call:
     """Replies for a set of xids, fed by the app thread."""
 
     xids: frozenset[int]
-    replies: queue.Queue
+    replies: queue.Queue[MsgBase | None]  # None: the switch went away
 
 
 class CallTable:
@@ -103,7 +108,7 @@ class CallTable:
             for xid in call.xids:
                 self._calls.pop((dpid, xid), None)
 
-    def deliver(self, dpid: int, msg) -> bool:
+    def deliver(self, dpid: int, msg: MsgBase) -> bool:
         with self._lock:
             call = self._calls.get((dpid, msg.xid))
         if call is None:
@@ -158,7 +163,7 @@ class Exchange:
 
 
 class SwitchSession:
-    def __init__(self, name: str, datapath, calls: CallTable, timeout_s: float) -> None:
+    def __init__(self, name: str, datapath: Datapath, calls: CallTable, timeout_s: float) -> None:
         self.name = name
         self.datapath = datapath
         self.calls = calls
@@ -167,9 +172,9 @@ class SwitchSession:
 
     @property
     def dpid(self) -> int:
-        return self.datapath.id
+        return int(self.datapath.id)
 
-    def _encode(self, msg, xid: int) -> bytes:
+    def _encode(self, msg: MsgBase, xid: int) -> bytes:
         msg.set_xid(xid)
         msg.serialize()
         return bytes(msg.buf)
@@ -178,7 +183,7 @@ class SwitchSession:
         if not self.datapath.send(buf):
             raise SwitchDisconnected(self.name, "connection closed")
 
-    def next_reply(self, call: Call, what: str, deadline: float):
+    def next_reply(self, call: Call, what: str, deadline: float) -> MsgBase:
         try:
             msg = call.replies.get(timeout=max(0.0, deadline - time.monotonic()))
         except queue.Empty:
@@ -200,10 +205,10 @@ class SwitchSession:
             raise
         return Exchange(self, call, xids[-1], what, answers)
 
-    def _stamped(self, msg) -> Callable[[int], bytes]:
+    def _stamped(self, msg: MsgBase) -> Callable[[int], bytes]:
         return functools.partial(wire.with_xid, self._encode(msg, 0))
 
-    def start_dump(self, request, what: str) -> Dump:
+    def start_dump(self, request: MsgBase, what: str) -> Dump:
         xid = self.calls.next_xid()
         call = self.calls.open(self.dpid, [xid])
         try:
@@ -242,14 +247,14 @@ class SwitchSession:
     def dump_meters(self) -> dict[int, OverlayMeter]:
         return meter_table(self.name, self.start_meter_dump().result())
 
-    def start_confirmed(self, mods: list, what: str) -> Exchange:
+    def start_confirmed(self, mods: list[MsgBase], what: str) -> Exchange:
         """Messages that cannot go in a bundle (meter mods), then a barrier:
         done once the switch has processed them all, failed if it refused any
         (its error arrives before the barrier reply)."""
         messages = [self._stamped(m) for m in (*mods, parser.OFPBarrierRequest(self.datapath))]
         return self._exchange(messages, what, lambda reply: isinstance(reply, parser.OFPBarrierReply))
 
-    def send_confirmed(self, mods: list, what: str) -> None:
+    def send_confirmed(self, mods: list[MsgBase], what: str) -> None:
         if mods:
             self.start_confirmed(mods, what).result()
 
@@ -270,7 +275,7 @@ class SwitchSession:
             self.start_bundle(flow_mods).result()
 
 
-def _is_commit_reply(reply) -> bool:
+def _is_commit_reply(reply: MsgBase) -> bool:
     return isinstance(reply, parser.ONFBundleCtrlMsg) and reply.type == ofp.ONF_BCT_COMMIT_REPLY
 
 
@@ -284,7 +289,7 @@ class Dump:
         self.what = what
         self._deadline = time.monotonic() + session.timeout_s
 
-    def result(self) -> list:
+    def result(self) -> list[ofcodec.Stats]:
         session, items = self._session, []
         try:
             while True:
@@ -301,12 +306,12 @@ class Dump:
             session.calls.close(session.dpid, self._call)
 
 
-def overlay_table(switch: str, stats: list) -> dict[EntryKey, OverlayEntry]:
+def overlay_table(switch: str, stats: list[ofcodec.Stats]) -> dict[EntryKey, OverlayEntry]:
     entries = (ofcodec.entry_from_stats(switch, s) for s in stats)
     return {entry.key: entry for entry in entries}
 
 
-def meter_table(switch: str, stats: list) -> dict[int, OverlayMeter]:
+def meter_table(switch: str, stats: list[ofcodec.Stats]) -> dict[int, OverlayMeter]:
     """Railyard's meters only (its id range)."""
     meters = (ofcodec.meter_from_stats(switch, s) for s in stats)
     return {m.meter_id: m for m in meters if is_railyard_meter(m.meter_id)}

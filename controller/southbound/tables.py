@@ -32,7 +32,7 @@ class SwitchTable:
     entries: dict[EntryKey, OverlayEntry]
     meters: dict[int, OverlayMeter]
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, SwitchTable) and (self.entries, self.meters) == (other.entries, other.meters)
 
     def apply(self, delta: SwitchDelta, meters: Mapping[int, OverlayMeter]) -> None:

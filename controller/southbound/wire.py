@@ -23,7 +23,8 @@ from os_ken.lib import addrconv
 from os_ken.ofproto import ofproto_common
 from os_ken.ofproto import ofproto_v1_3 as ofp
 
-from controller.southbound.overlay import COOKIE_ALL, OverlayEntry
+from controller.errors import RailyardError
+from controller.southbound.overlay import COOKIE_ALL, Match, OverlayEntry
 
 OVERLAY_TABLE = 0
 BUNDLE_FLAGS = ofp.ONF_BF_ATOMIC | ofp.ONF_BF_ORDERED
@@ -48,7 +49,7 @@ _OXM_FIELDS: dict[str, tuple[int, struct.Struct]] = {
 }
 
 
-class EncodingError(ValueError):
+class EncodingError(RailyardError):
     """An overlay entry this encoder has no OpenFlow for (a bug in the overlay)."""
 
 
@@ -75,7 +76,7 @@ def _field_number(field_value: tuple[str, int | str]) -> int:
     return number[0] if number is not None else 1 << 16  # unknown: _oxm refuses it
 
 
-def _match(match) -> bytes:
+def _match(match: Match) -> bytes:
     """ofp_match of type OXM, its fields in field-number order as os-ken writes them."""
     fields = b"".join([_oxm(f, v) for f, v in sorted(match, key=_field_number)])
     return _padded(struct.pack("!HH", ofp.OFPMT_OXM, 4 + len(fields)) + fields)

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Protocol
 
+from controller.errors import RailyardError
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.te.jobs import Drains, JobFlow
 from controller.te.load import drained, flow_path
@@ -28,7 +29,9 @@ from controller.te.load import drained, flow_path
 MAX_IMPROVEMENT_MOVES = 64
 
 
-class NoPath(Exception):
+class NoPath(RailyardError):
+    """No undrained path for `flow`; callers say which job or request that refuses."""
+
     def __init__(self, flow: JobFlow, reason: str) -> None:
         self.flow = flow
         super().__init__(reason)

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from controller.errors import Exhausted
 from controller.fabric import Endpoint, Fabric
 from controller.te.capacity import Usage, free_capacity, free_masks, server_table
 from controller.te.clusters import ClusterView, cross_cluster_share, plan_clusters
@@ -58,7 +59,7 @@ __all__ = [
 ]
 
 
-class NoCapacity(Exception):
+class NoCapacity(Exhausted):
     """The fabric cannot hold the job now; the message says what is free and where."""
 
 

@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from controller.errors import Exhausted
 from controller.fabric import Endpoint
 from controller.metrics import Metrics
 from controller.te.view import FlowKey, FlowSample, LinkView, PathSample, PortSample
@@ -37,8 +38,8 @@ class Batch:
         return len(self.ports) + len(self.paths) + len(self.flows)
 
 
-class Overloaded(Exception):
-    pass
+class Overloaded(Exhausted):
+    """The ingest queue is full: the agent backs off and reconnects."""
 
 
 class TelemetryIngest:

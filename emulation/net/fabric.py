@@ -14,6 +14,7 @@ import os
 import time
 from pathlib import Path
 
+from controller.errors import HostError
 from controller.fabric import Fabric, NicId
 from controller.fabric import addressing as ad
 from emulation.net import links, netns, ovs
@@ -106,18 +107,18 @@ class EmulatedFabric:
             LOG.warning("fabric %s was left up by a process that is gone: tearing it down", self.fabric.spec.name)
             teardown_from_state(self.state_file)
         if self.state_file.exists():
-            raise RuntimeError(
+            raise HostError(
                 f"fabric {self.fabric.spec.name!r} is already up (state file {self.state_file}); "
                 "run `railyard fabric down` first"
             )
         clash = set(ovs.all_bridges()) & set(self.fabric.switches)
         if clash:
-            raise RuntimeError(f"bridges {sorted(clash)} already exist; run `railyard fabric down` first")
+            raise HostError(f"bridges {sorted(clash)} already exist; run `railyard fabric down` first")
         started = time.monotonic()
         if self.tls_dir is not None:
             current = ovs.ssl_certificate()
             if current and current != str(self.tls_dir / "switch.crt"):
-                raise RuntimeError(
+                raise HostError(
                     f"Open vSwitch's SSL is already configured (certificate {current}), and it is one per "
                     "instance: remove it (ovs-vsctl del-ssl) or run the fabric without TLS"
                 )

@@ -1,6 +1,8 @@
 """The underlay: what a BGP-ECMP fabric would forward with no controller.
 
-Pure: Fabric -> per-switch groups and flow entries (ovs-ofctl syntax). Every
+Pure: Fabric -> per-switch groups and flow entries, as data (`ofctl()` writes
+them in ovs-ofctl syntax for the emulation; tests/fakes loads them into a fake
+switch as OpenFlow, and asks it where a packet leaves). Every
 entry has cookie 0 and a priority below Railyard's overlay band, so the
 controller can steer on top of it and, if the controller dies, traffic falls
 back to plain 5-tuple ECMP instead of being black-holed.
@@ -13,6 +15,7 @@ back to plain 5-tuple ECMP instead of being black-holed.
 
 from __future__ import annotations
 
+import ipaddress
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -56,12 +59,25 @@ class SelectGroup:
 
 @dataclass(frozen=True)
 class FlowEntry:
+    """An IPv4 route: packets to `nw_dst`, through `actions` in the overlay's
+    vocabulary (wire.py): "dec_ttl", "set_field:eth_src=MAC", "output:PORT",
+    and "group:ID" (a select group of this switch)."""
+
     priority: int
-    match: str
-    actions: str
+    nw_dst: ipaddress.IPv4Network
+    actions: tuple[str, ...]
 
     def ofctl(self) -> str:
-        return f"cookie=0,priority={self.priority},{self.match},actions={self.actions}"
+        actions = ",".join(_ofctl_action(a) for a in self.actions)
+        return f"cookie=0,priority={self.priority},ip,nw_dst={self.nw_dst},actions={actions}"
+
+
+def _ofctl_action(action: str) -> str:
+    name, _, arg = action.partition(":")
+    if name == "set_field":
+        field, _, value = arg.partition("=")
+        return f"set_field:{value}->{field}"
+    return action
 
 
 @dataclass(frozen=True)
@@ -75,20 +91,15 @@ def build_underlay(fabric: Fabric) -> dict[str, SwitchUnderlay]:
     return {name: _switch_underlay(fabric, name) for name in sorted(fabric.switches)}
 
 
-def _deliver_locally(nic: NicId, port: int) -> str:
+def _deliver_locally(nic: NicId, port: int) -> tuple[str, ...]:
     eth_src, eth_dst = ad.local_delivery_macs(nic)
-    return f"dec_ttl,set_field:{eth_src}->eth_src,set_field:{eth_dst}->eth_dst,output:{port}"
+    return ("dec_ttl", f"set_field:eth_src={eth_src}", f"set_field:eth_dst={eth_dst}", f"output:{port}")
 
 
 def _switch_underlay(fabric: Fabric, switch: str) -> SwitchUnderlay:
     local = fabric.local_nics(switch)
     flows = [
-        FlowEntry(
-            PRIORITY_LOCAL_HOST,
-            f"ip,nw_dst={ad.nic_address(nic)}/32",
-            _deliver_locally(nic, port),
-        )
-        for port, nic in sorted(local.items())
+        FlowEntry(PRIORITY_LOCAL_HOST, _host(nic), _deliver_locally(nic, port)) for port, nic in sorted(local.items())
     ]
     local_set = set(local.values())
 
@@ -105,21 +116,23 @@ def _switch_underlay(fabric: Fabric, switch: str) -> SwitchUnderlay:
     groups: dict[tuple[int, ...], SelectGroup] = {}
     param = hash_param(fabric.switch(switch).tier)
 
-    def forward(hops: tuple[int, ...]) -> str:
+    def forward(hops: tuple[int, ...]) -> tuple[str, ...]:
         if len(hops) == 1:
-            return f"dec_ttl,output:{hops[0]}"
+            return ("dec_ttl", f"output:{hops[0]}")
         if hops not in groups:
             groups[hops] = SelectGroup(len(groups) + 1, hops, param)
-        return f"dec_ttl,group:{groups[hops].group_id}"
+        return ("dec_ttl", f"group:{groups[hops].group_id}")
 
     for (rail, pod), members in sorted(by_prefix.items()):
         hop_sets = {hops for _, hops in members}
         covers_prefix = len(members) == sum(1 for n in fabric.nics if (n.rail, n.pod) == (rail, pod))
         if len(hop_sets) == 1 and covers_prefix:
-            flows.append(
-                FlowEntry(PRIORITY_REMOTE_PREFIX, f"ip,nw_dst={ad.leaf_prefix(rail, pod)}", forward(members[0][1]))
-            )
+            flows.append(FlowEntry(PRIORITY_REMOTE_PREFIX, ad.leaf_prefix(rail, pod), forward(members[0][1])))
         else:
             for nic, hops in members:
-                flows.append(FlowEntry(PRIORITY_REMOTE_HOST, f"ip,nw_dst={ad.nic_address(nic)}/32", forward(hops)))
+                flows.append(FlowEntry(PRIORITY_REMOTE_HOST, _host(nic), forward(hops)))
     return SwitchUnderlay(switch, tuple(groups.values()), tuple(flows))
+
+
+def _host(nic: NicId) -> ipaddress.IPv4Network:
+    return ipaddress.IPv4Network(f"{ad.nic_address(nic)}/32")

@@ -22,6 +22,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from controller.errors import RailyardError
 from controller.fabric import Fabric
 from emulation.model.optimum import Bounds, ModelFlow, OptimumKind, Outage, Units, optimum_bounds
 from emulation.traffic.iperf import FlowResult, FlowSpec
@@ -45,7 +46,7 @@ OPTIMUM_NOTE = (
 )
 
 
-class RunInvalid(RuntimeError):
+class RunInvalid(RailyardError):
     """A run whose figures are not what they claim to be. `report` carries
     the figures that show it, for whoever writes them down."""
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from controller.fabric import Endpoint, Fabric
-from emulation.scenarios.runner import ModeRun
+from emulation.scenarios.runner import ModeRun, ScenarioMode
 
 
 def report_stem(scenario: str, fabric: str, seed: int) -> str:
@@ -17,7 +18,7 @@ def report_stem(scenario: str, fabric: str, seed: int) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", f"{scenario}-{fabric}-seed{seed}").lstrip(".") or "scenario"
 
 
-def write(report: dict, runs: dict[str, ModeRun], fabric: Fabric, out_dir: Path) -> Path:
+def write(report: dict, runs: Mapping[ScenarioMode, ModeRun], fabric: Fabric, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = report_stem(report["scenario"], report["fabric"], report["seed"])
     path = out_dir / f"{stem}.json"
@@ -29,7 +30,7 @@ def write(report: dict, runs: dict[str, ModeRun], fabric: Fabric, out_dir: Path)
     return path
 
 
-def _plots(report: dict, runs: dict[str, ModeRun], fabric: Fabric, path: Path) -> None:
+def _plots(report: dict, runs: Mapping[ScenarioMode, ModeRun], fabric: Fabric, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -89,7 +90,7 @@ def _iteration_cdf(report: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    styles = {"ecmp": "--", "te": "-"}
+    styles = {ScenarioMode.ECMP: "--", ScenarioMode.TE: "-"}
     for mode, figures in report["modes"].items():
         for k, job in enumerate(figures["jobs"]):
             times = sorted(t for _, t in job["times_s"] if t is not None)

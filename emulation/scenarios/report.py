@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
@@ -23,7 +23,7 @@ from emulation.scenarios.judge import (
     phases,
     planned_intervals,
 )
-from emulation.scenarios.runner import ModeRun, emulation_scale
+from emulation.scenarios.runner import ModeRun, ScenarioMode, emulation_scale
 from emulation.scenarios.timeline import te_figures
 from emulation.traffic.records import StreamResult
 from emulation.workload import Workload
@@ -207,7 +207,7 @@ def optimum_figures(phases_: Sequence[Phase], duration_s: float) -> dict:
     }
 
 
-def build_report(fabric: Fabric, workload: Workload, seed: int, runs: dict[str, ModeRun]) -> dict:
+def build_report(fabric: Fabric, workload: Workload, seed: int, runs: Mapping[ScenarioMode, ModeRun]) -> dict:
     """Both runs judged against the exact optimum, phase by phase around the
     failures: the unbounded flows by goodput, each job's iterations against
     its own lower bound. Raises OptimumExceeded (with the report attached)
@@ -224,7 +224,7 @@ def build_report(fabric: Fabric, workload: Workload, seed: int, runs: dict[str, 
         if key not in by_flows:
             by_flows[key] = phases(fabric, workload.events, workload.duration_s, run.flows)
         phase_of[mode] = by_flows[key]
-    shown = phase_of["te"] if "te" in phase_of else next(iter(phase_of.values()))
+    shown = phase_of[ScenarioMode.TE] if ScenarioMode.TE in phase_of else next(iter(phase_of.values()))
     report: dict = {
         "scenario": workload.name,
         "description": workload.description,

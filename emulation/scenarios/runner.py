@@ -16,23 +16,24 @@ import math
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 import grpc
 
-from controller.fabric import Endpoint, Fabric
+from controller.fabric import Fabric
 from controller.fabric import addressing as ad
+from controller.intent.drains import DrainTarget
 from controller.metrics import TE_DECISIONS
-from controller.southbound.overlay import is_railyard_meter
 from controller.te.jobs import JobRequest
-from emulation.agent.telemetry_agent import FabricSampler, TelemetryAgent, read_queues
-from emulation.net import netns, ovs
+from emulation.agent.telemetry_agent import TelemetryAgent
+from emulation.net import netns
 from emulation.net.fabric import EmulatedFabric
 from emulation.processes.controller_process import ControllerProcess, Ports, total
+from emulation.scenarios.sampling import FabricWatch, Sample, underlay_vias
 from emulation.scenarios.timeline import Decided, read_decisions
-from emulation.traffic.counters import ecmp_uplink
 from emulation.traffic.iperf import FlowResult, FlowSpec, TrafficRun
 from emulation.traffic.records import Iteration, Schedule, Stream, StreamResult
 from emulation.traffic.transfers import TransferEngine
@@ -44,21 +45,20 @@ from emulation.workload.placers import railyard_placer
 
 log = logging.getLogger(__name__)
 
-SAMPLE_INTERVAL_S = 0.25
-MODES = ("ecmp", "te")
+
+class ScenarioMode(StrEnum):
+    """How a scenario's fabric is run; the value names the report's section and files."""
+
+    ECMP = "ecmp"  # the underlay's hashing alone: no controller
+    TE = "te"  # Railyard's controller with adaptive TE
+
+
 MAX_EMULATED_S = 600.0
-
-
-@dataclass(frozen=True)
-class Sample:
-    t: float  # seconds since traffic start
-    tx_bps: dict[Endpoint, float]  # per switch egress, emulated units
-    queue_bytes: dict[Endpoint, int]
 
 
 @dataclass
 class ModeRun:
-    mode: str
+    mode: ScenarioMode
     plan: Plan
     flows: list[FlowSpec]  # the plan's unbounded transfers, run as iperf3, in plan order
     results: list[FlowResult] = field(default_factory=list)
@@ -183,56 +183,12 @@ def stream(emu: EmulatedFabric, t: Transfer, scale: float, duration_s: float) ->
     )
 
 
-def _sampler(fabric: Fabric, start: float, stop: threading.Event, out: list[Sample]) -> None:
-    """Transmit rate and queue per egress, read the way the telemetry agent reads
-    them (kernel counters and tc, one pass), independently of the controller."""
-    sampler = FabricSampler(fabric)
-    before, then = sampler.ports_now(), time.time()
-    while not stop.wait(SAMPLE_INTERVAL_S):
-        now_counters, now = sampler.ports_now(), time.time()
-        dt = max(now - then, 1e-3)
-        tx = {e: max(c.tx_bytes - before[e].tx_bytes, 0) * 8 / dt for e, c in now_counters.items() if e in before}
-        out.append(Sample(now - start, tx, {e: c.queue_bytes for e, c in now_counters.items()}))
-        before, then = now_counters, now
-
-
-def _drops() -> dict[str, int]:
-    """Drops so far at every fabric queue, by interface."""
-    return {dev: drops for dev, (_, drops) in read_queues().items() if dev.startswith("ry")}
-
-
-class PolicedTally:
-    """Packets Railyard's meters dropped, summed over the run. A meter is
-    removed seconds after its incast ends, and its id may come back with a
-    fresh count, so counts are read while the run goes on, not once at its end."""
-
-    def __init__(self, fabric: Fabric) -> None:
-        self.switches = sorted(fabric.switches)
-        self.last: dict[tuple[str, int], int] = {}
-        self.total = 0
-
-    def sample(self) -> None:
-        seen = {}
-        for switch in self.switches:
-            for meter_id, n in ovs.meter_band_packets(switch).items():
-                if is_railyard_meter(meter_id):
-                    before = self.last.get((switch, meter_id), 0)
-                    self.total += n - before if n >= before else n
-                    seen[(switch, meter_id)] = n
-        self.last = seen  # a meter gone is forgotten: if its id returns, it counts from zero
-
-    def run(self, stop: threading.Event, interval_s: float = 0.5) -> None:
-        while not stop.wait(interval_s):
-            self.sample()
-        self.sample()
-
-
 def run_mode(
     fabric: Fabric,
     spec_path,
     workload: Workload,
     seed: int,
-    mode: str,
+    mode: ScenarioMode,
     workdir: Path,
     progress: Callable[[str], None],
     raw_dir: Path | None = None,
@@ -240,7 +196,7 @@ def run_mode(
     """ECMP: the fabric alone (its underlay), no controller; jobs placed by
     the same placement code in-process, so both runs carry the same flows.
     TE: the daemon and the telemetry agent attached, placement through the API."""
-    te = mode == "te"
+    te = mode is ScenarioMode.TE
     ports = Ports.pick()
     decisions = workdir / f"decisions-{mode}.jsonl"
     ctl = ControllerProcess(
@@ -266,40 +222,16 @@ def run_mode(
                 plan = expand(fabric, workload, seed, api_placer(client))
             else:
                 plan = expand(fabric, workload, seed, railyard_placer(fabric))
-            others = [i for i, t in enumerate(plan.transfers) if not t.unbounded]
             run = ModeRun(mode, plan, steady_flows(fabric, plan, duration))
             if not te:
-                run.underlay_vias = _underlay_vias(fabric, plan)
-            position = {index: k for k, index in enumerate(others)}
-            engine = TransferEngine(
-                [stream(emu, plan.transfers[i], scale, duration) for i in others],
-                [
-                    Schedule(
-                        j.job_id, tuple(position[i] for i in j.transfers), j.iterations, j.compute_gap_s, j.start_s
-                    )
-                    for j in plan.jobs
-                    if j.iterations and j.transfers  # a one-server job talks over NVLink, not the fabric
-                ],
-                duration,
-            )
-            if others:
-                engine.open()
-            drops_before = _drops()
-            stop = threading.Event()
+                run.underlay_vias = underlay_vias(fabric, plan)
+            engine = _transfer_engine(emu, plan, scale, duration)
+            watch = FabricWatch(fabric)
             traffic = TrafficRun(emu.popen, run.flows, duration, raw_dir).start() if run.flows else None
             engine.start()
             start = time.time()
-            sampler = threading.Thread(target=_sampler, args=(fabric, start, stop, run.samples), daemon=True)
-            sampler.start()
-            policed = PolicedTally(fabric)
-            metering = threading.Thread(target=policed.run, args=(stop,), daemon=True)
-            metering.start()
-            timers = [
-                threading.Timer(event.at_s, _apply, args=(fabric, event, client, run.skipped_events))
-                for event in workload.events
-            ]
-            for timer in timers:
-                timer.start()
+            watch.start(start)
+            timers = _schedule(fabric, workload.events, client, run.skipped_events)
             while time.time() - start < duration:
                 time.sleep(1.0)
                 progress(f"{workload.name} [{mode}] {min(time.time() - start, duration):4.1f}/{duration:g} s")
@@ -309,15 +241,12 @@ def run_mode(
             run.streams, run.iterations = engine.results, engine.iterations
             for timer in timers:
                 timer.join()
-            stop.set()
-            sampler.join(timeout=5)
-            metering.join(timeout=5)
+            watch.stop()
             # The run's own seconds: after them, traffic is only winding down.
-            run.samples = [s for s in run.samples if s.t <= duration]
-            drops_after = _drops()
-            run.drops_by_port = {dev: n - drops_before.get(dev, 0) for dev, n in drops_after.items()}
+            run.samples = [s for s in watch.samples if s.t <= duration]
+            run.drops_by_port = watch.drops_by_port
             run.drops = sum(run.drops_by_port.values())
-            run.policed = policed.total
+            run.policed = watch.policed.total
             if not te:
                 return run
             assert agent is not None  # started above whenever te is on
@@ -341,18 +270,31 @@ def run_mode(
     return run
 
 
-def _underlay_vias(fabric: Fabric, plan: Plan) -> dict[int, str]:
-    """Where the switches' own hash sends each job flow (ofproto/trace at its
-    ingress leaf; a rail-optimized leaf's uplink names the spine)."""
-    out = {}
-    for i, t in enumerate(plan.transfers):
-        if not t.job:
-            continue
-        uplink = ecmp_uplink(fabric, FlowSpec(t.src, t.dst, t.protocol, t.src_port, t.dst_port))
-        if uplink is not None and uplink.port:
-            link = fabric.ports(uplink.node).get(uplink.port)
-            out[i] = link.peer(uplink.node).node if link is not None and not link.is_access else ""
-    return out
+def _transfer_engine(emu: EmulatedFabric, plan: Plan, scale: float, duration: float) -> TransferEngine:
+    """The plan's bounded transfers (finite, on/off, jobs' iterations) on one
+    engine, its connections opened if it has any."""
+    others = [i for i, t in enumerate(plan.transfers) if not t.unbounded]
+    position = {index: k for k, index in enumerate(others)}
+    engine = TransferEngine(
+        [stream(emu, plan.transfers[i], scale, duration) for i in others],
+        [
+            Schedule(j.job_id, tuple(position[i] for i in j.transfers), j.iterations, j.compute_gap_s, j.start_s)
+            for j in plan.jobs
+            if j.iterations and j.transfers  # a one-server job talks over NVLink, not the fabric
+        ],
+        duration,
+    )
+    if others:
+        engine.open()
+    return engine
+
+
+def _schedule(fabric: Fabric, events: Sequence[Event], client, skipped: list[str]) -> list[threading.Timer]:
+    """Each scenario event started on a timer, at its time from now."""
+    timers = [threading.Timer(event.at_s, _apply, args=(fabric, event, client, skipped)) for event in events]
+    for timer in timers:
+        timer.start()
+    return timers
 
 
 def _apply(fabric: Fabric, event: Event, client, skipped: list[str]) -> None:
@@ -364,7 +306,7 @@ def _apply(fabric: Fabric, event: Event, client, skipped: list[str]) -> None:
         if client is None:
             skipped.append(what + ": no controller in this run")
             return
-        client.drain("link" if event.on_link else "switch", event.target, event.kind == "drain")
+        client.drain(DrainTarget.LINK if event.on_link else DrainTarget.SWITCH, event.target, event.kind == "drain")
     else:
         state = "down" if event.kind.endswith("_down") else "up"
         if event.on_link:
@@ -383,7 +325,7 @@ def run_scenario(
     seed: int,
     progress: Callable[[str], None] = lambda _: None,
     raw_dir: Path | None = None,
-) -> dict[str, ModeRun]:
+) -> dict[ScenarioMode, ModeRun]:
     """`raw_dir`: keep iperf3's own JSON reports there, one folder per mode."""
     # Refusals (an event that is no uplink, what the emulation cannot run) stop here, before Mininet.
     workload = check_events(workload, fabric)
@@ -394,5 +336,5 @@ def run_scenario(
             mode: run_mode(
                 fabric, spec_path, workload, seed, mode, Path(tmp), progress, raw_dir / mode if raw_dir else None
             )
-            for mode in MODES
+            for mode in ScenarioMode
         }

@@ -3,8 +3,8 @@ refusal names its field (`traffic[2].fan_in`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from controller.errors import NAME_RULE, valid_name
 from controller.fabric import addressing as ad
@@ -23,6 +23,8 @@ from emulation.workload.model import (
     WorkloadError,
 )
 from emulation.workload.values import byte_count, integer, kind_of, number, only
+
+T = TypeVar("T")
 
 MAX_DURATION_S = 3600.0
 MAX_RATE_GBPS = 3200.0
@@ -63,14 +65,14 @@ def parse_item(value: Any, where: str, duration: float) -> Item:
     return _mix(value, where)
 
 
-def _protocol(value: Mapping, where: str) -> str:
+def _protocol(value: Mapping[str, Any], where: str) -> str:
     protocol = value.get("protocol", "tcp")
     if protocol not in PROTOCOLS:
         raise WorkloadError(f"{where}.protocol", f"got {protocol!r}", ", ".join(PROTOCOLS))
-    return protocol
+    return str(protocol)
 
 
-def _volume(value: Mapping, where: str) -> tuple[str, float | None, int]:
+def _volume(value: Mapping[str, Any], where: str) -> tuple[str, float | None, int]:
     protocol = _protocol(value, where)
     rate = None
     if "rate_gbps" in value:
@@ -79,7 +81,7 @@ def _volume(value: Mapping, where: str) -> tuple[str, float | None, int]:
     return protocol, rate, size
 
 
-def _start(value: Mapping, prefix: str, duration: float) -> float:
+def _start(value: Mapping[str, Any], prefix: str, duration: float) -> float:
     start = number(value, "start_s", lower=0.0, upper=duration, default=0.0, prefix=prefix, closed=True)
     if start >= duration:
         raise WorkloadError(
@@ -88,7 +90,7 @@ def _start(value: Mapping, prefix: str, duration: float) -> float:
     return start
 
 
-def _window(value: Mapping, where: str, duration: float, finite: bool) -> Window:
+def _window(value: Mapping[str, Any], where: str, duration: float, finite: bool) -> Window:
     p = f"{where}."
     start = _start(value, p, duration)
     stop = None
@@ -133,7 +135,7 @@ def _endpoint(value: Any, where: str) -> Any:
     elif isinstance(value, str):
         try:
             return ad.parse_nic_address(value)
-        except ValueError as exc:
+        except ad.AddressError as exc:
             raise WorkloadError(where, str(exc), forms) from None
     else:
         raise WorkloadError(where, f"got {kind_of(value)}", forms)
@@ -160,7 +162,7 @@ def _flow(value: Any, where: str, duration: float) -> ExplicitFlow:
     return ExplicitFlow(src, dst, protocol, rate, size, _window(value, where, duration, bool(size)))
 
 
-def _pattern(value: Mapping, where: str, duration: float) -> PatternItem:
+def _pattern(value: Mapping[str, Any], where: str, duration: float) -> PatternItem:
     only(value, f"{where}.", _PATTERN)
     kind = value["pattern"]
     if kind not in PATTERN_KINDS:
@@ -185,7 +187,7 @@ def _pattern(value: Mapping, where: str, duration: float) -> PatternItem:
     )
 
 
-def _collective_settings(value: Mapping, where: str) -> dict[str, Any]:
+def _collective_settings(value: Mapping[str, Any], where: str) -> dict[str, Any]:
     p = f"{where}."
     protocol = _protocol(value, where)
     iterations = integer(value, "iterations", 0, lower=0, upper=MAX_ITERATIONS, prefix=p)
@@ -216,7 +218,7 @@ def _collective(value: Any, where: str) -> Pattern:
         raise WorkloadError(where, f"got {value!r}", ", ".join(p.value for p in Pattern)) from None
 
 
-def _job(value: Mapping, where: str, duration: float) -> JobItem:
+def _job(value: Mapping[str, Any], where: str, duration: float) -> JobItem:
     only(value, f"{where}.", _JOB)
     name = value["job"]
     if not isinstance(name, str) or not valid_name(name):
@@ -246,7 +248,7 @@ def _job(value: Mapping, where: str, duration: float) -> JobItem:
     )
 
 
-def _mix(value: Mapping, where: str) -> JobMixItem:
+def _mix(value: Mapping[str, Any], where: str) -> JobMixItem:
     only(value, f"{where}.", _MIX)
     p = f"{where}."
     defaults = JobMixItem()
@@ -277,7 +279,13 @@ def _size(value: Any, where: str) -> int:
     return value
 
 
-def _weights(value: Mapping, key: str, default: tuple, item, prefix: str) -> tuple:
+def _weights(
+    value: Mapping[str, Any],
+    key: str,
+    default: tuple[tuple[T, float], ...],
+    item: Callable[[Any, str], T],
+    prefix: str,
+) -> tuple[tuple[T, float], ...]:
     where = prefix + key
     weights = value.get(key)
     if weights is None:

@@ -31,14 +31,14 @@ def kind_of(value: Any) -> str:
     return "nothing" if value is None else type(value).__name__
 
 
-def only(value: Mapping, prefix: str, allowed: set[str]) -> None:
+def only(value: Mapping[str, Any], prefix: str, allowed: set[str]) -> None:
     for key in value:
         if key not in allowed:
             raise WorkloadError(f"{prefix}{key}", "unknown key", ", ".join(sorted(allowed)))
 
 
 def number(
-    doc: Mapping,
+    doc: Mapping[str, Any],
     key: str,
     *,
     lower: float,
@@ -57,14 +57,16 @@ def number(
     return float(value)
 
 
-def integer(doc: Mapping, key: str, default: int | None, *, lower: int, upper: int = 1 << 31, prefix: str = "") -> int:
+def integer(
+    doc: Mapping[str, Any], key: str, default: int | None, *, lower: int, upper: int = 1 << 31, prefix: str = ""
+) -> int:
     value = doc.get(key, default)
     if isinstance(value, bool) or not isinstance(value, int) or not lower <= value <= upper:
         raise WorkloadError(f"{prefix}{key}", f"got {value!r}", f"an integer from {lower} to {upper}")
     return value
 
 
-def byte_count(doc: Mapping, key: str, prefix: str = "") -> int:
+def byte_count(doc: Mapping[str, Any], key: str, prefix: str = "") -> int:
     """Bytes, > 0: 1048576, "64GB" (10^9) or "1.5GiB" (2^30)."""
     value = doc.get(key)
     if isinstance(value, bool):

@@ -14,6 +14,10 @@ all or nothing; a refused commit answers with an error for the failing
 message, then an ONF "message failed" error for the commit. A flow naming a
 missing meter is refused; deleting a meter deletes the flows that use it.
 
+Flow mods outside a bundle and select-group mods are applied too (the
+underlay arrives that way, tests/fakes/forwarding.py), so the tables answer
+where a packet leaves (forwarding.py), as Faucet's `FakeOFTable.is_output` does.
+
 Replies are delivered synchronously, from inside send_msg, to
 `deliver(dpid, msg)` (e.g. CallTable.deliver): the caller opens its call
 before sending, so tests need no threads and are deterministic.
@@ -45,6 +49,16 @@ class MeterMod:
 
 
 @dataclass(frozen=True)
+class GroupMod:
+    """A decoded OFPT_GROUP_MOD (os-ken has no parser for it)."""
+
+    command: int
+    type: int
+    group_id: int
+    buckets: list
+
+
+@dataclass(frozen=True)
 class Applied:
     """One state change, in the order the switch made it."""
 
@@ -66,6 +80,7 @@ def parse(datapath, buf: bytes) -> Any:
 _NAMES: dict[int, Any] = {
     ofp.OFPT_FLOW_MOD: "OFPFlowMod",
     ofp.OFPT_METER_MOD: "OFPMeterMod",
+    ofp.OFPT_GROUP_MOD: "OFPGroupMod",
     ofp.OFPT_BARRIER_REQUEST: "OFPBarrierRequest",
     ofp.OFPT_ECHO_REQUEST: "OFPEchoRequest",
     ofp.OFPT_MULTIPART_REQUEST: {
@@ -92,14 +107,23 @@ def message_name(buf: bytes) -> str:
     return name
 
 
+def _parts(buf: bytes, offset: int, parse: Callable[[bytes, int], Any]) -> list:
+    """Length-prefixed items from `offset` to the end (a meter's bands, a group's buckets)."""
+    parts = []
+    while offset < len(buf):
+        parts.append(parse(buf, offset))
+        offset += parts[-1].len
+    return parts
+
+
 def decode_meter_mod(buf: bytes) -> MeterMod:
     command, flags, meter_id = struct.unpack_from(ofp.OFP_METER_MOD_PACK_STR, buf, ofp.OFP_HEADER_SIZE)
-    bands, offset = [], ofp.OFP_METER_MOD_SIZE
-    while offset < len(buf):
-        band = parser.OFPMeterBandHeader.parser(buf, offset)
-        bands.append(band)
-        offset += band.len
-    return MeterMod(command, flags, meter_id, bands)
+    return MeterMod(command, flags, meter_id, _parts(buf, ofp.OFP_METER_MOD_SIZE, parser.OFPMeterBandHeader.parser))
+
+
+def decode_group_mod(buf: bytes) -> GroupMod:
+    command, type_, group_id = struct.unpack_from(ofp.OFP_GROUP_MOD_PACK_STR, buf, ofp.OFP_HEADER_SIZE)
+    return GroupMod(command, type_, group_id, _parts(buf, ofp.OFP_GROUP_MOD_SIZE, parser.OFPBucket.parser))
 
 
 def flow_key(mod) -> FlowKey:
@@ -136,6 +160,7 @@ class FakeSwitch:
         self.dpid = dpid
         self.flows: dict[FlowKey, Any] = {}  # -> the OFPFlowMod that installed it
         self.meters: dict[int, MeterMod] = {}
+        self.groups: dict[int, GroupMod] = {}
         self.journal: list[Applied] = [] if journal is None else journal  # share one to order across switches
         self.received: list[str] = []  # class name of every message sent to it
         self.replies: list[Any] = []  # every reply, delivered or dropped
@@ -166,6 +191,8 @@ class FakeDatapath(ofproto_protocol.ProtocolDesc):
         self._handlers = {
             ofp.OFPT_EXPERIMENTER: self._experimenter,
             ofp.OFPT_METER_MOD: self._meter_mod,
+            ofp.OFPT_GROUP_MOD: self._group_mod,
+            ofp.OFPT_FLOW_MOD: self._flow_mod,
             ofp.OFPT_BARRIER_REQUEST: lambda xid, _buf: self._reply(xid, ofp.OFPT_BARRIER_REPLY, b""),
             ofp.OFPT_ECHO_REQUEST: lambda xid, buf: self._reply(xid, ofp.OFPT_ECHO_REPLY, buf[ofp.OFP_HEADER_SIZE :]),
             ofp.OFPT_MULTIPART_REQUEST: self._multipart,
@@ -269,6 +296,22 @@ class FakeDatapath(ofproto_protocol.ProtocolDesc):
             meters[mod.meter_id] = mod
         self.switch.journal.append(Applied(self.switch.name, _METER_KINDS[mod.command], mod))
 
+    def _group_mod(self, xid: int, buf: bytes) -> None:
+        mod = decode_group_mod(buf)
+        if mod.command != ofp.OFPGC_ADD:
+            raise NotImplementedError(f"fake switch: group mod command {mod.command}")
+        if mod.group_id in self.switch.groups:
+            return self._error(xid, ofp.OFPET_GROUP_MOD_FAILED, ofp.OFPGMFC_GROUP_EXISTS, buf)
+        self.switch.groups[mod.group_id] = mod
+
+    def _flow_mod(self, xid: int, buf: bytes) -> None:
+        """A flow mod outside a bundle, applied at once (how the underlay is loaded)."""
+        mod = parse(self, buf)
+        error = self._apply(self.switch.flows, mod)
+        if error is not None:
+            return self._error(xid, error[0], error[1], buf)
+        self.switch.journal.append(Applied(self.switch.name, _FLOW_KINDS[mod.command], mod))
+
     def _experimenter(self, xid: int, buf: bytes) -> None:
         msg = parse(self, buf)
         if isinstance(msg, parser.ONFBundleCtrlMsg):
@@ -320,6 +363,8 @@ class FakeDatapath(ofproto_protocol.ProtocolDesc):
         if mod.command == ofp.OFPFC_ADD:
             if any(i not in self.switch.meters for i in _meter_ids(mod)):
                 return ofp.OFPET_METER_MOD_FAILED, ofp.OFPMMFC_UNKNOWN_METER
+            if any(i not in self.switch.groups for i in _group_ids(mod)):
+                return ofp.OFPET_BAD_ACTION, ofp.OFPBAC_BAD_OUT_GROUP
             flows[key] = mod  # same (table, priority, match): replaced in place
         elif mod.command == ofp.OFPFC_DELETE_STRICT:
             if (mod.out_port, mod.out_group) != (ofp.OFPP_ANY, ofp.OFPG_ANY):
@@ -334,3 +379,13 @@ class FakeDatapath(ofproto_protocol.ProtocolDesc):
 
 def _meter_ids(mod) -> set[int]:
     return {i.meter_id for i in mod.instructions if isinstance(i, parser.OFPInstructionMeter)}
+
+
+def _group_ids(mod) -> set[int]:
+    return {
+        a.group_id
+        for i in mod.instructions
+        if isinstance(i, parser.OFPInstructionActions)
+        for a in i.actions
+        if isinstance(a, parser.OFPActionGroup)
+    }

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from controller.api.client import ClientTls
 from controller.fabric import Endpoint, Fabric
+from controller.intent.drains import DrainTarget
 from emulation.net import ovs
 from emulation.net.fabric import EmulatedFabric
 from emulation.net.ovs import PortStats
@@ -85,10 +86,10 @@ def clear_intent(client) -> None:
         client.unpin_flow(pin.name)
     for switch in client.get_fabric().switches:
         if switch.drained:
-            client.drain("switch", switch.name, drained=False)
+            client.drain(DrainTarget.SWITCH, switch.name, drained=False)
     for link in client.list_links(include_access=True):
         if link.drained:
-            client.drain("link", link.name, drained=False)
+            client.drain(DrainTarget.LINK, link.name, drained=False)
 
 
 @contextlib.contextmanager

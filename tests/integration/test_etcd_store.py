@@ -13,6 +13,7 @@ from controller.errors import AlreadyExists, NotLeader
 from controller.fabric import load_fabric
 from controller.intent.election import LEASE_TTL_S, Election, Leadership
 from controller.intent.etcd_store import EtcdIntentStore, EtcdKv, EtcdUrl, StoreConflict, StoreUnavailable
+from controller.intent.model import RecordKind
 from controller.intent.service import IntentService
 from controller.intent.store import Change
 from controller.metrics import Metrics
@@ -35,8 +36,8 @@ def store(etcd, prefix: str) -> EtcdIntentStore:
 def test_changes_round_trip_with_their_revision(etcd):
     first = store(etcd, "roundtrip")
     assert first.load().revision == 0
-    first.apply(Change(puts={("pin", "a"): {"x": 1}, ("job", "j"): {"y": [1, 2]}}), 1)
-    first.apply(Change(puts={("drain-link", "ryl0r0:3"): {}}, deletes=frozenset({("pin", "a")})), 2)
+    first.apply(Change(puts={(RecordKind.PIN, "a"): {"x": 1}, (RecordKind.JOB, "j"): {"y": [1, 2]}}), 1)
+    first.apply(Change(puts={(RecordKind.DRAINED_LINK, "ryl0r0:3"): {}}, deletes=frozenset({(RecordKind.PIN, "a")})), 2)
     again = store(etcd, "roundtrip").load()
     assert again.revision == 2
     assert dict(again.records) == {("job", "j"): {"y": [1, 2]}, ("drain-link", "ryl0r0:3"): {}}
@@ -52,7 +53,7 @@ def test_of_two_writers_that_read_the_same_intent_exactly_one_wins(etcd):
     def write(index: int) -> None:
         barrier.wait()
         try:
-            writers[index].apply(Change(puts={("job", "same"): {"by": index}}), 1)
+            writers[index].apply(Change(puts={(RecordKind.JOB, "same"): {"by": index}}), 1)
             outcomes.append(f"won {index}")
         except StoreConflict:
             outcomes.append("conflict")
@@ -64,7 +65,7 @@ def test_of_two_writers_that_read_the_same_intent_exactly_one_wins(etcd):
         thread.join()
     assert sorted(outcomes)[0] == "conflict" and sorted(outcomes)[1].startswith("won"), outcomes
     winner = int(next(o for o in outcomes if o.startswith("won")).split()[1])
-    assert dict(store(etcd, "race").load().records) == {("job", "same"): {"by": winner}}
+    assert dict(store(etcd, "race").load().records) == {(RecordKind.JOB, "same"): {"by": winner}}
 
 
 def test_two_replicas_placing_the_same_job_through_the_store_one_wins(etcd):
@@ -106,13 +107,13 @@ def test_a_deposed_leaders_write_is_refused_by_the_fence(etcd):
     writer = store(etcd, "fence")
     writer.load()
     writer.fence = first.state.generation
-    writer.apply(Change(puts={("pin", "p"): {}}), 1)
+    writer.apply(Change(puts={(RecordKind.PIN, "p"): {}}), 1)
     kv.revoke(first._lease)  # the lease is gone (as if it expired): another replica takes over
     second = Election(EtcdKv(EtcdUrl.parse(etcd.store_url("fence"))), "replica-b:1", changes.append)
     second.step()
     assert second.state.ours and second.state.generation > first.state.generation
     with pytest.raises(StoreConflict):
-        writer.apply(Change(puts={("pin", "late"): {}}), 2)
+        writer.apply(Change(puts={(RecordKind.PIN, "late"): {}}), 2)
     assert ("pin", "late") not in store(etcd, "fence").load().records
 
 
@@ -143,7 +144,7 @@ def test_the_store_answers_while_one_member_is_down(etcd):
     first = etcd.members[0].name
     etcd.stop_member(first)
     try:
-        writer.apply(Change(puts={("pin", "still"): {}}), 1)
+        writer.apply(Change(puts={(RecordKind.PIN, "still"): {}}), 1)
         assert ("pin", "still") in store(etcd, "failover").load().records
     finally:
         etcd.start_member(first)
@@ -171,7 +172,7 @@ def test_a_change_whose_answer_never_came_is_unknown_not_retried_elsewhere(etcd)
         writer = EtcdIntentStore(kv)
         writer.load()  # a read: the silent member times out, the next answers
         with pytest.raises(StoreUnavailable, match="may or may not have landed"):
-            EtcdIntentStore(EtcdKv(url, timeout_s=0.5)).apply(Change(puts={("pin", "p"): {}}), 1)
+            EtcdIntentStore(EtcdKv(url, timeout_s=0.5)).apply(Change(puts={(RecordKind.PIN, "p"): {}}), 1)
         assert store(etcd, "silent").load().revision == 0  # not sent twice: nothing landed anywhere
     finally:
         silent.close()

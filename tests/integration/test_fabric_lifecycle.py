@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from controller.errors import HostError
 from emulation.net import netns, ovs
 from emulation.net.cleanup import alive
 
@@ -115,7 +116,7 @@ def test_a_fabric_whose_owner_was_killed_is_swept_by_the_next_one_up(tmp_path, f
     state_file = state_dir / f"fabric-{demo_fabric.spec.name}.json"
     try:
         wait_up(state_file, demo_fabric)
-        with pytest.raises(RuntimeError, match="already up"):
+        with pytest.raises(HostError, match="already up"):
             EmulatedFabric(demo_fabric, state_dir=state_dir).start()
         orphaned = json.loads(state_file.read_text())
     finally:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2
+from grpc_status import rpc_status
 
 from controller.api.errors import FIELD_METADATA_KEY
 from controller.api.gen.railyard.v1 import placement_pb2 as ppb
@@ -72,6 +74,13 @@ def test_an_unknown_node_name_is_refused_with_its_field(daemon):
     assert "gpu-z999" in (err.value.details() or "")
     assert isinstance(err.value, grpc.Call)
     assert dict(err.value.trailing_metadata() or ()).get(FIELD_METADATA_KEY, "").startswith("servers")
+    # The same field as a standard google.rpc.BadRequest detail (AIP-193), as grpcio-status reads it.
+    status = rpc_status.from_call(err.value)
+    assert status is not None and status.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    bad = error_details_pb2.BadRequest()
+    assert status.details[0].Unpack(bad)
+    assert bad.field_violations[0].field.startswith("servers")
+    assert "gpu-z999" in bad.field_violations[0].description
     with daemon.client() as client:
         assert "nowhere" not in {j.job_id for j in client.list_jobs()}
 

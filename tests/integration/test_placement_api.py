@@ -12,6 +12,7 @@ import pytest
 from controller.api.gen.railyard.v1 import placement_pb2 as ppb
 from controller.fabric import Fabric
 from controller.fabric import addressing as ad
+from controller.intent.drains import DrainTarget
 from controller.southbound.overlay import owner_cookie
 from emulation.net import ovs
 from emulation.processes.controller_process import total
@@ -153,12 +154,12 @@ def test_drain_moves_job_flows_and_refuses_the_last_path(emu, ctl):
         used = sorted({f.spine for f in cross_pod(job)})
         victim = used[0]
         other = next(s for s in ("rys0", "rys1") if s != victim)
-        reply = client.drain("switch", victim)
+        reply = client.drain(DrainTarget.SWITCH, victim)
         assert list(reply.rerouted_job_ids) == ["ring-d"]
         moved = client.get_job("ring-d", view="full")
         assert {f.spine for f in cross_pod(moved)} == {other}
         with pytest.raises(grpc.RpcError) as err:
-            client.drain("switch", other)
+            client.drain(DrainTarget.SWITCH, other)
         # grpc-stubs type RpcError.details() as str | None; the daemon always sets details on these errors.
         assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "last path" in err.value.details()  # type: ignore[operator]
         links = {link.name: link for link in client.list_links()}
@@ -168,11 +169,11 @@ def test_drain_moves_job_flows_and_refuses_the_last_path(emu, ctl):
         for leaf in LEAVES:
             for entry in railyard_entries(leaf).values():
                 assert entry["actions"] == f"dec_ttl,output:{UPLINK_OF_SPINE[other]}"
-        client.drain("switch", victim, drained=False)
+        client.drain(DrainTarget.SWITCH, victim, drained=False)
         # Drain a link by either end: the leaf's uplink to the other spine.
-        link = client.drain("link", f"ryl0r0:{UPLINK_OF_SPINE[other]}")
+        link = client.drain(DrainTarget.LINK, f"ryl0r0:{UPLINK_OF_SPINE[other]}")
         assert link.link == f"ryl0r0:{UPLINK_OF_SPINE[other]}"
-        client.drain("link", link.link, drained=False)
+        client.drain(DrainTarget.LINK, link.link, drained=False)
         client.release_job("ring-d")
         assert client.get_fabric().free_gpu_count == 8
 

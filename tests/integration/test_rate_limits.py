@@ -5,6 +5,7 @@ import grpc
 import pytest
 
 from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
+from controller.intent.drains import DrainTarget
 from emulation.processes.controller_process import total
 from tests.integration.helpers import api_daemon
 
@@ -18,10 +19,10 @@ def daemon(tmp_path):
 
 def test_a_caller_over_its_mutation_rate_is_told_when_to_retry_and_reads_are_not_limited(daemon):
     with daemon.client() as client:
-        client.drain("switch", "rys0")
-        client.drain("switch", "rys0", drained=False)  # the burst (2) is spent
+        client.drain(DrainTarget.SWITCH, "rys0")
+        client.drain(DrainTarget.SWITCH, "rys0", drained=False)  # the burst (2) is spent
         with pytest.raises(grpc.RpcError) as err:
-            client.drain("switch", "rys0")
+            client.drain(DrainTarget.SWITCH, "rys0")
         assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "over 1 mutations per second" in (err.value.details() or "")
         trailers = err.value.trailing_metadata() or ()

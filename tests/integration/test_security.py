@@ -19,6 +19,7 @@ from controller.api.client import Client, ClientTls
 from controller.api.gen.railyard.v1 import placement_pb2 as ppb
 from controller.api.gen.railyard.v1 import placement_pb2_grpc as ppb_grpc
 from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
+from controller.intent.drains import DrainTarget
 from controller.security import certs, tokens
 from emulation.processes.controller_process import free_port, total
 from emulation.processes.prometheus_local import LocalPrometheus
@@ -90,8 +91,8 @@ def test_a_scheduler_places_and_an_operator_drains(daemon, pki):
         stream.cancel()
         scheduler.release_job("secure-1")
     with daemon.client() as operator:  # the operator's certificate
-        operator.drain("switch", "rys0")
-        operator.drain("switch", "rys0", drained=False)
+        operator.drain(DrainTarget.SWITCH, "rys0")
+        operator.drain(DrainTarget.SWITCH, "rys0", drained=False)
 
 
 @pytest.mark.parametrize("who", ["other-ca-scheduler", "expired-scheduler"])
@@ -125,7 +126,7 @@ def test_roles_refuse_what_they_do_not_allow_and_change_nothing(daemon, pki):
         fabric_before = operator.get_fabric()
         _, revision = operator.list_jobs_at()
     refusals = [
-        ("scheduler", lambda c: c.drain("switch", "rys0"), "role scheduler may not call DrainSwitch"),
+        ("scheduler", lambda c: c.drain(DrainTarget.SWITCH, "rys0"), "role scheduler may not call DrainSwitch"),
         ("agent", lambda c: c.place_job("agent-job", 2, "ring"), "role agent may not call PlaceJob"),
         ("operator", lambda c: c.place_job("op-job", 2, "ring"), "role operator may not call PlaceJob"),
         ("mallory", lambda c: c.list_jobs(), "identity 'mallory' has no role"),
@@ -159,7 +160,7 @@ def test_a_bearer_token_on_the_token_listener_gets_its_identitys_role(daemon, pk
     with token_client(token_port, pki) as extender:
         assert extender.place_job("by-token", 2, "ring").created
         with pytest.raises(grpc.RpcError) as err:
-            extender.drain("switch", "rys0")
+            extender.drain(DrainTarget.SWITCH, "rys0")
         assert err.value.code() is grpc.StatusCode.PERMISSION_DENIED
         assert "role scheduler may not call DrainSwitch (identity 'extender')" in (err.value.details() or "")
         extender.release_job("by-token")
@@ -220,14 +221,14 @@ def test_the_audit_log_has_a_line_for_each_mutation_and_refusal(daemon, pki):
     with daemon.client(client_tls(pki, "scheduler")) as scheduler:
         scheduler.place_job("audited", 2, "ring", request_id="req-9")
         with pytest.raises(grpc.RpcError):
-            scheduler.drain("switch", "rys1")
+            scheduler.drain(DrainTarget.SWITCH, "rys1")
     with daemon.client(client_tls(pki, "agent")) as agent, pytest.raises(grpc.RpcError):
         agent.report_telemetry([hop("rys1")])
     with daemon.client(client_tls(pki, "mallory")) as mallory, pytest.raises(grpc.RpcError):
         mallory.list_jobs()
     with daemon.client() as operator:
-        operator.drain("switch", "rys0")
-        operator.drain("switch", "rys0", drained=False)
+        operator.drain(DrainTarget.SWITCH, "rys0")
+        operator.drain(DrainTarget.SWITCH, "rys0", drained=False)
     lines = [json.loads(line) for line in (daemon.store.parent / "audit.jsonl").read_text().splitlines()]
     seen = {(e["identity"], e["role"], e["method"], e["object"], e["request_id"], e["code"]) for e in lines}
     assert ("scheduler", "scheduler", "PlaceJob", "job audited", "req-9", "OK") in seen

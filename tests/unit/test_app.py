@@ -104,13 +104,13 @@ def test_a_second_connection_claiming_a_live_switchs_dpid_is_refused_a_dead_ones
         assert time.monotonic() < deadline, "the second connection was never judged"
         time.sleep(0.01)
     assert not impostor.is_active and reconciler.connected() == {"ryl0r0"}
-    assert reconciler._sessions["ryl0r0"].datapath is first
+    assert reconciler.connections.session("ryl0r0").datapath is first
     assert "OFPEchoRequest" in first.switch.received
     # The first connection dies unnoticed (the switch rebooted): the next claim takes over.
     first.is_active = False
     successor = claim()
     deadline = time.monotonic() + 5
-    while reconciler._sessions["ryl0r0"].datapath is not successor:
+    while reconciler.connections.session("ryl0r0").datapath is not successor:
         assert time.monotonic() < deadline, "a dead connection kept the switch"
         time.sleep(0.01)
     assert successor.is_active and count(app, "duplicate_dpid") == 1

@@ -10,8 +10,9 @@ import pytest
 from controller.api import codegen
 from controller.errors import Conflict, NotFound
 from controller.fabric import NicId, load_fabric
+from controller.intent.drains import DrainTarget
 from controller.intent.etcd_store import EtcdUrl, StoreUrlError
-from controller.intent.model import FlowMatch, FlowPin, IntentError
+from controller.intent.model import FlowMatch, FlowPin, IntentError, RecordKind
 from controller.intent.service import IntentService
 from controller.intent.store import Change, SqliteIntentStore, StoreError, StoreInUse
 from controller.metrics import Metrics
@@ -56,11 +57,24 @@ def test_identical_pin_is_a_no_op_and_rejections_change_nothing(tmp_path):
     assert service(tmp_path / "i.db").snapshot().pins == before.pins
 
 
+def test_a_pin_across_a_drain_is_refused_as_a_drain_across_a_pin_is(tmp_path):
+    svc = service(tmp_path / "i.db")
+    svc.set_drain(DrainTarget.SWITCH, "rys0", True)
+    before = svc.snapshot()
+    with pytest.raises(Conflict, match="across rys0, which is drained"):
+        svc.pin_flow(FlowPin("p", FlowMatch(A, B), "rys0"))
+    assert svc.snapshot() is before
+    svc.pin_flow(FlowPin("p", FlowMatch(A, B), "rys1"))  # the other spine is in service
+    svc.set_drain(DrainTarget.SWITCH, "rys0", False)
+    with pytest.raises(Conflict, match="pin 'p' steers"):
+        svc.set_drain(DrainTarget.SWITCH, "rys1", True)
+
+
 def test_a_failed_write_leaves_store_and_snapshot_unchanged(tmp_path):
     store = SqliteIntentStore(tmp_path / "i.db")
-    store.apply(Change(puts={("pin", "a"): {"x": 1}}), 1)
+    store.apply(Change(puts={(RecordKind.PIN, "a"): {"x": 1}}), 1)
     with pytest.raises(TypeError):  # not JSON-serialisable: fails mid-transaction
-        store.apply(Change(puts={("pin", "b"): {"x": 2}, ("pin", "c"): {"x": object()}}), 2)
+        store.apply(Change(puts={(RecordKind.PIN, "b"): {"x": 2}, (RecordKind.PIN, "c"): {"x": object()}}), 2)
     snap = store.load()
     assert snap.revision == 1 and list(snap.records) == [("pin", "a")]
 
@@ -90,9 +104,9 @@ def test_stored_pins_the_fabric_cannot_honour_are_skipped_not_lost(tmp_path):
     store.apply(
         Change(
             puts={
-                ("pin", "good"): pin_to_doc(good),
-                ("pin", "gone"): pin_to_doc(good) | {"spine": "rys7"},
-                ("pin", "junk"): {"src": "x"},
+                (RecordKind.PIN, "good"): pin_to_doc(good),
+                (RecordKind.PIN, "gone"): pin_to_doc(good) | {"spine": "rys7"},
+                (RecordKind.PIN, "junk"): {"src": "x"},
             }
         ),
         3,
@@ -108,7 +122,7 @@ def test_a_second_writer_on_a_store_in_use_is_refused_naming_the_holder(tmp_path
     first = SqliteIntentStore(tmp_path / "i.db")
     with pytest.raises(StoreInUse, match=rf"in use by another Railyard controller \(pid {os.getpid()}\)"):
         SqliteIntentStore(tmp_path / "i.db")
-    first.apply(Change(puts={("pin", "a"): {"x": 1}}), 1)  # the first keeps writing
+    first.apply(Change(puts={(RecordKind.PIN, "a"): {"x": 1}}), 1)  # the first keeps writing
     first.close()
     assert SqliteIntentStore(tmp_path / "i.db").load().revision == 1  # and once it is gone, the store is free
 
@@ -120,7 +134,9 @@ def test_jobs_that_share_a_gpu_in_the_store_load_only_the_first(tmp_path):
     job = svc.snapshot().jobs["a"]
     svc.close()
     store = SqliteIntentStore(tmp_path / "i.db")
-    store.apply(Change(puts={("job", "b"): job_to_doc(replace(job, request=replace(job.request, job_id="b")))}), 2)
+    store.apply(
+        Change(puts={(RecordKind.JOB, "b"): job_to_doc(replace(job, request=replace(job.request, job_id="b")))}), 2
+    )
     store.close()
     again = service(tmp_path / "i.db")
     assert list(again.snapshot().jobs) == ["a"]

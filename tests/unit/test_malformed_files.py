@@ -19,6 +19,9 @@ CORPUS = Path(__file__).parent.parent / "data" / "malformed"
 SPECS = sorted((CORPUS / "spec").iterdir())
 SCENARIOS = sorted((CORPUS / "scenario").iterdir())
 LIMIT_S = 2.0
+# Timed: run without coverage's tracer (pytest-cov), which slows the parser
+# threefold and would measure the tracer, not the refusal.
+pytestmark = pytest.mark.no_cover
 
 
 def refused_in_one_line(argv: list[str], capsys) -> str:

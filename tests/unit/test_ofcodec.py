@@ -207,8 +207,13 @@ def test_meters_round_trip_through_meter_config_stats_and_foreign_ids_are_ignore
 def test_what_the_codec_cannot_read_never_equals_a_desired_entry():
     entry = ENTRIES["nic pair (pin)"]
     parsed = parse(DP, wire.with_xid(wire.add_flow(entry), 1))
+    parsed.instructions[-1].actions.append(parser.OFPActionSetQueue(5))
+    assert ofcodec.entry_from_stats(entry.switch, parsed).actions[-1] == "unknown:OFPActionSetQueue"
+    # A group action (the underlay's ECMP) is read as one, and no desired entry has one either.
+    parsed = parse(DP, wire.with_xid(wire.add_flow(entry), 1))
     parsed.instructions[-1].actions.append(parser.OFPActionGroup(5))
-    assert ofcodec.entry_from_stats(entry.switch, parsed).actions[-1] == "unknown:OFPActionGroup"
+    read = ofcodec.entry_from_stats(entry.switch, parsed)
+    assert read.actions[-1] == "group:5" and read != entry
     parsed = parse(DP, wire.with_xid(wire.add_flow(entry), 1))
     parsed.instructions.append(parser.OFPInstructionGotoTable(1))
     assert ofcodec.entry_from_stats(entry.switch, parsed).actions[-1] == "unknown:OFPInstructionGotoTable"

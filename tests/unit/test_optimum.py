@@ -10,7 +10,7 @@ import pytest
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
-from controller.fabric import NicId, build_fabric, load_fabric, parse_spec
+from controller.fabric import FabricError, NicId, build_fabric, load_fabric, parse_spec
 from emulation.model.fair import fill, first_full
 from emulation.model.network import capacities
 from emulation.model.optimum import (
@@ -150,7 +150,7 @@ def test_a_dead_spine_and_unreachable_flows():
 def test_units_and_an_unknown_dead_link():
     real = splittable_optimum(FABRIC, permutation(FABRIC), units=Units.REAL)
     assert real.aggregate_bps == pytest.approx(8 * 400e9)
-    with pytest.raises(KeyError, match="ryl0r0:99"):
+    with pytest.raises(FabricError, match="ryl0r0:99"):
         splittable_optimum(FABRIC, permutation(FABRIC), outage=Outage.of(["ryl0r0:99"]))
 
 

@@ -12,7 +12,7 @@ from emulation.model.pairs import incast_pairs, permutation_pairs
 from emulation.model.stats import percentile
 from emulation.scenarios.judge import ControllerFailed, OptimumExceeded, planned_intervals
 from emulation.scenarios.report import build_report, jain, longest_zero_run_s
-from emulation.scenarios.runner import ModeRun, steady_flows
+from emulation.scenarios.runner import ModeRun, ScenarioMode, steady_flows
 from emulation.scenarios.table import table
 from emulation.scenarios.timeline import Decided, read_decisions, te_figures
 from emulation.traffic.iperf import FlowResult
@@ -83,7 +83,7 @@ def test_the_optimum_of_a_link_failure_scenario_is_exact_per_phase():
     def ideal(flow, second):
         return 25e6 if second >= 4 and _on_failed_leaf(flow) else 50e6
 
-    report = build_report(fabric, scenario, 1, {"ecmp": _run(fabric, scenario, "ecmp", ideal)})
+    report = build_report(fabric, scenario, 1, {ScenarioMode.ECMP: _run(fabric, scenario, ScenarioMode.ECMP, ideal)})
     before, after = report["optimum"]["phases"]
     assert (before["from_s"], before["to_s"], before["dead_links"]) == (0.0, 4.0, [])
     assert (after["from_s"], after["to_s"], after["dead_links"]) == (4.0, 12.0, ["ryl0r0:3"])
@@ -107,32 +107,34 @@ def test_the_optimum_of_a_link_failure_scenario_is_exact_per_phase():
 def test_the_report_raises_on_a_figure_above_the_optimum():
     scenario = load_workload("link-failure")
     # Every flow at line rate all along: after the failure that is 400 Mb/s against an optimum of 300.
-    run = _run(FABRIC, scenario, "te", lambda flow, second: 50e6)
+    run = _run(FABRIC, scenario, ScenarioMode.TE, lambda flow, second: 50e6)
     with pytest.raises(OptimumExceeded, match=r"te run, 4-12 s: .* 133\.3% of the exact max-min fair") as err:
-        build_report(FABRIC, scenario, 1, {"te": run})
+        build_report(FABRIC, scenario, 1, {ScenarioMode.TE: run})
     assert err.value.report is not None and err.value.report["optimum"]["phases"][1]["aggregate_mbps"] == 300.0
     # Within the tolerance (measurement noise) it stands.
-    noisy = _run(FABRIC, scenario, "te", lambda f, s: (25e6 if s >= 4 and _on_failed_leaf(f) else 50e6) * 1.005)
-    assert build_report(FABRIC, scenario, 1, {"te": noisy})["modes"]["te"]["fraction_of_optimum"] == pytest.approx(
-        1.005
+    noisy = _run(
+        FABRIC, scenario, ScenarioMode.TE, lambda f, s: (25e6 if s >= 4 and _on_failed_leaf(f) else 50e6) * 1.005
     )
+    assert build_report(FABRIC, scenario, 1, {ScenarioMode.TE: noisy})["modes"]["te"][
+        "fraction_of_optimum"
+    ] == pytest.approx(1.005)
 
 
 def test_the_report_refuses_a_te_run_whose_controller_failed_a_reconcile_pass():
     scenario = load_workload("elephant")
-    run = replace(_run(FABRIC, scenario, "te", lambda f, s: 50e6), reconcile_failures=3.0)
+    run = replace(_run(FABRIC, scenario, ScenarioMode.TE, lambda f, s: 50e6), reconcile_failures=3.0)
     with pytest.raises(ControllerFailed, match=r"te run: the controller failed 3 reconcile pass") as err:
-        build_report(FABRIC, scenario, 1, {"te": run})
+        build_report(FABRIC, scenario, 1, {ScenarioMode.TE: run})
     assert err.value.report is not None and err.value.report["modes"]["te"]["reconcile_failures"] == 3.0
 
 
 def test_goodput_counts_the_planned_duration_only():
     scenario = load_workload("elephant")  # 10 s
     # Slow start, then 23 Mb/s for the rest of the 10 s, then 5 s of zeros while iperf3 waits to finish.
-    run = _run(FABRIC, scenario, "ecmp", lambda f, s: 5e6 if s == 0 else 23e6 if s < 10 else 0.0, seconds=15)
+    run = _run(FABRIC, scenario, ScenarioMode.ECMP, lambda f, s: 5e6 if s == 0 else 23e6 if s < 10 else 0.0, seconds=15)
     flow = run.results[0]
     assert planned_intervals(flow, scenario.duration_s) == flow.interval_bps[:10]
-    report = build_report(FABRIC, scenario, 1, {"ecmp": run})
+    report = build_report(FABRIC, scenario, 1, {ScenarioMode.ECMP: run})
     figures = report["modes"]["ecmp"]
     assert [f["goodput_mbps"] for f in figures["flows"]] == pytest.approx([23.0] * 8)
     assert all(f["longest_zero_s"] == 0 for f in figures["flows"])

@@ -1,14 +1,14 @@
-"""The underlay tables, walked by a tiny forwarding model: every same-rail NIC
-pair is delivered along every ECMP branch, with last-hop MAC rewrite, and never loops."""
-
-import ipaddress
-import re
+"""The underlay, loaded into fake switches as OpenFlow and asked where packets
+leave (tests/fakes/forwarding.py): every same-rail NIC pair is delivered along
+exactly the fabric model's equal-cost paths, with the last hop's MAC rewrite,
+and never loops."""
 
 import pytest
 
-from controller.fabric import NicId, build_fabric, parse_spec
 from controller.fabric import addressing as ad
+from controller.fabric import build_fabric, parse_spec
 from emulation.net.underlay import HASH_FIELDS, build_underlay
+from tests.fakes.forwarding import Packet, fake_fabric, routes
 
 
 def spec(kind_lines: str):
@@ -24,67 +24,37 @@ FABRICS = {
 }
 
 
-def lookup(table, dst):
-    best = None
-    for flow in table.flows:
-        nw_dst = re.search(r"nw_dst=([\d./]+)", flow.match)
-        assert nw_dst is not None, flow.match
-        net = ipaddress.IPv4Network(nw_dst.group(1))
-        if dst in net and (best is None or flow.priority > best.priority):
-            best = flow
-    return best
-
-
-def next_ports(table, actions):
-    if m := re.search(r"group:(\d+)", actions):
-        (group,) = [g for g in table.groups if g.group_id == int(m.group(1))]
-        return list(group.ports)
-    output = re.search(r"output:(\d+)", actions)
-    assert output is not None, actions
-    return [int(output.group(1))]
-
-
-def deliveries(fabric, tables, src: NicId, dst: NicId):
-    """Every (nic reached, hops, actions at last hop) over all ECMP branches."""
-    address = ad.nic_address(dst)
-    results = []
-    stack = [(fabric.attachment(src).node, 0)]
-    while stack:
-        switch, hops = stack.pop()
-        assert hops < 8, "forwarding loop"
-        flow = lookup(tables[switch], address)
-        assert flow is not None, f"{switch} has no route to {address}"
-        for port in next_ports(tables[switch], flow.actions):
-            peer = fabric.peer(switch, port)
-            if peer.port == 0:
-                results.append((peer.node, hops + 1, flow.actions))
-            else:
-                stack.append((peer.node, hops + 1))
-    return results
-
-
 @pytest.mark.parametrize("name", sorted(FABRICS))
-def test_every_same_rail_pair_is_delivered_on_every_branch(name):
+def test_every_same_rail_pair_is_delivered_on_exactly_its_equal_cost_paths(name):
     fabric = build_fabric(FABRICS[name])
-    tables = build_underlay(fabric)
+    switches = fake_fabric(fabric, build_underlay(fabric))
     for src in fabric.nics:
         for dst in fabric.nics:
             if src == dst or src.rail != dst.rail:
                 continue
-            reached = deliveries(fabric, tables, src, dst)
-            assert reached, (src, dst)
-            for nic, _hops, actions in reached:
-                assert nic == ad.nic_name(dst)
-                assert f"set_field:{ad.nic_mac(dst)}->eth_dst" in actions
-                assert "dec_ttl" in actions
-            # all branches are equally short (ECMP over shortest paths only)
-            assert len({hops for _, hops, _ in reached}) == 1
+            found = routes(fabric, switches, Packet(ad.nic_ip(src), ad.nic_ip(dst), "udp", 49152, 4791))
+            # The switches' hops are the model's paths, one per via (a spine, or a core), and no other.
+            paths = {fabric.egress_path(src, dst, via)[1:] for via in fabric.vias(src, dst) or [None]}
+            assert {r.hops for r in found} == paths, (src, dst)
+            mac_src, mac_dst = ad.local_delivery_macs(dst)
+            for route in found:
+                assert route.nic == ad.nic_name(dst)
+                assert route.last is not None and route.last.cookie == 0
+                assert route.last.actions == ("dec_ttl", f"set_field:eth_src={mac_src}", f"set_field:eth_dst={mac_dst}")
+
+
+def test_a_rail_only_fabric_routes_no_packet_across_rails():
+    fabric = build_fabric(FABRICS["rail-only"])
+    switches = fake_fabric(fabric, build_underlay(fabric))
+    src, dst = fabric.nics[0], next(n for n in fabric.nics if n.rail != fabric.nics[0].rail)
+    (route,) = routes(fabric, switches, Packet(ad.nic_ip(src), ad.nic_ip(dst)))
+    assert route.nic is None and route.last is None  # dropped at the source leaf: no entry matches
 
 
 def test_rail_leaf_uses_one_prefix_route_per_remote_leaf_and_one_group():
     fabric = build_fabric(FABRICS["shared"])
     table = build_underlay(fabric)["ryl0r0"]
-    prefixes = [f for f in table.flows if f.match.endswith("/24")]
+    prefixes = [f for f in table.flows if f.nw_dst.prefixlen == 24]
     # every other leaf of every rail is reachable via the shared spines
     assert len(prefixes) == fabric.spec.pods * fabric.spec.rails - 1
     assert len(table.groups) == 1
@@ -106,7 +76,7 @@ def test_fat_tree_pods_fall_back_to_host_routes_where_a_prefix_spans_edges():
     table = build_underlay(fabric)["rye0x0"]
     remote_hosts = [f for f in table.flows if f.priority == 2000]
     assert remote_hosts  # pod 0's /24 spans two edges, so /32s are needed
-    assert any(f.match.endswith("/24") for f in table.flows)  # other pods aggregate
+    assert any(f.nw_dst.prefixlen == 24 for f in table.flows)  # other pods aggregate
 
 
 def test_underlay_is_deterministic():

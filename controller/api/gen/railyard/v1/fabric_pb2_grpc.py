@@ -90,62 +90,104 @@ class FabricServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def GetFabric(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """GetFabric returns the fabric's shape (its switches, with their
+        connection and drain state) and its free GPUs per pod. No errors of its
+        own. Read-only; safe to retry.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetFreeCapacity(self, request, context):
-        """Free GPUs per pod and per server: where the next job can go.
+        """GetFreeCapacity returns free GPUs per pod and per server: where the next
+        job can go. INVALID_ARGUMENT for a pod the fabric does not have.
+        Read-only; safe to retry.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListLinks(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """ListLinks pages the fabric's links with their live state: predicted and
+        measured load per direction, queue, drained. INVALID_ARGUMENT for an
+        unknown switch filter, a bad page_size or a foreign page_token.
+        Read-only; safe to retry.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DrainLink(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """DrainLink takes a link out of service: job flows across it move to other
+        spines (placed again min-max on what remains), and TE steers nothing
+        onto it. The reply comes once the drain is stored; the switches follow
+        within one reconcile pass (a moved job's programmed_revision says when).
+        - INVALID_ARGUMENT: link is not SWITCH:PORT.
+        - NOT_FOUND: no link there.
+        - FAILED_PRECONDITION: the drain would leave a job GPU or flow without
+        a path, cut the last path between two leaves, or cross an operator
+        pin (move or remove the pin first). Nothing changes.
+        Idempotent: draining a drained link changes nothing and answers with no
+        rerouted jobs and the current revision; retry freely.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def UndrainLink(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """UndrainLink puts a drained link back in service. Flows that moved stay
+        where they are (nothing moves back by itself); new placements and TE may
+        use the link again. INVALID_ARGUMENT and NOT_FOUND as for DrainLink.
+        Idempotent: undraining a link in service changes nothing.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def DrainSwitch(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """DrainSwitch takes a switch out of service, as DrainLink does each of its
+        links. NOT_FOUND for an unknown switch; FAILED_PRECONDITION as for
+        DrainLink. Idempotent, as DrainLink.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def UndrainSwitch(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """UndrainSwitch puts a drained switch back in service, as UndrainLink.
+        NOT_FOUND for an unknown switch. Idempotent.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def PinFlow(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """PinFlow steers a flow (or a NIC pair) across one spine, creating the pin
+        or moving an existing pin of that name. Pins outrank TE, which never
+        moves a pinned flow.
+        - INVALID_ARGUMENT: a bad name, match or spine; the field is named.
+        - FAILED_PRECONDITION: another pin already steers the same match (in
+        either direction, unless forward_only), or the path across the spine
+        crosses a drained switch or link. Nothing changes.
+        Idempotent: sending the pin as stored changes nothing (same revision).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def UnpinFlow(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """UnpinFlow removes a pin: its flows go back to the underlay's ECMP (or TE).
+        NOT_FOUND when no pin has that name, so a retry after a lost reply is
+        NOT_FOUND too: the pin is gone either way.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListPins(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """ListPins pages the pins by name. INVALID_ARGUMENT for a bad page_size or
+        a foreign page_token. Read-only; safe to retry.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')

@@ -75,45 +75,90 @@ class PlacementServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def PlaceJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """PlaceJob chooses GPUs for a job (rail-aligned, packed, load-aware) and a
+        path for each of its cross-leaf flows (min-max predicted utilization),
+        and stores it. The reply comes once the job is stored
+        (job.programmed_revision is 0 until the switches hold its entries).
+        - INVALID_ARGUMENT: a field is wrong (named), including a request_id
+        reused with other parameters, and a JOB_VIEW_FULL reply that would not
+        fit the message limit (on view; nothing is placed).
+        - ALREADY_EXISTS: the job id is placed, and this is not a retry of the
+        request that placed it (release it first).
+        - RESOURCE_EXHAUSTED: the fabric cannot hold the job now; the message
+        says how many GPUs are free, in which pods, and which servers could.
+        - FAILED_PRECONDITION: the best placement predicts more than
+        max_predicted_utilization on some link; nothing is placed.
+        Retry: idempotent with a request_id (see PlaceJobRequest.request_id). A
+        call whose deadline expired mid-call may have committed: retry it with
+        the same request_id to learn its outcome. Without a request_id a retry
+        of a committed placement is ALREADY_EXISTS.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ReleaseJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """ReleaseJob frees a job's GPUs and removes its entries from the switches
+        (within one reconcile pass). NOT_FOUND when no job has that id, so a
+        retry after a lost reply is NOT_FOUND: the job is gone either way. Its
+        request_id stays a retry key for an hour (PlaceJobRequest.request_id).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetJob(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """GetJob returns one job. NOT_FOUND for an unknown id; INVALID_ARGUMENT on
+        view when a full reply would not fit (use ListJobFlows). Read-only.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListJobs(self, request, context):
-        """Missing associated documentation comment in .proto file."""
+        """ListJobs pages the jobs by id, with the revision each page was read at.
+        INVALID_ARGUMENT for a bad page_size or a foreign page_token. Read-only.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ListJobFlows(self, request, context):
-        """A job's flows, paged: a 1024-GPU all-to-all has over a million.
+        """ListJobFlows pages a job's flows: a 1024-GPU all-to-all has over a
+        million. NOT_FOUND for an unknown id; INVALID_ARGUMENT for a bad
+        page_size or a token of another placement. Read-only.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def WatchJobs(self, request, context):
-        """Changes from now on: placements, path moves (drains, TE), releases.
+        """WatchJobs streams job changes (placements, path moves, releases) and, on
+        request, programming. At most 4 streams at once, each with a 1024-event
+        buffer.
+        - OUT_OF_RANGE: since_revision is older than the history (the last 4096
+        job events) or ahead of the intent: list again, then watch.
+        - RESOURCE_EXHAUSTED: 4 streams are open, or this one fell 1024 events
+        behind (it is cut off): watch again since the last revision seen.
+        Retry: a watch that ends for any reason resumes with since_revision =
+        the last change's intent_revision it received, less one when that
+        revision's events may not all have arrived (one drain moves several
+        jobs at one revision): every change after since_revision comes once.
+
+        buf:lint:ignore RPC_RESPONSE_STANDARD_NAME
+        JobEvent predates the lint; renaming it would break generated code.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def ScorePlacements(self, request, context):
-        """Predicted utilization and a score per candidate node set, nothing placed.
+        """ScorePlacements scores candidate node sets for a job as PlaceJob would
+        place it there, against one intent revision; nothing is placed or
+        reserved (a later PlaceJob may find things changed). INVALID_ARGUMENT
+        for an invalid job, or a candidate count or size out of range; an
+        infeasible candidate is a score with its reason, not an error.
+        Read-only; safe to retry.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

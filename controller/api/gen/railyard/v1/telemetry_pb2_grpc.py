@@ -45,7 +45,29 @@ class TelemetryServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def ReportTelemetry(self, request_iterator, context):
-        """Missing associated documentation comment in .proto file."""
+        """ReportTelemetry takes a client stream of batches and answers once, when
+        the client closes it, with what was accepted and rejected. A record that
+        names something the fabric does not have, or carries a bad value, is
+        rejected alone: the stream goes on. Batches are queued (256 at most) for
+        the engine, which reads the freshest sample of each port, path and flow.
+
+        The stream ends early with:
+        - PERMISSION_DENIED when an agent whose policy names its switches
+        reports a record of another switch (a hop's switch, a path's ends or
+        bottleneck, a flow's ingress leaf). Nothing of that batch is applied;
+        earlier batches were.
+        - RESOURCE_EXHAUSTED when the ingest queue is full (the batch is
+        dropped and counted), or the stream is over its record rate
+        (--telemetry-records-per-second; RetryInfo says when to resume).
+
+        Retry: samples are idempotent (the freshest wins, counters are totals),
+        so an agent that loses its stream opens a new one and sends its next
+        samples; after RESOURCE_EXHAUSTED it backs off first. Resending old
+        batches is pointless: a stale sample is older than what the engine has.
+
+        buf:lint:ignore RPC_REQUEST_STANDARD_NAME
+        TelemetryBatch predates the lint; renaming it would break generated code.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
