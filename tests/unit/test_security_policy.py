@@ -10,7 +10,15 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from controller.api.client import ClientTls
 from controller.runtime.daemon import ConfigError, DaemonConfig, Listen, TlsFiles
 from controller.security import certs
-from controller.security.policy import PLACEMENT, Policy, PolicyError, Role, policy_from_doc
+from controller.security.policy import (
+    PLACEMENT,
+    Policy,
+    PolicyError,
+    Role,
+    fingerprint,
+    load_policy,
+    policy_from_doc,
+)
 from controller.security.tokens import TokensError, add_token, load_tokens, read_token, tokens_from_doc
 
 
@@ -21,7 +29,10 @@ def test_each_role_may_call_what_the_issue_gives_it_and_nothing_else():
         "/railyard.v1.PlacementService/WatchJobs": {scheduler, operator, viewer},
         "/railyard.v1.FabricService/DrainSwitch": {operator},
         "/railyard.v1.FabricService/PinFlow": {operator},
-        "/railyard.v1.FabricService/ListLinks": {operator, viewer},
+        "/railyard.v1.FabricService/ListLinks": {scheduler, operator, viewer},
+        "/railyard.v1.FabricService/GetFreeCapacity": {scheduler, operator, viewer},
+        "/railyard.v1.FabricService/GetFabric": {scheduler, operator, viewer},
+        "/railyard.v1.FabricService/ListPins": {operator, viewer},
         "/railyard.v1.TelemetryService/ReportTelemetry": {agent},
         "/grpc.health.v1.Health/Check": set(Role),
         "/railyard.v1.PlacementService/NoSuchMethod": set(),
@@ -33,8 +44,10 @@ def test_each_role_may_call_what_the_issue_gives_it_and_nothing_else():
 @pytest.mark.parametrize(
     ("doc", "field", "words"),
     [
-        ([], "policy", "one key, identities"),
-        ({"identities": {}, "extra": 1}, "policy", "one key, identities"),
+        ([], "policy", "must be a mapping of identities"),
+        ({"identities": {}, "extra": 1}, "policy", "must be a mapping of identities"),
+        ({"identities": {"a": "viewer"}, "revoked": "sha256:00"}, "revoked", "must be a list"),
+        ({"identities": {"a": "viewer"}, "revoked": ["AB:CD"]}, "revoked[0]", "'AB:CD' is not a fingerprint"),
         ({"identities": {}}, "identities", "non-empty mapping"),
         ({"identities": {"alice": "admin"}}, "identities.alice", "'admin' is not a role"),
         ({"identities": {"": "viewer"}}, "identities", "is not an identity"),
@@ -58,6 +71,26 @@ def test_a_good_policy_maps_identities_to_roles():
     agent = policy_from_doc({"identities": {"a7": {"role": "agent", "switches": ["ryl0r0"]}}}).grant_of("a7")
     assert agent is not None and agent.switches == {"ryl0r0"}
     assert policy.allows(Role.SCHEDULER, PLACEMENT + "PlaceJob")
+
+
+def test_a_policy_revokes_certificates_by_their_fingerprint(tmp_path):
+    certs.init_dir(tmp_path)
+    pem = (tmp_path / "scheduler.crt").read_bytes()
+    revoked = fingerprint(pem)
+    assert revoked.startswith("sha256:") and len(revoked) == 7 + 64
+    assert fingerprint(pem.decode()) == revoked != fingerprint((tmp_path / "agent.crt").read_bytes())
+    policy = policy_from_doc({"identities": {"scheduler": "scheduler"}, "revoked": [revoked]})
+    assert policy.revoked == {revoked}
+
+
+def test_the_shipped_policy_gives_a_role_to_every_identity_certs_init_and_the_docs_make(tmp_path):
+    """`railyard certs init` makes these client certificates; the docs' token
+    example is `certs token extender`; the daemon probes itself as its server
+    certificate's name. A switch speaks OpenFlow only and needs no API role."""
+    policy = load_policy(Path(__file__).parents[2] / "deploy" / "policy.yaml")
+    made = {*certs.CLIENTS, certs.SERVER_NAME, "extender"} - {"switch"}
+    assert made <= policy.grants.keys(), made - policy.grants.keys()
+    assert "switch" not in policy.grants
 
 
 def config(**listen: str) -> DaemonConfig:
