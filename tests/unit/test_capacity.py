@@ -76,7 +76,7 @@ def test_free_cli_table(capsys):
     assert out[0].split() == ["POD", "GPUS", "FREE", "WHOLE_FREE_SERVERS", "PARTLY_FREE_SERVERS"]
     assert out[3].split() == ["total", "8", "7", "3", "1"]
     assert out[5].split() == ["NODE", "SERVER", "POD", "GPUS", "FREE", "FREE_RAILS", "EXCLUSIVE"]
-    assert out[6].split() == ["ryh0s0", "ryh0s0", "0", "2", "1", "1", "False"]  # no host map: a node is its server
+    assert out[6].split() == ["ryh0s0", "ryh0s0", "0", "2", "1", "1", "no"]  # no host map: a node is its server
 
 
 def ledger_fixture(fabric, jobs):
