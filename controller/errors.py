@@ -4,6 +4,7 @@ CLI prints it. Nothing that raises it has changed any state."""
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 
 # Names of intent objects (pins, jobs): safe in logs, URLs and label values.
@@ -11,6 +12,11 @@ import re
 NAME_PATTERN = re.compile(r"[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?")
 NAME_RULE = "1-63 characters of a-z, 0-9, '.', '_', '-', starting and ending with a letter or digit"
 SHOWN_CHARS = 64  # of a rejected value, in an error message
+
+
+def iso_time(epoch_s: float) -> str:
+    """A wall-clock time for a message: RFC 3339 in UTC, to the millisecond."""
+    return dt.datetime.fromtimestamp(epoch_s, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def valid_name(name: str) -> bool:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
-from controller.errors import AlreadyExists, Conflict, NotFound, RevisionGone, shown
+from controller.errors import AlreadyExists, Conflict, NotFound, RevisionGone, iso_time, shown
 from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
 from controller.intent.drains import rerouted_jobs, resolve_link, resolve_switch
@@ -213,7 +213,7 @@ class IntentService:
                     check_same_request(existing.request, request)
                     return existing, False
                 raise AlreadyExists(
-                    f"job {request.job_id!r} already exists (placed at {existing.placed_at:.3f}); "
+                    f"job {request.job_id!r} already exists (placed at {iso_time(existing.placed_at)}); "
                     "release it first, or retry with its original request_id"
                 )
             now = self._clock()
