@@ -94,7 +94,7 @@ def test_the_shipped_policy_gives_a_role_to_every_identity_certs_init_and_the_do
 
 
 def config(**listen: str) -> DaemonConfig:
-    addresses = {"openflow": "127.0.0.1:6653", "grpc": "127.0.0.1:50051", "metrics": "127.0.0.1:9302", **listen}
+    addresses = {"openflow": "127.0.0.1:6653", "grpc": "127.0.0.1:50051", "metrics": "127.0.0.1:8653", **listen}
     insecure = addresses.pop("insecure", "") == "yes"
     openflow, grpc, metrics = (Listen.parse(addresses[k], k) for k in ("openflow", "grpc", "metrics"))
     return DaemonConfig(Path("x.db"), openflow, grpc, metrics, insecure=insecure)
