@@ -282,6 +282,7 @@ def observe(args) -> int:
     if shutil.which("prometheus") is None:
         raise CliError("observe", "needs the prometheus binary on PATH", "apt-get install prometheus")
     data = writable_dir(args.data, "data")
+    data.mkdir(parents=True, exist_ok=True)
     prometheus = LocalPrometheus([args.metrics], args.port, scrape_interval_s=5.0, workdir=data).start()
     print(f"Prometheus at {prometheus.url} scraping {args.metrics} (alerts: {prometheus.url}/alerts); Ctrl-C stops it")
     assert prometheus.proc is not None  # start() returned: the process is running

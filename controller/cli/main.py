@@ -41,11 +41,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = with_config_file(_parser(), argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
-    )
     try:
+        args = with_config_file(_parser(), argv)  # --help and usage errors print here
+        logging.basicConfig(
+            level=logging.DEBUG if args.verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s"
+        )
         status = int(args.func(args))
         sys.stdout.flush()  # inside the try: a reader that went away is seen here, not at exit
         return status

@@ -5,6 +5,7 @@ written with a one-line error instead of a traceback."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -73,16 +74,17 @@ def write_file(path: str | Path, text: str, flag: str) -> Path:
 
 
 def writable_dir(path: str | Path, flag: str) -> Path:
-    """`path` as a directory this process can write into (made if missing),
-    checked before a long run rather than at its end."""
+    """`path` as a directory this process could write into, checked before a
+    long run rather than at its end, and without making it: a run refused
+    later leaves nothing behind."""
     path = Path(path)
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        probe = path / f".railyard-write-test-{id(path)}"
-        probe.touch()
-        probe.unlink()
-    except OSError as exc:
-        raise CliError(
-            f"--{flag}", f"cannot write into {path}: {exc.strerror or exc}", "a writable directory"
-        ) from None
-    return path
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        problem = f"{existing} is not a directory"
+    elif not os.access(existing, os.W_OK | os.X_OK):
+        problem = f"{existing} is not writable"
+    else:
+        return path
+    raise CliError(f"--{flag}", f"cannot write into {path}: {problem}", "a writable directory")
