@@ -130,7 +130,7 @@ def test_sighup_revokes_a_certificate_keeps_a_stream_up_and_refuses_a_malformed_
             deadline = time.monotonic() + 10
             while len(events) < 2 and time.monotonic() < deadline:
                 time.sleep(0.05)
-            stream.cancel()
+            stream.cancel()  # type: ignore[attr-defined]
     finally:
         ctl.stop()
     placed = [e.job.job_id for e in events if e.kind == ppb.JobEvent.KIND_PLACED]
