@@ -74,6 +74,12 @@ def _daemon_options(run) -> None:
         help="with etcd: the address clients reach this replica's API at (followers name the leader by it; "
         "default --grpc-listen)",
     )
+    _store_and_listener_options(run)
+    _tls_options(run)
+    _limit_and_log_options(run)
+
+
+def _store_and_listener_options(run) -> None:
     run.add_argument("--etcd-ca", help="CA etcd's certificate chains to (https to etcd; with --etcd-cert/--etcd-key)")
     run.add_argument("--etcd-cert", help="this controller's client certificate for etcd (PEM)")
     run.add_argument("--etcd-key", help="its private key (PEM)")
@@ -104,6 +110,9 @@ def _daemon_options(run) -> None:
         type=int,
         help="job events a WatchJobs from a revision can replay (default: the daemon's, 4096)",
     )
+
+
+def _tls_options(run) -> None:
     run.add_argument("--tls-cert", help="the API's server certificate (PEM); with --tls-key, --tls-ca, --policy")
     run.add_argument("--tls-key", help="its private key (PEM)")
     run.add_argument("--tls-ca", help="the CA client certificates must chain to (mutual TLS)")
@@ -120,6 +129,9 @@ def _daemon_options(run) -> None:
         action="store_true",
         help="with --tls-*: scrapers of /metrics must present a certificate from the CA",
     )
+
+
+def _limit_and_log_options(run) -> None:
     run.add_argument(
         "--mutations-per-second",
         type=float,

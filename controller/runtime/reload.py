@@ -21,34 +21,20 @@ class ReloadError(FieldError):
     context = "reload"
 
 
-def check_material(tls: MutualTls) -> None:
-    """The certificate and key belong together and the CA parses, as the
-    TLS library will use them: checked before anything is swapped."""
+def check_material(files, tls: MutualTls) -> None:
+    """The certificate and key belong together and the CA parses, as the TLS
+    library will use them: checked before anything is swapped."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
         context.load_verify_locations(cadata=tls.ca.decode("ascii", "replace"))
     except (ssl.SSLError, ValueError) as exc:
         raise ReloadError("tls-ca", f"not a usable CA certificate ({exc})", "a PEM CA certificate") from None
     try:
-        _load_pair(context, tls.cert, tls.key)
+        context.load_cert_chain(str(files.cert), str(files.key))
     except ssl.SSLError as exc:
         raise ReloadError(
             "tls-key", f"does not go with the certificate in --tls-cert ({exc.reason or exc})", "the certificate's key"
         ) from None
-
-
-def _load_pair(context: ssl.SSLContext, cert: bytes, key: bytes) -> None:
-    """ssl loads a chain only from files: a private temporary one, removed at once."""
-    import os
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="railyard-reload-") as directory:
-        cert_path, key_path = os.path.join(directory, "cert.pem"), os.path.join(directory, "key.pem")
-        with open(os.open(cert_path, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as out:
-            out.write(cert)
-        with open(os.open(key_path, os.O_WRONLY | os.O_CREAT, 0o600), "wb") as out:
-            out.write(key)
-        context.load_cert_chain(cert_path, key_path)
 
 
 def reload_tls(
@@ -60,7 +46,7 @@ def reload_tls(
     try:
         tls = files.load()
         tls.policy.check_switches(frozenset(fabric.switches))
-        check_material(tls)
+        check_material(files, tls)
     except FieldError as exc:
         log.error("SIGHUP: reload refused; the policy, tokens and certificates in force stay: %s", exc)
         return False

@@ -21,9 +21,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 DEFAULT_DAYS = 365
 # The parties `railyard certs init` makes a client certificate for, by file name.
 CLIENTS = ("switch", "scheduler", "agent", "operator", "prometheus")
-SERVER_NAME = (
-    "railyard-controller"  # the server certificate's common name: the daemon's own identity when it probes itself
-)
+# The server certificate's common name: the daemon's own identity when it probes itself.
+SERVER_NAME = "railyard-controller"
 
 
 @dataclass(frozen=True)
