@@ -20,6 +20,7 @@ from controller.metrics import railyard_version
 
 COMMAND_GROUPS = "railyard.commands"
 EXIT_BROKEN_PIPE = 128 + 13  # as a tool killed by SIGPIPE
+EXIT_INTERRUPTED = 128 + 2  # as one killed by SIGINT
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -54,6 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         # nothing more to say, and nobody to say it to.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:  # Ctrl-C: the user knows why
+        print(file=sys.stderr)
+        return EXIT_INTERRUPTED
     except (FieldError, HostError) as exc:
         print(f"railyard: {exc}", file=sys.stderr)
         return 2
