@@ -28,7 +28,7 @@ $(STAMPS)/venv: pyproject.toml | host
 	@mkdir -p $(STAMPS)
 	$(PYTHON_SYSTEM) -m venv --system-site-packages $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,lint]'
+	$(PY) -m pip install -q -e '.[sim,test,lint]'
 	$(PY) -c 'import mininet.net, networkx, yaml'
 	@touch $@
 

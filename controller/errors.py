@@ -13,6 +13,7 @@ which grpc.StatusCode shares), and the API layer turns it into gRPC's.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from enum import Enum
 from typing import ClassVar
@@ -22,6 +23,11 @@ from typing import ClassVar
 NAME_PATTERN = re.compile(r"[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?")
 NAME_RULE = "1-63 characters of a-z, 0-9, '.', '_', '-', starting and ending with a letter or digit"
 SHOWN_CHARS = 64  # of a rejected value, in an error message
+
+
+def iso_time(epoch_s: float) -> str:
+    """A wall-clock time for a message: RFC 3339 in UTC, to the millisecond."""
+    return dt.datetime.fromtimestamp(epoch_s, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def valid_name(name: str) -> bool:

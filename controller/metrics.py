@@ -42,7 +42,7 @@ KNOWN_ERRORS = (
 )
 
 
-def _version() -> str:
+def railyard_version() -> str:
     try:
         return version("railyard")
     except PackageNotFoundError:
@@ -54,7 +54,9 @@ class Metrics:
         self.registry = r = CollectorRegistry()
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
-        Gauge("railyard_build_info", "Railyard version running", ["version"], registry=r).labels(_version()).set(1)
+        Gauge("railyard_build_info", "Railyard version running", ["version"], registry=r).labels(
+            railyard_version()
+        ).set(1)
         self.switches_connected = Gauge(
             "railyard_switches_connected", "OpenFlow switches of the fabric with a live connection", registry=r
         )

@@ -11,6 +11,7 @@ both are counted (railyard_api_denied_total).
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 
@@ -18,7 +19,7 @@ import grpc
 
 from controller.api.audit import AuditLog
 from controller.metrics import Metrics
-from controller.security.policy import Grant, Policy
+from controller.security.policy import Grant, Policy, fingerprint
 from controller.security.tokens import Tokens
 
 log = logging.getLogger(__name__)
@@ -54,6 +55,17 @@ def peer_identity(context) -> str | None:
     return names[0].decode() if names else None
 
 
+def peer_certificate(context) -> bytes | None:
+    """The client's certificate (PEM) as the handshake verified it; None without one."""
+    pems = context.auth_context().get("x509_pem_cert") or []
+    return pems[0] if pems else None
+
+
+@functools.lru_cache(maxsize=256)
+def _fingerprint(pem: bytes) -> str:
+    return fingerprint(pem)  # a handful of clients, each presenting one certificate: cached
+
+
 def bearer_token(context) -> str | None:
     """The token of an `authorization: Bearer TOKEN` header; None without one."""
     for key, value in context.invocation_metadata() or ():
@@ -71,11 +83,19 @@ class Authorize(grpc.ServerInterceptor):
         self.audit = audit
         self.tokens = tokens
 
+    def reload(self, policy: Policy, tokens: Tokens | None) -> None:
+        """New rules for the calls that follow (SIGHUP); a call in flight, or a
+        stream already authorized, keeps the answer it got."""
+        self.policy, self.tokens = policy, tokens
+
     def _identify(self, context) -> tuple[str | None, str]:
         """Who is calling, or None and why not. A certificate wins: only the
         token listener lets a client in without one."""
         identity = peer_identity(context)
         if identity is not None:
+            pem = peer_certificate(context)
+            if pem is not None and self.policy.revoked and _fingerprint(pem) in self.policy.revoked:
+                return None, f"the client certificate of {identity[:64]!r} is revoked (the policy's revoked list)"
             return identity, ""
         token = bearer_token(context)
         if token is None or self.tokens is None:

@@ -174,6 +174,12 @@ class Client:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def health(self, service: str = "") -> str:
+        """gRPC health's status of `service` ("SERVING", "NOT_SERVING", ...);
+        a call that fails (no connection, an unknown name) raises."""
+        reply = self._health.Check(health_pb2.HealthCheckRequest(service=service), timeout=self.timeout)
+        return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
+
     def serving(self, service: str = "") -> bool:
         """Whether gRPC health reports `service` SERVING: "" the API,
         railyard.fabric every switch reconciled, railyard.leader this replica leads."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass
@@ -126,6 +127,34 @@ class MutualTls:
     token_listen: str | None = None  # HOST:PORT: TLS without client certificates, bearer tokens
 
 
+class _Certificates:
+    """A listener's certificate, key and client CA, which gRPC asks for before
+    each new handshake: a reload (SIGHUP) changes what the next connection
+    is offered and checked against, and no connection already made."""
+
+    def __init__(self, tls: MutualTls, client_ca: bool) -> None:
+        self._client_ca = client_ca
+        self._pending: grpc.ServerCertificateConfiguration | None = None
+        self._lock = threading.Lock()
+        self.initial = self._config(tls)
+
+    def _config(self, tls: MutualTls) -> grpc.ServerCertificateConfiguration:
+        return grpc.ssl_server_certificate_configuration([(tls.key, tls.cert)], tls.ca if self._client_ca else None)
+
+    def credentials(self) -> grpc.ServerCredentials:
+        # grpc's stubs want a configuration back; None (keep the one in use) is what its docs specify.
+        return grpc.dynamic_ssl_server_credentials(self.initial, self._fetch, self._client_ca)  # type: ignore[arg-type]
+
+    def replace(self, tls: MutualTls) -> None:
+        with self._lock:
+            self._pending = self._config(tls)
+
+    def _fetch(self) -> grpc.ServerCertificateConfiguration | None:
+        with self._lock:  # None: keep the configuration in use
+            pending, self._pending = self._pending, None
+        return pending
+
+
 class ApiServer:
     def __init__(
         self,
@@ -143,9 +172,8 @@ class ApiServer:
     ) -> None:
         # Authorization runs first: a caller who may not call a method gets no
         # further, not even to have its request decoded.
-        interceptors: list[grpc.ServerInterceptor] = (
-            [] if tls is None else [Authorize(tls.policy, metrics, audit, tls.tokens)]
-        )
+        self.authorize = Authorize(tls.policy, metrics, audit, tls.tokens) if tls is not None else None
+        interceptors: list[grpc.ServerInterceptor] = [] if self.authorize is None else [self.authorize]
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="grpc"),
             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
@@ -171,23 +199,35 @@ class ApiServer:
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable((*SERVICE_NAMES, health.SERVICE_NAME), self.server)
+        self._certificates: list[_Certificates] = []
         if tls is None:
             self.port = self.server.add_insecure_port(listen)
         else:
-            credentials = grpc.ssl_server_credentials([(tls.key, tls.cert)], tls.ca, require_client_auth=True)
-            self.port = self.server.add_secure_port(listen, credentials)
+            mutual = _Certificates(tls, client_ca=True)
+            self._certificates.append(mutual)
+            self.port = self.server.add_secure_port(listen, mutual.credentials())
         if not self.port:
             raise OSError(f"cannot listen for gRPC on {listen}")
         self.token_port = 0
         if tls is not None and tls.token_listen is not None:
             # gRPC's Python server cannot make a client certificate optional
             # on one port, so certificate-less clients get a port of their own.
-            server_only = grpc.ssl_server_credentials([(tls.key, tls.cert)])
-            self.token_port = self.server.add_secure_port(tls.token_listen, server_only)
+            server_only = _Certificates(tls, client_ca=False)
+            self._certificates.append(server_only)
+            self.token_port = self.server.add_secure_port(tls.token_listen, server_only.credentials())
             if not self.token_port:
                 raise OSError(f"cannot listen for gRPC (bearer tokens) on {tls.token_listen}")
         self.set_serving(False)
         self.set_fabric_ready(False)
+
+    def reload_tls(self, tls: MutualTls) -> None:
+        """New certificates, CA, policy and tokens (SIGHUP), for the
+        connections and calls that follow; none already made is dropped."""
+        if self.authorize is None:
+            raise ValueError("the API was started without TLS: there is nothing to reload")
+        for certificates in self._certificates:
+            certificates.replace(tls)
+        self.authorize.reload(tls.policy, tls.tokens)
 
     def set_serving(self, serving: bool) -> None:
         """The API's own readiness ("" and each service): intent is loaded and

@@ -1,21 +1,57 @@
-"""`railyard controller run`: its options, and the daemon's configuration from them."""
+"""`railyard controller run | check-config`: the daemon's options, from flags
+and from an optional configuration file whose keys are the flags' names."""
 
 from __future__ import annotations
 
+import argparse
+import os
 from pathlib import Path
+from typing import Any
 
 from controller.api.client import DEFAULT_TARGET
-from controller.cli.commands import all_or_none
-from controller.fabric import load_fabric
+from controller.cli.connect import all_or_none
+from controller.cli.output import emit
+from controller.errors import FieldError
+from controller.yamldoc import read_yaml
 
 DEFAULT_STORE = "/var/lib/railyard/intent.db"
+DEFAULT_CONFIG = Path("/etc/railyard/railyard.yaml")
+CONFIG_ENV = "RAILYARD_CONFIG"
+OPENFLOW_LISTEN = "127.0.0.1:6653"
+METRICS_LISTEN = "127.0.0.1:8653"  # outside Prometheus's exporter range, which is allocated in full (docs/metrics.md)
+
+
+class ConfigFileError(FieldError):
+    context = "config"
 
 
 def add_controller_parser(sub) -> None:
     ctl = sub.add_parser("controller", help="the Railyard controller daemon")
-    csub = ctl.add_subparsers(dest="controller_cmd", required=True)
-    run = csub.add_parser("run", help="run the daemon (OpenFlow southbound, gRPC API, metrics) until SIGTERM")
-    run.add_argument("--spec", help="fabric spec YAML (default: the shipped demo spec)")
+    csub = ctl.add_subparsers(dest="controller_cmd", required=True, metavar="COMMAND")
+    run = csub.add_parser(
+        "run", help="run the daemon (OpenFlow southbound, gRPC API, metrics) until SIGTERM; SIGHUP reloads TLS"
+    )
+    check = csub.add_parser(
+        "check-config",
+        help="check the daemon's configuration (file and flags): spec, host map, policy, tokens, certificates; "
+        "start nothing",
+    )
+    for parser in (run, check):
+        _daemon_options(parser)
+        parser.set_defaults(daemon_parser=parser)
+    run.set_defaults(func=controller_run)
+    check.add_argument("--json", action="store_true", help="machine-readable output")
+    check.set_defaults(func=check_config)
+
+
+def _daemon_options(run) -> None:
+    run.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"YAML whose keys are these flags' names (e.g. grpc-listen: 127.0.0.1:50051); flags override it "
+        f"(default {DEFAULT_CONFIG} if it exists; env {CONFIG_ENV})",
+    )
+    run.add_argument("--spec", help="fabric spec: a YAML path or a shipped spec's name (default: the demo spec)")
     run.add_argument(
         "--store",
         default=DEFAULT_STORE,
@@ -38,12 +74,22 @@ def add_controller_parser(sub) -> None:
         help="with etcd: the address clients reach this replica's API at (followers name the leader by it; "
         "default --grpc-listen)",
     )
+    _store_and_listener_options(run)
+    _tls_options(run)
+    _limit_and_log_options(run)
+
+
+def _store_and_listener_options(run) -> None:
     run.add_argument("--etcd-ca", help="CA etcd's certificate chains to (https to etcd; with --etcd-cert/--etcd-key)")
     run.add_argument("--etcd-cert", help="this controller's client certificate for etcd (PEM)")
     run.add_argument("--etcd-key", help="its private key (PEM)")
-    run.add_argument("--openflow-listen", default="127.0.0.1:6653", help="OpenFlow listener HOST:PORT")
-    run.add_argument("--grpc-listen", default=DEFAULT_TARGET, help="gRPC API HOST:PORT")
-    run.add_argument("--metrics-listen", default="127.0.0.1:9302", help="Prometheus /metrics HOST:PORT")
+    run.add_argument(
+        "--openflow-listen", default=OPENFLOW_LISTEN, help=f"OpenFlow listener HOST:PORT (default {OPENFLOW_LISTEN})"
+    )
+    run.add_argument("--grpc-listen", default=DEFAULT_TARGET, help=f"gRPC API HOST:PORT (default {DEFAULT_TARGET})")
+    run.add_argument(
+        "--metrics-listen", default=METRICS_LISTEN, help=f"Prometheus /metrics HOST:PORT (default {METRICS_LISTEN})"
+    )
     run.add_argument(
         "--reconcile-interval",
         type=float,
@@ -69,10 +115,13 @@ def add_controller_parser(sub) -> None:
         type=int,
         help="job events a WatchJobs from a revision can replay (default: the daemon's, 4096)",
     )
+
+
+def _tls_options(run) -> None:
     run.add_argument("--tls-cert", help="the API's server certificate (PEM); with --tls-key, --tls-ca, --policy")
     run.add_argument("--tls-key", help="its private key (PEM)")
     run.add_argument("--tls-ca", help="the CA client certificates must chain to (mutual TLS)")
-    run.add_argument("--policy", help="YAML: identities (client certificate CNs) -> roles")
+    run.add_argument("--policy", help="YAML: identities (client certificate CNs) -> roles; revoked certificates")
     run.add_argument(
         "--grpc-token-listen",
         metavar="HOST:PORT",
@@ -85,6 +134,9 @@ def add_controller_parser(sub) -> None:
         action="store_true",
         help="with --tls-*: scrapers of /metrics must present a certificate from the CA",
     )
+
+
+def _limit_and_log_options(run) -> None:
     run.add_argument(
         "--mutations-per-second",
         type=float,
@@ -110,6 +162,80 @@ def add_controller_parser(sub) -> None:
         type=int,
         help="gRPC message limit, either way; every reply is made to fit it (default: 4 MiB)",
     )
+    run.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default="text",
+        help="the daemon's log lines on stderr: timestamped text, or one JSON object each (default text)",
+    )
+
+
+# --- the configuration file --------------------------------------------------
+
+
+def with_config_file(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The parsed command line; for the daemon's commands, over the values
+    of its configuration file (flags win)."""
+    args = parser.parse_args(argv)
+    daemon_parser = getattr(args, "daemon_parser", None)
+    if daemon_parser is None:
+        return args
+    path = _config_path(args.config)
+    if path is None:
+        return args
+    daemon_parser.set_defaults(**config_values(daemon_parser, path))
+    return parser.parse_args(argv)
+
+
+def _config_path(given: str | None) -> Path | None:
+    if given:
+        return Path(given)
+    if os.environ.get(CONFIG_ENV):
+        return Path(os.environ[CONFIG_ENV])
+    return DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None
+
+
+def config_values(daemon_parser: argparse.ArgumentParser, path: Path) -> dict[str, Any]:
+    """The file's settings as the parser's destinations, each checked like
+    the flag it stands for: an unknown key, or a value of the wrong kind,
+    names the key."""
+    doc = read_yaml(path, ConfigFileError)
+    if doc is None:
+        return {}
+    if not isinstance(doc, dict):
+        raise ConfigFileError("<document>", f"{path} must be a mapping of flag names to values", "grpc-listen: ...")
+    actions = {
+        option[2:]: action
+        for action in daemon_parser._actions
+        for option in action.option_strings
+        if option.startswith("--") and option not in ("--help", "--config", "--json")
+    }
+    values = {}
+    for key, value in doc.items():
+        action = actions.get(str(key))
+        if action is None:
+            raise ConfigFileError(str(key), f"unknown key in {path}", ", ".join(sorted(actions)))
+        values[action.dest] = _config_value(str(key), value, action)
+    return values
+
+
+def _config_value(key: str, value: Any, action: argparse.Action) -> Any:
+    if isinstance(action, argparse._StoreTrueAction):
+        if not isinstance(value, bool):
+            raise ConfigFileError(key, f"got {value!r}", "true or false")
+        return value
+    if action.type in (int, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or (action.type is int and value % 1):
+            raise ConfigFileError(key, f"got {value!r}", "an integer" if action.type is int else "a number")
+        return action.type(value)
+    if not isinstance(value, (str, int)) or isinstance(value, bool):
+        raise ConfigFileError(key, f"got {value!r}", "a string")
+    if action.choices is not None and str(value) not in action.choices:
+        raise ConfigFileError(key, f"got {value!r}", ", ".join(action.choices))
+    return str(value)
+
+
+# --- the daemon's configuration from the options ------------------------------
 
 
 def _tls_files(args):
@@ -140,11 +266,11 @@ def _etcd_tls(args):
     return EtcdTls(args.etcd_ca, args.etcd_cert, args.etcd_key)
 
 
-def controller_run(args) -> int:
+def daemon_config(args):
     from controller.intent.etcd_store import EtcdUrl
-    from controller.runtime.daemon import DaemonConfig, Listen, run
+    from controller.runtime.daemon import DaemonConfig, Listen
 
-    config = DaemonConfig(
+    return DaemonConfig(
         store=EtcdUrl.parse(args.store) if args.store.startswith("etcd://") else Path(args.store),
         advertise=str(Listen.parse(args.advertise, "advertise")) if args.advertise else None,
         etcd_tls=_etcd_tls(args),
@@ -169,5 +295,47 @@ def controller_run(args) -> int:
             if args.telemetry_records_per_second is None
             else {"telemetry_records_per_s": args.telemetry_records_per_second}
         ),
+        log_format=args.log_format,
     )
+
+
+def controller_run(args) -> int:
+    from controller.fabric import load_fabric
+    from controller.runtime.daemon import run
+
+    config = daemon_config(args)
     return run(load_fabric(args.spec), config)
+
+
+def check_config(args) -> int:
+    """Everything the daemon reads before it opens a listener, read and
+    checked the same way; nothing opened, nothing written."""
+    from controller.fabric import load_fabric
+    from controller.runtime.listeners import listeners
+    from controller.schedulers.hosts import load_hosts
+
+    config = daemon_config(args)
+    fabric = load_fabric(args.spec)
+    load_hosts(fabric, config.hosts)
+    identities = 0
+    if config.tls is not None:
+        tls = config.tls.load()
+        tls.policy.check_switches(frozenset(fabric.switches))
+        identities = len(tls.policy.grants)
+    report = {
+        "ok": True,
+        "fabric": fabric.spec.name,
+        "store": str(config.store),
+        "te": config.te_enabled,
+        "tls": config.tls is not None,
+        "identities": identities,
+        "listeners": dict(listeners(config)),
+    }
+
+    def text() -> None:
+        print(f"ok: fabric {report['fabric']}, store {report['store']}, TE {'on' if config.te_enabled else 'off'}")
+        for name, url in listeners(config):
+            print(f"  {name:10s} {url}")
+
+    emit(args.json, report, text)
+    return 0

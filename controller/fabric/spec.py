@@ -121,8 +121,29 @@ _KIND_REQUIRED = {
 }
 
 
+def shipped_specs() -> list[str]:
+    return sorted(p.name for p in SPECS_DIR.glob("*.yaml"))
+
+
+def spec_path(name: str | Path) -> Path:
+    """A spec's file: `name` if it is one, else the shipped spec of that name
+    (`rail-2k.yaml` or `rail-2k`), wherever the package is installed."""
+    path = Path(name)
+    if path.exists() or path.name != str(name):  # an existing file, or a path with a directory: as given
+        return path
+    for shipped in (SPECS_DIR / path.name, SPECS_DIR / f"{path.name}.yaml"):
+        if shipped.is_file():
+            return shipped
+    return path
+
+
 def load_spec(path: str | Path) -> FabricSpec:
-    return spec_from_dict(read_yaml(path, SpecError))
+    found = spec_path(path)
+    if not found.exists() and found.name == str(path):  # a bare name that is neither a file here nor shipped
+        raise SpecError(
+            "<file>", f"no spec {str(path)!r}", "a YAML path, or a shipped spec: " + ", ".join(shipped_specs())
+        )
+    return spec_from_dict(read_yaml(found, SpecError))
 
 
 def parse_spec(text: str) -> FabricSpec:

@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 
-from controller.errors import AlreadyExists, Conflict, NotFound, shown
+from controller.errors import AlreadyExists, Conflict, NotFound, iso_time, shown
 from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
 from controller.intent.drains import DrainTarget, rerouted_jobs
@@ -143,7 +143,7 @@ class IntentService:
                     check_same_request(existing.request, request)
                     return existing, False
                 raise AlreadyExists(
-                    f"job {request.job_id!r} already exists (placed at {existing.placed_at:.3f}); "
+                    f"job {request.job_id!r} already exists (placed at {iso_time(existing.placed_at)}); "
                     "release it first, or retry with its original request_id"
                 )
             now = self._clock()

@@ -17,7 +17,6 @@ import gc
 import ipaddress
 import logging
 import signal
-import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,8 +32,11 @@ from controller.fabric import Fabric
 from controller.intent.etcd_store import EtcdIntentStore, EtcdKv, EtcdTls, EtcdUrl
 from controller.intent.service import WATCH_HISTORY, IntentService
 from controller.intent.store import IntentStore, SqliteIntentStore
-from controller.metrics import Metrics
+from controller.metrics import Metrics, railyard_version
+from controller.runtime import logs, notify
 from controller.runtime.ha import Replication
+from controller.runtime.listeners import listeners
+from controller.runtime.reload import reload_tls
 from controller.runtime.te_runner import TeRunner
 from controller.schedulers.hosts import load_hosts
 from controller.security.policy import load_policy
@@ -139,6 +141,7 @@ class DaemonConfig:
     etcd_tls: EtcdTls | None = None
     hosts: Path | None = None  # a host map: servers under the scheduler's node names
     extender: Listen | None = None  # the kube-scheduler extender's HTTP(S) listener
+    log_format: str = "text"  # or "json": one object per line
 
     def __post_init__(self) -> None:
         if not 0.1 <= self.mutations_per_s <= 100_000:
@@ -266,6 +269,7 @@ class Daemon:
                 if not listen.loopback and config.tls is None:
                     log.warning("INSECURE (--insecure): %s listens on %s in the clear", name, listen)
         self._stop = threading.Event()
+        self._reload = threading.Event()
         self._apps: app_manager.AppManager | None = None
         # Likewise what was just built: the intent loaded from the store, the
         # metrics' label sets. Full passes then walk only what placements add
@@ -297,15 +301,14 @@ class Daemon:
         self.api.set_serving(True)
         threading.Thread(target=self._fabric_ready, name="health", daemon=True).start()
         log.info(
-            "railyard controller: fabric %s (%d switches), intent revision %d, openflow %s, grpc %s, "
-            "metrics http://%s/metrics",
+            "railyard controller %s: fabric %s (%d switches), intent revision %d; listening: %s",
+            railyard_version(),
             self.fabric.spec.name,
             len(self.fabric.switches),
             self.intent.snapshot().revision,
-            self.config.openflow,
-            self.config.grpc,
-            self.config.metrics,
+            ", ".join(f"{name} {url}" for name, url in listeners(self.config)),
         )
+        notify.ready(f"serving fabric {self.fabric.spec.name}")
 
     def _observe_store(self, op: str, seconds: float, ok: bool) -> None:
         self.metrics.store_latency.labels(op).observe(seconds)
@@ -320,15 +323,34 @@ class Daemon:
                 return
 
     def wait(self) -> None:
-        self._stop.wait()
+        """Until SIGTERM; a SIGHUP in between reloads TLS, here rather than in the handler."""
+        while not self._stop.is_set():
+            if self._reload.wait(timeout=0.5):
+                self._reload.clear()
+                self.reload()
 
     def request_stop(self, *_args) -> None:
         self._stop.set()
+
+    def request_reload(self, *_args) -> None:
+        self._reload.set()
+
+    def reload(self) -> bool:
+        tls = self.config.tls
+        if tls is None:
+            log.info("SIGHUP: the API runs without TLS: no policy, tokens or certificates to reload")
+            return False
+        notify.reloading()
+        https = [self.metrics_server[0].socket, *([self.extender.httpd.socket] if self.extender else [])]
+        done = reload_tls(tls, self.fabric, self.api, https, (str(tls.cert), str(tls.key)))
+        notify.ready("reloaded" if done else "reload refused; the previous configuration is in force")
+        return done
 
     def shutdown(self) -> None:
         """Graceful stop. Switch tables are left as they are: fail_mode=secure
         keeps them forwarding, and the next controller finds them correct."""
         log.info("railyard controller: shutting down")
+        notify.stopping()
         if self.replication is not None:
             self.replication.stop()  # resigns: another replica leads without waiting out the lease
         self.api.stop(grace_s=2)
@@ -341,13 +363,14 @@ class Daemon:
 
 
 def run(fabric: Fabric, config: DaemonConfig) -> int:
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(config.log_format, logging.getLogger().getEffectiveLevel())
     daemon = Daemon(fabric, config)
     # `kill -USR1 <pid>` writes every thread's stack to the log: the first
     # thing to look at when a switch or the API seems stuck.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)
+    signal.signal(signal.SIGHUP, daemon.request_reload)
     daemon.start()
     daemon.wait()
     daemon.shutdown()

@@ -13,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from controller.errors import FieldError
 from controller.fabric import Fabric
 from controller.schedulers.hostlist import compress
 from controller.schedulers.hosts import HostMap
@@ -62,9 +63,35 @@ def slurm_tree(fabric: Fabric, hosts: HostMap) -> str:
     return "\n".join(lines) + "\n"
 
 
-def slurm_block(fabric: Fabric, hosts: HostMap) -> str:
-    """Slurm topology.yaml with topology/block (https://slurm.schedmd.com/topology.yaml.html):
-    one block per pod (a rail-optimized pod's servers share all its rail
+# Which file a Slurm release reads topology/block from, and how it states the
+# sizes (topology.conf(5) and topology.yaml(5) of each release, SchedMD/slurm
+# tags slurm-23-11-0-1, slurm-24-05-0-1, slurm-24-11-7-1, slurm-25-05-0-1).
+SLURM_BLOCK_LEVELS = (23, 11)  # topology.conf: BlockName= lines, BlockLevels= (aggregation levels)
+SLURM_BLOCK_SIZES = (24, 5)  # topology.conf: BlockName= lines, BlockSizes= (node counts)
+SLURM_TOPOLOGY_YAML = (25, 5)  # topology.yaml, which 25.05 reads in preference to topology.conf
+SLURM_BLOCK_DEFAULT = "25.05"
+
+
+class SlurmVersionError(FieldError):
+    context = "export"
+
+
+def slurm_release(text: str) -> tuple[int, int]:
+    """A Slurm release as (year, month), 23.11 or later (topology/block's first)."""
+    match = re.fullmatch(r"(\d{2})\.(\d{2})(\.\d+)?", text)
+    release = (int(match.group(1)), int(match.group(2))) if match else None
+    if release is None or release < SLURM_BLOCK_LEVELS:
+        raise SlurmVersionError("slurm-version", f"got {text!r}", "a Slurm release of 23.11 or later, e.g. 24.11")
+    return release
+
+
+def slurm_block(fabric: Fabric, hosts: HostMap, slurm: str = SLURM_BLOCK_DEFAULT) -> str:
+    """Slurm topology/block for the release `slurm`: 25.05 and later read
+    topology.yaml (https://slurm.schedmd.com/topology.yaml.html); 23.11 to
+    24.11 read `BlockName=` lines from topology.conf, with `BlockLevels=`
+    (23.11) or `BlockSizes=` (24.05, 24.11).
+
+    One block per pod (a rail-optimized pod's servers share all its rail
     leaves; a fat tree's pod its aggregation switches). Block sizes: the
     smallest pod, doubled up to the whole fabric (any set of pods is one
     spine hop apart).
@@ -76,26 +103,35 @@ def slurm_block(fabric: Fabric, hosts: HostMap) -> str:
     2, 4, ... blocks in listed order (block 4i..4i+3 for size 4, in its
     block_record.c); pods are listed cluster by cluster, and only the sizes
     whose runs never mix part of a cluster with another are kept."""
+    release = slurm_release(slurm)
     tree = fabric_tree(fabric)
     blocks = _pod_blocks(tree)
     smallest = min(len(servers) for servers in blocks.values())
     total = sum(len(servers) for servers in blocks.values())
     per_cluster = len(tree.clusters[0].groups) if tree.clusters else None  # the spec sizes every cluster alike
     sizes = _block_sizes(smallest, total, per_cluster)
+    nodes = {name: compress(hosts.node(s) for s in servers) for name, servers in blocks.items()}
+    file = "topology.conf" if release < SLURM_TOPOLOGY_YAML else "topology.yaml"
+    header = f"# {file} for Slurm {slurm}'s topology/block, fabric {fabric.spec.name} (railyard export slurm-block)\n"
+    if release < SLURM_TOPOLOGY_YAML:
+        lines = [f"BlockName={name} Nodes={hostlist}" for name, hostlist in nodes.items()]
+        if release < SLURM_BLOCK_SIZES:
+            # 23.11 counts levels: level i joins 2^i base blocks (every block is the same size here).
+            levels = [(size // smallest).bit_length() - 1 for size in sizes]
+            lines.append("BlockLevels=" + ",".join(map(str, levels)))
+        else:
+            lines.append("BlockSizes=" + ",".join(map(str, sizes)))
+        return header + "\n".join(lines) + "\n"
     doc = [
         {
             "topology": _dns_name(fabric.spec.name),
             "cluster_default": True,
             "block": {
                 "block_sizes": sizes,
-                "blocks": [
-                    {"block": name, "nodes": compress(hosts.node(s) for s in servers)}
-                    for name, servers in blocks.items()
-                ],
+                "blocks": [{"block": name, "nodes": hostlist} for name, hostlist in nodes.items()],
             },
         }
     ]
-    header = f"# Slurm topology/block for fabric {fabric.spec.name} (railyard export slurm-block)\n"
     return header + yaml.safe_dump(doc, sort_keys=False)
 
 
@@ -151,19 +187,30 @@ def _nodes(hosts: HostMap, labels_of: dict[str, dict[str, str]]) -> list[dict[st
 
 
 def kueue(fabric: Fabric, hosts: HostMap) -> str:
-    """Kueue Topology Aware Scheduling: a `Topology` (kueue.x-k8s.io/v1beta2,
-    https://kueue.sigs.k8s.io/docs/concepts/topology/) whose levels, coarsest
-    first, are node labels, and the nodes labelled with them. Three tiers add
-    a cluster level between the whole fabric and the leaf groups."""
+    """Kueue Topology Aware Scheduling (kueue.x-k8s.io/v1beta2, served from
+    Kueue 0.15, https://kueue.sigs.k8s.io/docs/concepts/topology_aware_scheduling/):
+    a `Topology` whose levels, coarsest first, are node labels; the
+    `ResourceFlavor` that names it and selects the fabric's nodes (a
+    ClusterQueue's resource group names the flavor); and the nodes labelled.
+    Three tiers add a cluster level between the whole fabric and the leaf
+    groups."""
     tree = fabric_tree(fabric)
     levels = [SPINE_BLOCK, *([POD] if tree.pods else []), *([CLUSTER] if tree.clusters else []), LEAF_GROUP, HOSTNAME]
+    name = f"railyard-{_dns_name(fabric.spec.name)}"
     topology = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
         "kind": "Topology",
-        "metadata": {"name": f"railyard-{_dns_name(fabric.spec.name)}"},
+        "metadata": {"name": name},
         "spec": {"levels": [{"nodeLabel": level} for level in levels]},
     }
-    return _stream([topology, *_nodes(hosts, _labels(fabric, tree))])
+    flavor = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": name},
+        # Every node of the fabric carries its spine block: the flavor's nodes are the fabric's.
+        "spec": {"nodeLabels": {SPINE_BLOCK: _spine_block(fabric)}, "topologyName": name},
+    }
+    return _stream([topology, flavor, *_nodes(hosts, _labels(fabric, tree))])
 
 
 def volcano(fabric: Fabric, hosts: HostMap) -> str:
@@ -195,30 +242,24 @@ def volcano(fabric: Fabric, hosts: HostMap) -> str:
     return _stream(docs)
 
 
-# Topograph's node labels (https://docs.nvidia.com/topograph/engines/kubernetes):
-# the switch a node connects to, the tier above it, and the top tier. So a
-# three-tier fabric's cluster is `spine` (its spines are the tier above the
-# leaves) and `core` the whole fabric, as a fat tree's pod and cores are.
-TOPOGRAPH_LEAF = "network.topology.nvidia.com/leaf"
-TOPOGRAPH_SPINE = "network.topology.nvidia.com/spine"
-TOPOGRAPH_CORE = "network.topology.nvidia.com/core"
+# Topograph 1.0's node labels (NVIDIA/topograph v1.0.0, docs/engines/k8s.md):
+# `fabric.topograph.run/tier-N`, tier 0 the switch closest to the node. So
+# tier 0 is a node's leaf group; tier 1 the spines (two tiers), or a fat
+# tree's pod or a three-tier fabric's cluster; tier 2 the cores over those.
+# Topograph's accelerator domain (`accelerator.topograph.run/domain`, an
+# NVLink domain) is not the network's: Railyard leaves it to Topograph.
+TOPOGRAPH_TIER = "fabric.topograph.run/tier-{}"
 
 
 def topograph_labels(fabric: Fabric, hosts: HostMap) -> str:
-    """The node labels NVIDIA Topograph writes, so schedulers that read them
-    (KAI, Kueue) see the same fabric Railyard steers."""
+    """The node labels NVIDIA Topograph (1.0 or later) writes, so schedulers
+    that read them (KAI, Kueue) see the same fabric Railyard steers."""
     tree = fabric_tree(fabric)
     out = {}
     for server, labels in _labels(fabric, tree).items():
         middle = labels.get(POD) or labels.get(CLUSTER)
-        if middle:  # a fat tree (edge, pod, cores) or three tiers (leaves, cluster, cores)
-            out[server] = {
-                TOPOGRAPH_LEAF: labels[LEAF_GROUP],
-                TOPOGRAPH_SPINE: middle,
-                TOPOGRAPH_CORE: labels[SPINE_BLOCK],
-            }
-        else:
-            out[server] = {TOPOGRAPH_LEAF: labels[LEAF_GROUP], TOPOGRAPH_SPINE: labels[SPINE_BLOCK]}
+        tiers = [labels[LEAF_GROUP], *([middle] if middle else []), labels[SPINE_BLOCK]]
+        out[server] = {TOPOGRAPH_TIER.format(i): name for i, name in enumerate(tiers)}
     return _stream(_nodes(hosts, out))
 
 

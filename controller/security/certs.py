@@ -21,6 +21,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 DEFAULT_DAYS = 365
 # The parties `railyard certs init` makes a client certificate for, by file name.
 CLIENTS = ("switch", "scheduler", "agent", "operator", "prometheus")
+# The server certificate's common name: the daemon's own identity when it probes itself.
+SERVER_NAME = "railyard-controller"
 
 
 @dataclass(frozen=True)
@@ -149,7 +151,7 @@ def init_dir(directory: Path, server_names: tuple[str, ...] = ("localhost", "127
     directory.mkdir(parents=True, exist_ok=True)
     ca = new_ca()
     write(ca, directory, "ca")
-    write(issue(ca, "railyard-controller", server_names=server_names), directory, "server")
+    write(issue(ca, SERVER_NAME, server_names=server_names), directory, "server")
     for party in CLIENTS:
         write(issue(ca, party), directory, party)
     return ["ca", "server", *CLIENTS]

@@ -12,14 +12,23 @@ identities to roles, and may name the switches an agent reports for:
 An agent without `switches` may report for every switch (one fabric-wide
 collector); one with `switches` only for those.
 
+A certificate can be revoked by its SHA-256 fingerprint (`railyard certs
+fingerprint FILE`), whatever identity it names:
+
+    revoked:
+      - sha256:3f0c...e1
+
 A method no role lists is refused to everyone; the health and reflection
-services answer any authenticated caller (probes, grpcurl).
+services answer every identity the policy gives a role (probes, grpcurl).
 """
 
 from __future__ import annotations
 
+import hashlib
+import re
+import ssl
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -51,7 +60,11 @@ _FABRIC_CHANGES = {
     FABRIC + m for m in ("DrainLink", "UndrainLink", "DrainSwitch", "UndrainSwitch", "PinFlow", "UnpinFlow")
 }
 ROLE_METHODS: Mapping[Role, frozenset[str]] = {
-    Role.SCHEDULER: frozenset({PLACEMENT + "PlaceJob", PLACEMENT + "ReleaseJob", *_PLACEMENT_READS}),
+    # A scheduler places where there is room and the links are cool: it reads
+    # free capacity, the fabric and its links too (not pins: an operator's).
+    Role.SCHEDULER: frozenset(
+        {PLACEMENT + "PlaceJob", PLACEMENT + "ReleaseJob", *_PLACEMENT_READS, *_FABRIC_READS - {FABRIC + "ListPins"}}
+    ),
     Role.AGENT: frozenset({TELEMETRY + "ReportTelemetry"}),
     Role.OPERATOR: frozenset({*_FABRIC_CHANGES, *_FABRIC_READS, *_PLACEMENT_READS}),
     Role.VIEWER: frozenset({*_FABRIC_READS, *_PLACEMENT_READS}),
@@ -68,9 +81,19 @@ class Grant:
     switches: frozenset[str] | None = None  # an agent's switches; None: every switch
 
 
+FINGERPRINT = re.compile(r"sha256:([0-9a-f]{64})")
+
+
+def fingerprint(cert_pem: bytes | str) -> str:
+    """A certificate's SHA-256 fingerprint (of its DER form), as the policy's `revoked` lists it."""
+    pem = cert_pem.decode() if isinstance(cert_pem, bytes) else cert_pem
+    return "sha256:" + hashlib.sha256(ssl.PEM_cert_to_DER_cert(pem)).hexdigest()
+
+
 @dataclass(frozen=True)
 class Policy:
     grants: Mapping[str, Grant]  # identity -> what it may do
+    revoked: frozenset[str] = field(default_factory=frozenset)  # fingerprints of certificates refused at any role
 
     def grant_of(self, identity: str) -> Grant | None:
         return self.grants.get(identity)
@@ -90,8 +113,10 @@ class Policy:
 
 
 def policy_from_doc(doc: Any) -> Policy:
-    if not isinstance(doc, dict) or set(doc) != {"identities"}:
-        raise PolicyError("policy", "must be a mapping with one key, identities", "identities: {NAME: ROLE, ...}")
+    if not isinstance(doc, dict) or "identities" not in doc or not set(doc) <= {"identities", "revoked"}:
+        raise PolicyError(
+            "policy", "must be a mapping of identities (and optionally revoked)", "identities: {NAME: ROLE, ...}"
+        )
     identities = doc["identities"]
     if not isinstance(identities, dict) or not identities:
         raise PolicyError("identities", "must be a non-empty mapping", "NAME: ROLE, one per identity")
@@ -100,7 +125,18 @@ def policy_from_doc(doc: Any) -> Policy:
         if not isinstance(name, str) or not name or len(name) > 64:
             raise PolicyError("identities", f"{str(name)[:64]!r} is not an identity", "a certificate CN of 1-64 chars")
         grants[name] = _grant(f"identities.{name}", entry)
-    return Policy(grants)
+    return Policy(grants, _revoked(doc.get("revoked", [])))
+
+
+def _revoked(entries: Any) -> frozenset[str]:
+    if not isinstance(entries, list):
+        raise PolicyError("revoked", "must be a list", "[sha256:HEX, ...] (railyard certs fingerprint FILE)")
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, str) or FINGERPRINT.fullmatch(entry) is None:
+            raise PolicyError(
+                f"revoked[{i}]", f"{str(entry)[:80]!r} is not a fingerprint", "sha256: and 64 lowercase hex digits"
+            )
+    return frozenset(entries)
 
 
 def _grant(field: str, entry: Any) -> Grant:

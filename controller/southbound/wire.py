@@ -5,7 +5,7 @@ switches send); this is a faster path to the messages Railyard sends most:
 flow mods and the ONF bundle messages that carry them. Building an os-ken
 OFPFlowMod runs every field through its generic OXM machinery (netaddr for
 addresses), about 100 us per entry; packing the handful of fields the overlay
-uses with `struct` is some 20x cheaper. tests/unit/test_wire.py holds it
+uses with `struct` is some 20x cheaper. tests/unit/test_ofcodec.py holds it
 byte-for-byte to os-ken's own serialisation of the same entries.
 
 Every message is returned with xid 0 and stamped later (`with_xid`): a

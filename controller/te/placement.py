@@ -296,12 +296,19 @@ def free_gpus_by_pod(fabric: Fabric, state: FabricState) -> dict[int, int]:
     return {pod.pod: pod.free_gpus for pod in free_capacity(fabric, state.gpu_ledger()).pods}
 
 
-def _free_summary(fabric: Fabric, state: FabricState, avail: dict[int, list[ServerKey]], k: int) -> str:
+def _free_summary(fabric: Fabric, state: FabricState, request: JobRequest) -> str:
+    """What is free, counted from the ledger itself: how many servers could
+    each take k of the job's GPUs, whatever rails, not only those on the
+    rail set a failed search last tried."""
+    k, m = request.per_server(fabric.rails), request.server_count(fabric.rails)
     free_by_pod = free_gpus_by_pod(fabric, state)
     free = sum(free_by_pod.values())
     where = ", ".join(f"pod {p}: {n}" for p, n in sorted(free_by_pod.items()) if n) or "none"
-    fits = ", ".join(f"pod {p}: {len(s)}" for p, s in sorted(avail.items()) if s) or "none"
-    return f"free GPUs: {free} ({where}); servers with {k} rail-aligned GPUs free: {fits}"
+    table = server_table(fabric)
+    counts = table.popcount(free_masks(fabric, state.gpu_ledger(), state.drains, request.exclusive))
+    roomy = np.bincount(table.pods[counts >= k], minlength=1)
+    fits = ", ".join(f"pod {p}: {n}" for p, n in enumerate(roomy.tolist()) if n) or "none"
+    return f"free GPUs: {free} ({where}); servers with {k} or more GPUs free: {fits} ({m} needed on the same rails)"
 
 
 def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -> Job:
@@ -324,7 +331,7 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
         if busy:
             raise NoCapacity(
                 f"{wanted}: server(s) {', '.join(busy)} lack free, undrained rails 0-{k - 1}; "
-                + _free_summary(fabric, state, avail, k)
+                + _free_summary(fabric, state, request)
             )
         candidates, first_fit = [keys], None
     elif len(choice.clusters) > 1:
@@ -336,7 +343,7 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
         candidates, first_fit = _candidates(choice, m, request.max_pods, pod_load, bool(state.measured_bps))
         if not candidates:
             limit = f" within {request.max_pods} pod(s)" if request.max_pods else ""
-            raise NoCapacity(f"{wanted}{limit} does not fit: " + _free_summary(fabric, state, avail, k))
+            raise NoCapacity(f"{wanted}{limit} does not fit: " + _free_summary(fabric, state, request))
 
     best, last_error = None, ""
     lowest = round(floor, 9)

@@ -15,8 +15,12 @@ from pathlib import Path
 from emulation.processes import end
 from emulation.processes.controller_process import free_port
 
+# SlurmctldHost names the address clients use; it does not choose the one
+# slurmctld binds. NoCtldInAddrAny binds it to that address (loopback) and
+# not to every interface.
 SLURM_CONF = """ClusterName=railyard
 SlurmctldHost=localhost
+CommunicationParameters=NoCtldInAddrAny
 SlurmctldPort={ctld_port}
 SlurmdPort={slurmd_port}
 AuthType=auth/munge
@@ -47,13 +51,15 @@ class LocalSlurm:
         self.topology = topology  # topology.conf text
         self.env = {**os.environ, "SLURM_CONF": str(self.dir / "slurm.conf")}
         self.ctld: subprocess.Popen | None = None
+        self.ctld_port = 0
 
     def start(self) -> LocalSlurm:
         (self.dir / "state").mkdir(parents=True, exist_ok=True)
         key = self.dir / "munge.key"
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
-        conf = SLURM_CONF.format(dir=self.dir, ctld_port=free_port(), slurmd_port=free_port(), nodes=self.nodes)
+        self.ctld_port = free_port()
+        conf = SLURM_CONF.format(dir=self.dir, ctld_port=self.ctld_port, slurmd_port=free_port(), nodes=self.nodes)
         (self.dir / "slurm.conf").write_text(conf)
         (self.dir / "topology.conf").write_text(self.topology)
         # --force: munged refuses to run as root otherwise; the key and socket are ours alone.

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.errors import NAME_RULE, valid_name
-from controller.fabric.spec import SPECS_DIR
+from controller.fabric.spec import shipped_specs, spec_path
 from controller.te.engine import EngineConfig
 from controller.yamldoc import parse_yaml, read_yaml
 from emulation.workload.events import parse_events
@@ -34,8 +34,7 @@ def spec_file(workload: Workload, override: str | None = None) -> str | None:
     name = override or workload.fabric
     if not name:
         return None
-    shipped = SPECS_DIR / name
-    return str(shipped if shipped.is_file() else name)  # a missing file is reported when it is read
+    return str(spec_path(name))  # a missing file is reported when it is read
 
 
 def load_workload(name_or_path: str | Path) -> Workload:
@@ -86,12 +85,8 @@ def workload_from_dict(doc: Any, default_name: str = "workload") -> Workload:
 def _fabric(value: Any) -> str | None:
     if value is None:
         return None
-    if not isinstance(value, str) or not ((SPECS_DIR / value).is_file() or Path(value).is_file()):
-        raise WorkloadError(
-            "fabric",
-            f"no spec {value!r}",
-            ", ".join(sorted(p.name for p in SPECS_DIR.glob("*.yaml"))) + ", or a spec path",
-        )
+    if not isinstance(value, str) or not spec_path(value).is_file():
+        raise WorkloadError("fabric", f"no spec {value!r}", ", ".join(shipped_specs()) + ", or a spec path")
     return value
 
 

@@ -58,8 +58,8 @@ def test_the_cli_places_and_shows_by_node_names(daemon):
     assert placed.returncode == 0, placed.stderr
     shown = cli(daemon, "jobs", "cli-nodes", "--json")
     assert shown.returncode == 0, shown.stderr
-    job = json.loads(shown.stdout)
-    job = job[0] if isinstance(job, list) else job
+    job = json.loads(shown.stdout)  # one object, its zeros kept
+    assert sorted((g["rank"], g["rail"]) for g in job["gpus"]) == [(0, 0), (1, 0)]
     assert sorted(g["node"] for g in job["gpus"]) == ["gpu-a001", "gpu-b002"]
     assert job["request"]["servers"] == ["gpu-a001", "gpu-b002"]
     free = cli(daemon, "free", "--servers", "--all")

@@ -71,6 +71,8 @@ def test_every_panel_query_is_valid_promql_and_returns_data(loaded_prometheus):
                 elif not answer["data"]["result"]:
                     empty.append(where)
         for var in dashboard["templating"]["list"]:
+            if var["type"] == "datasource":  # picks a data source; queries nothing
+                continue
             answer = loaded_prometheus.query(label_values_query(var["query"]["query"]))
             if answer.get("status") != "success" or not answer["data"]["result"]:
                 empty.append(f"{dashboard['uid']} / variable {var['name']}")

@@ -89,6 +89,9 @@ def test_a_scheduler_places_and_an_operator_drains(daemon, pki):
         stream = scheduler.watch_jobs(timeout_s=10, since_revision=listed_at)  # a server stream, through the roles
         assert next(iter(stream)).job.job_id == "secure-1"
         stream.cancel()
+        # Where there is room and how busy the links are: a scheduler's reads too.
+        assert scheduler.free_capacity().free_gpu_count == 6
+        assert scheduler.list_links() and scheduler.get_fabric().name == "demo"
         scheduler.release_job("secure-1")
     with daemon.client() as operator:  # the operator's certificate
         operator.drain(DrainTarget.SWITCH, "rys0")

@@ -5,6 +5,7 @@ the right nodes, expanded by Slurm's own hostlist parser, and logs no
 warning about the topology."""
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -75,3 +76,15 @@ def test_slurmctld_loads_the_exported_tree_with_every_leaf_and_spine(spec, hosts
             assert expand(slurm, shown[top.name]["Switches"]) == set(top.children)
         middle = {s.name for s in tree.aggs} | {c.name for c in tree.clusters}
         assert set(shown) == {g.name for g in tree.groups} | middle | {s.name for s in tree.top}
+
+
+def test_the_test_slurmctld_listens_on_loopback_only(tmp_path):
+    fabric = load_fabric()
+    host_map = HostMap.identity(fabric)
+    nodes = compress(sorted(s.name for s in fabric.servers))
+    with LocalSlurm(nodes, slurm_tree(fabric, host_map), tmp_path / "slurm") as slurm:
+        listening = subprocess.run(
+            ["ss", "-Hltn", f"sport = :{slurm.ctld_port}"], capture_output=True, text=True, check=True
+        ).stdout.split("\n")
+        local = {line.split()[3] for line in listening if line.strip()}
+    assert local == {f"127.0.0.1:{slurm.ctld_port}"}, local

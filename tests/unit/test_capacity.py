@@ -76,7 +76,7 @@ def test_free_cli_table(capsys):
     assert out[0].split() == ["POD", "GPUS", "FREE", "WHOLE_FREE_SERVERS", "PARTLY_FREE_SERVERS"]
     assert out[3].split() == ["total", "8", "7", "3", "1"]
     assert out[5].split() == ["NODE", "SERVER", "POD", "GPUS", "FREE", "FREE_RAILS", "EXCLUSIVE"]
-    assert out[6].split() == ["ryh0s0", "ryh0s0", "0", "2", "1", "1", "False"]  # no host map: a node is its server
+    assert out[6].split() == ["ryh0s0", "ryh0s0", "0", "2", "1", "1", "no"]  # no host map: a node is its server
 
 
 def ledger_fixture(fabric, jobs):
@@ -202,3 +202,13 @@ def test_ledger_reset_after_a_reroute():
     ledger.reset(jobs)
     assert ledger.bps == pytest.approx(dict(jobs_load(DEMO, jobs)))
     assert Endpoint("ryh0s0-r0", 0) in ledger.bps
+
+
+def test_a_job_that_does_not_fit_is_told_the_real_free_servers():
+    """Two whole servers free, a job of three servers: the message counts the
+    two, not the servers of the rail set a failed search last tried (none)."""
+    jobs = {"half": job_on("half", [NicId(0, 0, 0), NicId(1, 0, 0), NicId(0, 0, 1), NicId(1, 0, 1)])}
+    with pytest.raises(NoCapacity) as err:
+        place(DEMO, FabricState(jobs), JobRequest("x", 6, Pattern.RING, 0.0), 0.0)
+    assert "free GPUs: 4 (pod 1: 4)" in str(err.value)
+    assert "servers with 2 or more GPUs free: pod 1: 2 (3 needed on the same rails)" in str(err.value)

@@ -18,6 +18,7 @@ DASHBOARDS = sorted((ROOT / "grafana" / "dashboards").glob("*.json"))
 EXPECTED_UIDS = {"railyard-fabric", "railyard-controller", "railyard-jobs"}
 PROMTOOL = shutil.which("promtool")
 DATASOURCE_UID = "railyard-prometheus"
+VARIABLE = "${datasource}"
 
 
 def panels(dashboard):
@@ -26,7 +27,10 @@ def panels(dashboard):
         yield from panel.get("panels", [])
 
 
-def test_dashboards_have_stable_unique_uids_and_use_the_provisioned_datasource():
+def test_dashboards_have_stable_unique_uids_and_a_datasource_variable_defaulting_to_the_provisioned_one():
+    """Every query names the data source through the `datasource` variable, so a
+    dashboard imported into an existing Grafana finds that Grafana's Prometheus;
+    provisioned, the variable starts at Railyard's."""
     datasources = yaml.safe_load((ROOT / "grafana/provisioning/datasources/railyard.yaml").read_text())
     assert [d["uid"] for d in datasources["datasources"]] == [DATASOURCE_UID]
     providers = yaml.safe_load((ROOT / "grafana/provisioning/dashboards/railyard.yaml").read_text())["providers"]
@@ -36,11 +40,15 @@ def test_dashboards_have_stable_unique_uids_and_use_the_provisioned_datasource()
     for doc in docs:
         ids = [p["id"] for p in panels(doc)]
         assert len(ids) == len(set(ids)), doc["uid"]
+        (source, *variables) = doc["templating"]["list"]
+        assert source["name"] == "datasource" and source["type"] == "datasource" and source["query"] == "prometheus"
+        assert source["current"]["value"] == DATASOURCE_UID
         for panel in panels(doc):
-            assert panel["datasource"]["uid"] == DATASOURCE_UID, (doc["uid"], panel["title"])
-            assert panel["targets"] and all(t["datasource"]["uid"] == DATASOURCE_UID for t in panel["targets"])
-        for var in doc["templating"]["list"]:
-            assert var["datasource"]["uid"] == DATASOURCE_UID
+            assert panel["datasource"]["uid"] == VARIABLE, (doc["uid"], panel["title"])
+            assert panel["targets"] and all(t["datasource"]["uid"] == VARIABLE for t in panel["targets"])
+        for var in variables:
+            assert var["datasource"]["uid"] == VARIABLE
+        assert DATASOURCE_UID not in json.dumps(doc["panels"])  # no query pins the provisioned uid
     names = {v["name"] for d in docs for v in d["templating"]["list"]}
     assert {"switch", "tier", "plane"} <= names
 
@@ -115,11 +123,36 @@ def test_the_systemd_unit_runs_unprivileged_and_sandboxed_with_exposure_at_most_
     assert settings["NoNewPrivileges"] == "yes" and settings["ProtectSystem"] == "strict"
 
 
+INSTALLED = "/opt/railyard/venv/bin/railyard"  # where docs/deployment.md's install step puts the command
+
+
+def test_the_systemd_unit_is_type_notify_reloads_on_sighup_and_runs_the_documented_install(tmp_path):
+    unit = (ROOT / "deploy" / "railyard.service").read_text()
+    settings = dict(ln.split("=", 1) for ln in unit.splitlines() if "=" in ln and not ln.startswith("#"))
+    assert settings["Type"] == "notify" and settings["NotifyAccess"] == "main"
+    assert settings["ExecReload"] == "/bin/kill -HUP $MAINPID"
+    assert settings["ExecStart"].split()[0] == INSTALLED
+    assert f"python3.11 -m venv {INSTALLED.removesuffix('/bin/railyard')}" in (ROOT / "docs/deployment.md").read_text()
+    # systemd's own check of the unit, with the command where this machine has one.
+    local = tmp_path / "railyard.service"
+    local.write_text(unit.replace(INSTALLED, str(Path(sys.executable).parent / "railyard")))
+    analyze = shutil.which("systemd-analyze")
+    assert analyze, "systemd-analyze (Debian's systemd package) is needed to check the unit"
+    check = subprocess.run([analyze, "verify", str(local)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+
+
+def test_the_kubernetes_prometheus_configmap_carries_the_alert_rules_it_names():
+    data = yaml.safe_load((ROOT / "deploy/k8s/prometheus.yaml").read_text())["data"]
+    assert yaml.safe_load(data["prometheus.yml"])["rule_files"] == ["alerts.yml"]
+    assert data["alerts.yml"] == (ROOT / "deploy/prometheus/alerts.yml").read_text()
+
+
 @pytest.mark.parametrize(
     ("manifest", "kind", "ports"),
     [
-        ("controller.yaml", "Deployment", [6653, 9302, 50051]),
-        ("controller-ha.yaml", "StatefulSet", [6653, 8890, 9302, 50051]),
+        ("controller.yaml", "Deployment", [6653, 8653, 50051]),
+        ("controller-ha.yaml", "StatefulSet", [6653, 8653, 8890, 50051]),
         ("etcd.yaml", "StatefulSet", [2379, 2379, 2380]),
     ],
 )

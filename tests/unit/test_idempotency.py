@@ -45,8 +45,9 @@ def test_a_retry_returns_the_original_and_a_changed_retry_names_the_mismatch(tmp
     assert err.value.field == "request_id" and "gpu_count=4" in err.value.problem and "gpu_count=8" in err.value.problem
     with pytest.raises(JobError, match="pattern"):
         svc.place_job(JobRequest("train", 4, Pattern.TREE, 100.0, request_id="key-1"))
-    with pytest.raises(AlreadyExists):  # another key for a job that exists
+    with pytest.raises(AlreadyExists) as exists:  # another key for a job that exists
         svc.place_job(ring(key="key-2"))
+    assert "(placed at 1970-01-01T00:16:40.000Z)" in str(exists.value)  # the clock's 1000 s, as a time
     assert svc.snapshot().revision == revision and svc.snapshot().jobs == {"train": job}
 
 

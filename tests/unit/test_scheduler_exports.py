@@ -50,7 +50,7 @@ def test_a_fat_tree_exports_its_pods_as_a_level_of_their_own():
     tree = slurm_lines(EXPORTERS["slurm-tree"](fabric, hosts))
     assert "SwitchName=rye0x0 Nodes=ryh0s[0-1]" in tree and "SwitchName=rya0x0 Switches=rye0x[0-1]" in tree
     assert "SwitchName=rys0 Switches=rya0x0,rya1x0,rya2x0,rya3x0" in tree
-    (topology, *nodes) = yaml.safe_load_all(EXPORTERS["kueue"](fabric, hosts))
+    (topology, _flavor, *nodes) = yaml.safe_load_all(EXPORTERS["kueue"](fabric, hosts))
     assert [level["nodeLabel"] for level in topology["spec"]["levels"]] == [
         "railyard.io/spine-block", "railyard.io/pod", "railyard.io/leaf-group", "kubernetes.io/hostname",
     ]  # fmt: skip

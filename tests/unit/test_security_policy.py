@@ -10,7 +10,15 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from controller.api.client import ClientTls
 from controller.runtime.daemon import ConfigError, DaemonConfig, Listen, TlsFiles
 from controller.security import certs
-from controller.security.policy import PLACEMENT, Policy, PolicyError, Role, policy_from_doc
+from controller.security.policy import (
+    PLACEMENT,
+    Policy,
+    PolicyError,
+    Role,
+    fingerprint,
+    load_policy,
+    policy_from_doc,
+)
 from controller.security.tokens import TokensError, add_token, load_tokens, read_token, tokens_from_doc
 
 
@@ -21,7 +29,10 @@ def test_each_role_may_call_what_the_issue_gives_it_and_nothing_else():
         "/railyard.v1.PlacementService/WatchJobs": {scheduler, operator, viewer},
         "/railyard.v1.FabricService/DrainSwitch": {operator},
         "/railyard.v1.FabricService/PinFlow": {operator},
-        "/railyard.v1.FabricService/ListLinks": {operator, viewer},
+        "/railyard.v1.FabricService/ListLinks": {scheduler, operator, viewer},
+        "/railyard.v1.FabricService/GetFreeCapacity": {scheduler, operator, viewer},
+        "/railyard.v1.FabricService/GetFabric": {scheduler, operator, viewer},
+        "/railyard.v1.FabricService/ListPins": {operator, viewer},
         "/railyard.v1.TelemetryService/ReportTelemetry": {agent},
         "/grpc.health.v1.Health/Check": set(Role),
         "/railyard.v1.PlacementService/NoSuchMethod": set(),
@@ -33,8 +44,10 @@ def test_each_role_may_call_what_the_issue_gives_it_and_nothing_else():
 @pytest.mark.parametrize(
     ("doc", "field", "words"),
     [
-        ([], "policy", "one key, identities"),
-        ({"identities": {}, "extra": 1}, "policy", "one key, identities"),
+        ([], "policy", "must be a mapping of identities"),
+        ({"identities": {}, "extra": 1}, "policy", "must be a mapping of identities"),
+        ({"identities": {"a": "viewer"}, "revoked": "sha256:00"}, "revoked", "must be a list"),
+        ({"identities": {"a": "viewer"}, "revoked": ["AB:CD"]}, "revoked[0]", "'AB:CD' is not a fingerprint"),
         ({"identities": {}}, "identities", "non-empty mapping"),
         ({"identities": {"alice": "admin"}}, "identities.alice", "'admin' is not a role"),
         ({"identities": {"": "viewer"}}, "identities", "is not an identity"),
@@ -60,8 +73,28 @@ def test_a_good_policy_maps_identities_to_roles():
     assert policy.allows(Role.SCHEDULER, PLACEMENT + "PlaceJob")
 
 
+def test_a_policy_revokes_certificates_by_their_fingerprint(tmp_path):
+    certs.init_dir(tmp_path)
+    pem = (tmp_path / "scheduler.crt").read_bytes()
+    revoked = fingerprint(pem)
+    assert revoked.startswith("sha256:") and len(revoked) == 7 + 64
+    assert fingerprint(pem.decode()) == revoked != fingerprint((tmp_path / "agent.crt").read_bytes())
+    policy = policy_from_doc({"identities": {"scheduler": "scheduler"}, "revoked": [revoked]})
+    assert policy.revoked == {revoked}
+
+
+def test_the_shipped_policy_gives_a_role_to_every_identity_certs_init_and_the_docs_make(tmp_path):
+    """`railyard certs init` makes these client certificates; the docs' token
+    example is `certs token extender`; the daemon probes itself as its server
+    certificate's name. A switch speaks OpenFlow only and needs no API role."""
+    policy = load_policy(Path(__file__).parents[2] / "deploy" / "policy.yaml")
+    made = {*certs.CLIENTS, certs.SERVER_NAME, "extender"} - {"switch"}
+    assert made <= policy.grants.keys(), made - policy.grants.keys()
+    assert "switch" not in policy.grants
+
+
 def config(**listen: str) -> DaemonConfig:
-    addresses = {"openflow": "127.0.0.1:6653", "grpc": "127.0.0.1:50051", "metrics": "127.0.0.1:9302", **listen}
+    addresses = {"openflow": "127.0.0.1:6653", "grpc": "127.0.0.1:50051", "metrics": "127.0.0.1:8653", **listen}
     insecure = addresses.pop("insecure", "") == "yes"
     openflow, grpc, metrics = (Listen.parse(addresses[k], k) for k in ("openflow", "grpc", "metrics"))
     return DaemonConfig(Path("x.db"), openflow, grpc, metrics, insecure=insecure)
@@ -148,3 +181,21 @@ def test_tokens_need_their_listener_and_a_client_holds_one_identity(tmp_path):
         ClientTls(b"ca", cert=b"c", key=b"k", token="t" * 20)
     with pytest.raises(ValueError, match="certificate and its key, or a bearer token"):
         ClientTls(b"ca")
+
+
+def test_a_reload_refuses_a_key_that_is_not_its_certificates_and_a_ca_that_is_not_one(tmp_path):
+    from controller.runtime.reload import ReloadError, check_material
+
+    certs.init_dir(tmp_path)
+    (tmp_path / "policy.yaml").write_text("identities: {scheduler: scheduler}\n")
+    files = TlsFiles(tmp_path / "server.crt", tmp_path / "server.key", tmp_path / "ca.crt", tmp_path / "policy.yaml")
+    check_material(files, files.load())  # a matching set
+    mismatched = TlsFiles(files.cert, tmp_path / "agent.key", files.ca, files.policy)
+    with pytest.raises(ReloadError) as err:
+        check_material(mismatched, mismatched.load())
+    assert err.value.field == "tls-key"
+    (tmp_path / "not-a-ca.crt").write_text("-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n")
+    garbage = TlsFiles(files.cert, files.key, tmp_path / "not-a-ca.crt", files.policy)
+    with pytest.raises(ReloadError) as err:
+        check_material(garbage, garbage.load())
+    assert err.value.field == "tls-ca"
