@@ -1,4 +1,6 @@
-"""A scenario report written out: JSON for machines, PNG plots, the TE run's controller log."""
+"""A scenario report written out: JSON for machines, PNG plots, the TE run's
+controller log and its decisions (one JSON record a line, as the controller
+wrote them)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,9 @@ def write(report: dict, runs: Mapping[ScenarioMode, ModeRun], fabric: Fabric, ou
     for mode, run in runs.items():
         if run.controller_log:
             (out_dir / f"{stem}-{mode}-controller.log").write_text(run.controller_log)
+        if run.decisions:
+            records = "".join(json.dumps(d.decision.as_record()) + "\n" for d in run.decisions)
+            (out_dir / f"{stem}-{mode}-decisions.jsonl").write_text(records)
     return path
 
 

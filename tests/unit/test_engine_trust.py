@@ -118,11 +118,16 @@ def test_one_cycle_fixes_every_collision_of_a_fabric_wide_permutation():
     assert all(p.tx_bps <= WIDE.capacity_bps[e] * (1 + 1e-9) for e, p in ports.items())
 
 
+def _flows_to(dst, senders):
+    return {flow_key(s, dst, 41000 + i): (s, dst, "ryr0s0") for i, s in enumerate(senders)}
+
+
 def test_a_placed_jobs_flows_are_never_metered_as_incast_senders():
     # Three of a job's NICs send to one receiver, as an all-to-all does to every NIC.
     dst = NicId(0, 1, 0)
     senders = [NicId(0, 0, s) for s in range(3)]
-    world = World(CROWDED, {flow_key(s, dst, 41000 + i): (s, dst, "ryr0s0") for i, s in enumerate(senders)})
+    udp = {(a, b, "udp", sport, 4791): path for (a, b, _, sport, _), path in _flows_to(dst, senders).items()}
+    world = World(CROWDED, udp)
     flows, ports = world.telemetry(100.0, {})
     flows = {k: replace(s, rate_bps=400e9) for k, s in flows.items()}  # each offers its NIC, as UDP does
     state, decisions = step(CROWDED, TeState(), flows, ports, 100.0, jobs=frozenset((s, dst) for s in senders))

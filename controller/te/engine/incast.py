@@ -23,9 +23,9 @@ def find_incasts(
     jobs: Collection[tuple[NicId, NicId]] = frozenset(),
 ) -> dict[NicId, list[tuple[FlowKey, NicId]]]:
     """Receivers in incast -> their senders' flows (key, source NIC): at
-    least `incast_fan_in` senders whose flows, as they measure at their
-    ingress (before any meter of ours), offer `incast_overload` times what
-    the receiver's NIC takes. A placed job's own flows (an all-to-all
+    least `incast_fan_in` senders of flows that do not back off (not TCP)
+    whose flows, as they measure at their ingress (before any meter of
+    ours), offer `incast_overload` times what the receiver's NIC takes. A placed job's own flows (an all-to-all
     converges on every NIC by design) count as load but are never metered
     as senders. `cat`: the records' catalog rows."""
     fabric = catalog.index.fabric
@@ -35,6 +35,11 @@ def find_incasts(
     busy = busy[np.bincount(dst)[dst] >= cfg.incast_fan_in]  # most receivers: looked at no further
     c = cat[busy]
     busy, c = busy[catalog.src[c] != catalog.dst[c]], c[catalog.src[c] != catalog.dst[c]]
+    # TCP backs off: its flows converging on a NIC share it, whatever their
+    # records' noise adds up to (the emulated agent's short intervals read
+    # three such flows at up to twice the NIC now and then).
+    responsive = np.array([flows.keys[i][2] == "tcp" for i in busy.tolist()], dtype=bool)
+    busy, c = busy[~responsive], c[~responsive]
     offered = np.bincount(catalog.dst[c], weights=flows.rate_bps[busy], minlength=len(catalog.nic_number))
     strangers = ~catalog.among(c, jobs)
     busy, c = busy[strangers], c[strangers]

@@ -18,7 +18,8 @@ swap when that flow takes the mover's old route). A plan is judged on its
 component (the flows on every link its moves leave or join, the rest held
 at their rates) by the max-min order: the sorted rates after against
 before, at the first place they differ. The best plan that beats
-`min_gain` of the relieved link's capacity there is made, and the rates
+`min_gain` of the relieved link's capacity there, for each of its moves
+(a move is a path change: each must pay its way), is made, and the rates
 are worked out again; the next squeezed flow follows. Pure.
 """
 
@@ -34,9 +35,10 @@ from controller.te.engine.maxmin import fill_paths, lex_gain
 from controller.te.engine.state import EngineConfig
 
 RATE_TOLERANCE = 1e-6  # of capacity: rates closer than this are equal in the max-min order
-# Plans weighed per pass, at most: the joint search's work is bounded
-# whatever the fabric (its single moves already fixed what one move fixes).
-EVALUATIONS = 600
+# Plans weighed per pass, at most, by the elephants there are: the joint
+# search's work is bounded whatever the fabric (on a large one, single
+# moves already fixed what one move fixes).
+EVALUATIONS = (300, 20, 3000)  # base, per elephant, most
 # Up to this many elephants a plan is weighed on all of them; beyond, on
 # its component (the flows on the links it changes, the others held at
 # their rates, which ignores how a change there ripples further).
@@ -46,11 +48,13 @@ WHOLE = 4096
 @dataclass(frozen=True)
 class Plan:
     """Moves (elephant, route as a row of its routes) made together, what
-    they gain in the max-min order (bps) and the link they relieve."""
+    they gain and the link they relieve."""
 
     moves: tuple[tuple[int, int], ...]
-    gain_bps: float
+    gain_bps: float  # in the max-min order: at the first rate that differs
+    total_bps: float  # in the sum of the rates
     relieved: int
+    worth: bool  # it pays its way (Planner.worth)
 
 
 class Planner:
@@ -92,7 +96,9 @@ class Planner:
     def path(self, i: np.ndarray, rows: np.ndarray) -> np.ndarray:
         """(len(i), hops): each elephant's full path on the route-table rows `rows`."""
         table = self.fleet.index.table()
-        return np.concatenate([self.ends[i, :1], table[rows], self.ends[i, 1:]], axis=1)
+        # NIC links first: where a flow is held equally by its NIC and a
+        # route's link, the NIC is its bottleneck (no move can help it).
+        return np.concatenate([self.ends[i], table[rows]], axis=1)
 
     def _index(self) -> None:
         self.paths = np.full((len(self.fleet.rows), self.fleet.index.table().shape[1] + 2), self.fleet.index.pad)
@@ -101,6 +107,21 @@ class Planner:
         order = np.argsort(links, kind="stable")
         self._links = links[order]
         self._owners = np.repeat(self.placed, self.paths.shape[1])[order]
+
+    def refresh(self) -> None:
+        """The fleet's elephants moved (single moves): their paths and the
+        rates again; the links they joined count as loaded by this pass."""
+        before = self.paths.copy()
+        self._index()
+        for i in np.flatnonzero((before != self.paths).any(axis=1)).tolist():
+            for link in self.paths[i].tolist():
+                self._joined.setdefault(link, []).append(i)
+        self.rates()
+
+    def route_bound(self) -> np.ndarray:
+        """Per elephant: frozen, in the model, by a link a route chooses (a move may help it)."""
+        b = self.bottleneck
+        return (b >= 0) & (b != self.ends[:, 0]) & (b != self.ends[:, 1])
 
     def members(self, links: np.ndarray) -> np.ndarray:
         """The placed elephants on any of `links` now."""
@@ -123,17 +144,16 @@ class Planner:
 
     def squeezed(self) -> np.ndarray:
         """Placed elephants frozen by a link a route chooses (not a NIC's), the slowest first."""
-        b = self.bottleneck
-        on_route = (b >= 0) & (b != self.ends[:, 0]) & (b != self.ends[:, 1])
-        found = np.flatnonzero(on_route)
+        found = np.flatnonzero(self.route_bound())
         return found[np.argsort(self.x[found], kind="stable")]
 
     def spent(self) -> bool:
         """The pass has weighed as many plans as it may."""
-        return self.evaluations >= EVALUATIONS
+        base, each, most = EVALUATIONS
+        return self.evaluations >= min(base + each * len(self.placed), most)
 
-    def evaluate(self, moves: tuple[tuple[int, int], ...]) -> float:
-        """What the moves gain in the max-min order on their component."""
+    def evaluate(self, moves: tuple[tuple[int, int], ...]) -> tuple[float, float]:
+        """What the moves gain on their component: in the max-min order, and in the sum of the rates."""
         self.evaluations += 1
         fleet = self.fleet
         movers = np.array([i for i, _ in moves], dtype=np.int64)
@@ -153,7 +173,20 @@ class Planner:
         cap = self.cap[component]
         was, _ = fill_paths(before, left, cap)
         now, _ = fill_paths(after, left, cap)
-        return lex_gain(was, now, self.tolerance)
+        return lex_gain(was, now, self.tolerance), float(now.sum() - was.sum())
+
+    def worth(self, moves: tuple[tuple[int, int], ...], gain: tuple[float, float], link: int) -> bool:
+        """The moves pay their way: each is a path change, so together they
+        must gain min_gain of the link they relieve for each of them, either
+        for the slowest flow they change (the max-min order) or, no flow
+        left slower than before, in the sum of the rates."""
+        lex, total = gain
+        threshold = self.cfg.min_gain * float(self.fleet.capacity[link]) * len(moves)
+        return lex >= threshold or (lex > self.tolerance and total >= threshold)
+
+    def plan(self, moves: tuple[tuple[int, int], ...], link: int) -> Plan:
+        gain = self.evaluate(moves)
+        return Plan(moves, gain[0], gain[1], link, self.worth(moves, gain, link))
 
     def apply(self, plan: Plan, move: Callable[[int, int], object]) -> None:
         """Makes the plan's moves through `move(elephant, row)`, which moves it in the fleet."""
@@ -183,19 +216,37 @@ class Planner:
         spare = self.capacity[hops] - self.load[hops]
         return hops[(self.fleet.count[hops] > 0) & (spare < self.x[i] + self.cfg.min_gain * self.capacity[hops])]
 
+    def congested(self, link: int) -> bool:
+        """The measurements agree that the link holds its elephants back: two
+        of these three, (a) it measures full (its port, or its elephants'
+        records added up: a port's rate is smoothed and lags an iteration's
+        start), (b) an elephant on it measures well under its demand, (c) its
+        own elephants' demands are more than it carries. A noisy background
+        estimate can make a link that one flow fills look squeezed in the
+        model, and then only (a) holds. Or a move of this pass loaded it (our
+        own doing, not yet measured)."""
+        if link in self._joined:
+            return True
+        capacity = self.fleet.capacity[link]
+        members = self.members(np.array([link]))
+        measured = max(float(self.port_load[link]), float(self.fleet.bps[members, 1].sum()))
+        full = measured >= self.cfg.saturated * capacity
+        crowded = bool(self.fleet.bps[members, 0].sum() >= capacity * (1 + self.cfg.min_gain))
+        held_back = bool(self.held_back[members].any())
+        return (full and (crowded or held_back)) or (crowded and held_back)
+
     def plans_for(self, link: int, allowed: Callable[[int], bool]) -> Plan | None:
-        """The best plan that relieves `link`, None if none gains enough:
-        the best single move if one does (fewest moves first), else the
-        best pair."""
-        threshold = self.cfg.min_gain * float(self.fleet.capacity[link])
+        """The best plan that relieves `link` and pays its way, None if
+        none does: the best single move if one does (fewest moves first),
+        else the best pair."""
         movers = [int(g) for g in self.members(np.array([link])) if self.movable[g] and allowed(int(g))]
         singles = [(g, row) for g in movers for row in self.alternatives(g)]
         best: Plan | None = None
         for g, row in singles:
             if self.spent():
                 break
-            best = self._better(best, ((g, row),), link)
-        if best is not None and best.gain_bps >= threshold:
+            best = _better(best, self.plan(((g, row),), link))
+        if best is not None and best.worth:
             return best
         for g, row in singles:
             blocking = self._blocking(g, row)
@@ -207,26 +258,13 @@ class Planner:
                 for row2 in self.alternatives(f):
                     if self.spent():
                         break
-                    best = self._better(best, ((g, row), (f, row2)), link)
-        return best if best is not None and best.gain_bps >= threshold else None
+                    best = _better(best, self.plan(((g, row), (f, row2)), link))
+        return best if best is not None and best.worth else None
 
-    def _better(self, best: Plan | None, moves: tuple[tuple[int, int], ...], link: int) -> Plan | None:
-        gain = self.evaluate(moves)
-        if (
-            best is None
-            or gain > best.gain_bps + self.tolerance
-            or (gain > best.gain_bps - self.tolerance and len(moves) < len(best.moves))
-        ):
-            return Plan(moves, gain, link)
-        return best
 
-    def congested(self, link: int) -> bool:
-        """The measurements agree that the link holds its elephants back: its
-        port measures it full and an elephant on it measures well under its
-        demand (a noisy background estimate can make a link that one flow
-        fills look squeezed in the model, never in the flow's own record);
-        or a move of this pass loaded it (our own doing, not yet measured)."""
-        if link in self._joined:
-            return True
-        full = self.port_load[link] >= self.cfg.saturated * self.fleet.capacity[link]
-        return bool(full and self.held_back[self.members(np.array([link]))].any())
+def _better(best: Plan | None, plan: Plan) -> Plan:
+    """Of two plans, the one that pays its way, then the fairer, then the larger total, then the shorter."""
+    if best is None:
+        return plan
+    rank = (plan.worth, plan.gain_bps, plan.total_bps, -len(plan.moves))
+    return plan if rank > (best.worth, best.gain_bps, best.total_bps, -len(best.moves)) else best

@@ -53,6 +53,10 @@ from controller.te.engine.state import (
 )
 from controller.te.view import FlowKey
 
+# Up to this many elephants every move is a plan judged by the max-min
+# rates; beyond, single moves by the flow's own bottleneck come first (in
+# arrays, fabric-wide), and plans take what they leave.
+PLANNED_ONLY = 512
 ANNEALING_RESTARTS = 3  # seeds an annealing search tries before it gives up for the pass
 SEARCHES = 3  # searches of the same inputs, hysteresis_s apart, before they are left alone
 
@@ -145,6 +149,8 @@ class Pass:
         self.moved = np.zeros(n, dtype=bool)
         self.fruitless: Fruitless | None = None
         self.expected: np.ndarray | None = None  # per elephant, its max-min rate where the plans left it
+        self._planner: Planner | None = None
+        self._calm = False
 
     def allowed(self, i: int) -> bool:
         """Elephant i may move now: free, and its leaf has moves left (a
@@ -196,6 +202,11 @@ class Pass:
         # one's rate is ours to set, and moving it may relieve others.
         satisfied = (fleet.bps[:, 1] >= cfg.satisfied * fleet.bps[:, 0]) & ~self.metered
         eligible = self.free & ~self.moved & ~satisfied
+        planner = self.planner()
+        if len(self.inputs.elephants) <= PLANNED_ONLY:
+            eligible[:] = False  # every move is a plan, weighed by the max-min rates (joint_plans)
+        elif planner is not None:  # nor one its NIC holds, whatever the demands say
+            eligible &= planner.route_bound() | self.metered
         over = fleet.over_mask() & fleet.limiting()
         self.hot_at_start = set(np.flatnonzero(over & (fleet.count >= 2)).tolist())
         # A link none of whose elephants may gain from a move (the steady state
@@ -274,31 +285,25 @@ class Pass:
         some link is over capacity by demand (else every elephant gets its
         demand, the most a routing can give it), and not again on inputs a
         search found nothing on."""
-        inputs, catalog, fleet = self.inputs, self.inputs.catalog, self.fleet
-        over = fleet.over_mask()
-        over[inputs.index.pad] = False
-        if not over.any():
+        inputs = self.inputs
+        if self.planner() is None:
             return
-        e = inputs.elephants
-        caps = _caps(e, self.metered)
-        key = self._key(caps)
+        key = self._key(_caps(inputs.elephants, self.metered))
         searches = self._searches(key)
-        if searches >= SEARCHES or (
-            searches and inputs.fruitless and inputs.now - inputs.fruitless.at < inputs.cfg.hysteresis_s
-        ):
-            self.fruitless = inputs.fruitless
+        planner = self.planner()
+        assert planner is not None
+        planner.refresh()
+        last = inputs.fruitless
+        searched = last.links if last is not None and searches != 0 else frozenset()
+        if searches < 0 and searched.issuperset(self._confirmed(planner)):
+            self.fruitless = last
             return
-        ends = np.stack([catalog.nic_tx[catalog.src[e.cat]], catalog.nic_rx[catalog.dst[e.cat]]], axis=1)
-        # Measured: a fresh record well under its demand (a dormant job flow measures nothing).
-        held_back = (e.flow >= 0) & (fleet.bps[:, 1] < inputs.cfg.satisfied * fleet.bps[:, 0])
-        planner = Planner(fleet, ends, caps, inputs.background, inputs.port_load, self.free, held_back, inputs.cfg)
         tried: set[int] = set()
         annealed = False
         while True:
             plan: Plan | None = None
-            for i in planner.squeezed().tolist():
-                link = int(planner.bottleneck[i])
-                if link in tried or not planner.congested(link) or planner.spent():
+            for link in self._confirmed(planner):
+                if link in tried or planner.spent():
                     continue
                 tried.add(link)
                 plan = planner.plans_for(link, self.allowed)
@@ -308,12 +313,16 @@ class Pass:
                 annealed = True
                 plan = self._annealed(planner)
             if plan is None:
-                if not self.moved.any():
-                    self.fruitless = Fruitless(key, inputs.background, inputs.now, searches + 1)
                 if self.moved.any():
                     self.expected = planner.x
+                else:
+                    count = max(searches, 0) + 1
+                    self.fruitless = Fruitless(key, inputs.background, inputs.now, count, searched | tried)
                 return
-            why = f"a plan of {len(plan.moves)}: the slowest flow it touches +{plan.gain_bps / 1e9:.2f} Gb/s"
+            why = (
+                f"a plan of {len(plan.moves)}: the slowest flow it changes +{plan.gain_bps / 1e9:.2f} Gb/s, "
+                f"all of them {plan.total_bps / 1e9:+.2f} Gb/s"
+            )
 
             def move(i: int, row: int, why: str = why) -> None:
                 self.move(i, row, why)
@@ -321,6 +330,27 @@ class Pass:
             planner.apply(plan, move)
             self.relieved.add(plan.relieved)
             tried.clear()  # the routing changed: a link tried before may have a plan now
+
+    def planner(self) -> Planner | None:
+        """The max-min model of the fleet (plan.Planner), made on first use,
+        None where no link is over capacity by demand: then every elephant
+        gets its demand, the most a routing can give it, and nothing is
+        weighed at all."""
+        if self._planner is None and not self._calm:
+            over = self.fleet.over_mask()
+            over[self.inputs.index.pad] = False
+            self._calm = not over.any()
+            if not self._calm:
+                inputs, catalog, fleet = self.inputs, self.inputs.catalog, self.fleet
+                e = inputs.elephants
+                ends = np.stack([catalog.nic_tx[catalog.src[e.cat]], catalog.nic_rx[catalog.dst[e.cat]]], axis=1)
+                # Measured: a fresh record well under its demand (a dormant job flow measures nothing).
+                held_back = (e.flow >= 0) & (fleet.bps[:, 1] < inputs.cfg.satisfied * fleet.bps[:, 0])
+                caps = _caps(e, self.metered)
+                self._planner = Planner(
+                    fleet, ends, caps, inputs.background, inputs.port_load, self.free, held_back, inputs.cfg
+                )
+        return self._planner
 
     def _step(self) -> float:
         """min_gain of the narrowest link: measurements closer than this are alike."""
@@ -344,29 +374,41 @@ class Pass:
         )
 
     def _searches(self, key: int) -> int:
-        """How often these inputs were searched and nothing found (0: new)."""
+        """How often these inputs were searched and nothing found (0: new);
+        -1: leave them alone now (searched under hysteresis_s ago, or
+        SEARCHES times with the background as it is)."""
         inputs = self.inputs
         last = inputs.fruitless
         if last is None or last.key != key or len(last.background) != len(inputs.background):
             return 0
+        if inputs.now - last.at < inputs.cfg.hysteresis_s:
+            return -1
         alike = np.abs(last.background - inputs.background).max(initial=0.0) <= self._step()
-        return last.searches if alike else 0
+        if not alike:
+            return 0
+        return -1 if last.searches >= SEARCHES else last.searches
+
+    @staticmethod
+    def _confirmed(planner: Planner) -> list[int]:
+        """The squeezed elephants' bottleneck links the measurements agree
+        are congested, the slowest elephant's first, each once."""
+        links = dict.fromkeys(int(planner.bottleneck[i]) for i in planner.squeezed().tolist())
+        return [link for link in links if planner.congested(link)]
 
     def _annealed(self, planner: Planner) -> Plan | None:
         """A plan of any length from simulated annealing (a few restarts),
         where the slowest squeezed flow's link is congested, if the max-min
         rates of what it touches beat min_gain. The leaves' budgets bound
         single moves; a plan is made whole or not at all."""
-        squeezed = [i for i in planner.squeezed().tolist() if planner.congested(int(planner.bottleneck[i]))]
-        if not squeezed:
+        confirmed = self._confirmed(planner)
+        if not confirmed:
             return None
-        link = int(planner.bottleneck[squeezed[0]])
-        threshold = self.inputs.cfg.min_gain * float(self.fleet.capacity[link])
+        link = confirmed[0]
         seed = int(self.inputs.now * 1000) & 0xFFFFFFFF
         for restart in range(ANNEALING_RESTARTS):
             moves = anneal(planner, self.free & planner.movable, seed + restart)
-            if moves and (gain := planner.evaluate(moves)) >= threshold:
-                return Plan(moves, gain, link)
+            if moves and (plan := planner.plan(moves, link)).worth:
+                return plan
         return None
 
     def outcome(self) -> Outcome:

@@ -230,6 +230,7 @@ class Fruitless:
     background: np.ndarray
     at: float
     searches: int = 1
+    links: frozenset[int] = frozenset()  # the squeezed links it searched (a link confirmed since is searched)
 
 
 @dataclass(frozen=True)
