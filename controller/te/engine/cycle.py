@@ -216,9 +216,7 @@ class _Cycle:
 
     def settle(self) -> None:
         self.decisions += _settle(self.index, self.catalog, self.dead, self.found, self.moves, self.now, self.cfg)
-        self.starved, self.dormant = _absent(
-            self.index, self.catalog, self.dead, self.recent, self.kept, self.moves, self.snap.jobs
-        )
+        self.starved, self.dormant = _absent(self.index, self.catalog, self.dead, self.recent, self.kept, self.moves)
 
     def incast(self) -> None:
         catalog, cfg, now = self.catalog, self.cfg, self.now
@@ -350,16 +348,19 @@ def _absent(
     recent: Recent,
     kept: int,
     moves: Mapping[FlowKey, Move],
-    jobs: Collection[tuple[NicId, NicId]],
 ) -> tuple[Elephants, Elephants]:
     """Elephants seen lately and not now, where they are (where we moved
     them, or where they were last seen), in two kinds:
     - starved: those whose path crosses a dead link. A flow black-holed by
       a failure measures ~0 at once and stops looking like an elephant; it
       is exactly the one to move;
-    - dormant: a placed job's, between two iterations. They send nothing
-      now and will send again: they count as load by demand where they
-      are, so nothing is planned onto their paths meanwhile."""
+    - dormant: the others, seen within `expire_after_s` (a placed job's
+      flow for as long as the job is placed: between two iterations). They
+      send nothing now, or less than an elephant (TCP under contention
+      dips below the threshold and comes back), and will send again: they
+      count as load by demand where they are, and are not moved, so a plan
+      does not change with who crossed a threshold this cycle, and nothing
+      is planned onto their paths meanwhile."""
     row, cat = recent.row[:kept].copy(), recent.cat[:kept]
     for r, move in zip(recent.find(catalog.rows(list(moves))).tolist(), moves.values()):
         if 0 <= r < kept and cat[r] >= 0:
@@ -369,7 +370,6 @@ def _absent(
     on_dead = dead[index.table()[row[known]]].any(axis=1)
     starved = known[on_dead]
     dormant = known[~on_dead]
-    dormant = dormant[catalog.among(cat[dormant], jobs)] if jobs else dormant[:0]
 
     def elephants(i: np.ndarray, measured: bool) -> Elephants:
         """A starved flow keeps its last rate (a move is checked against it); a dormant one sends nothing."""

@@ -177,12 +177,17 @@ class Planner:
 
     def worth(self, moves: tuple[tuple[int, int], ...], gain: tuple[float, float], link: int) -> bool:
         """The moves pay their way: each is a path change, so together they
-        must gain min_gain of the link they relieve for each of them, either
-        for the slowest flow they change (the max-min order) or, no flow
-        left slower than before, in the sum of the rates."""
+        must gain min_gain of the link they relieve for each of them for the
+        slowest flow they change (the max-min order) and lose nothing in the
+        sum of the rates, or, no flow left slower than before, twice that in
+        the sum."""
         lex, total = gain
         threshold = self.cfg.min_gain * float(self.fleet.capacity[link]) * len(moves)
-        return lex >= threshold or (lex > self.tolerance and total >= threshold)
+        # TCP does not share a link as max-min does: what a plan takes from
+        # some flows to give to slower ones, TCP gives back to whoever it
+        # likes, and a gain in the sum that no flow's own rate shows much of
+        # is the first it does not deliver.
+        return (lex >= threshold and total >= -self.tolerance) or (lex > self.tolerance and total >= 2 * threshold)
 
     def plan(self, moves: tuple[tuple[int, int], ...], link: int) -> Plan:
         gain = self.evaluate(moves)
