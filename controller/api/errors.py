@@ -9,7 +9,7 @@ import time
 
 import grpc
 
-from controller.api.audit import is_mutation
+from controller.api.audit import SELF_AUDITED, is_mutation
 from controller.api.client import LEADER_METADATA_KEY
 from controller.errors import (
     AlreadyExists,
@@ -22,6 +22,7 @@ from controller.errors import (
     RevisionGone,
 )
 from controller.intent.etcd_store import StoreConflict, StoreRefused, StoreUnavailable
+from controller.intent.store import StoreError
 from controller.te.placement import NoCapacity
 from controller.telemetry.ingest import Overloaded
 
@@ -43,6 +44,8 @@ _CODES = (
     (RevisionGone, grpc.StatusCode.OUT_OF_RANGE),
     (PermissionDenied, grpc.StatusCode.PERMISSION_DENIED),
     (RateLimited, grpc.StatusCode.RESOURCE_EXHAUSTED),
+    # Any other store trouble (a value in it that does not read): retry once it is repaired.
+    (StoreError, grpc.StatusCode.UNAVAILABLE),
 )
 DOMAIN_ERRORS = tuple(cls for cls, _ in _CODES)
 
@@ -93,7 +96,7 @@ def _record(servicer, method: str, context, started: float, request=None) -> Non
     if denied:
         metrics.api_denied.labels(method, code.name).inc()
     audit = getattr(servicer, "audit", None)
-    if audit is not None and (is_mutation(method) or denied):
+    if audit is not None and (is_mutation(method) or denied) and method not in SELF_AUDITED:
         caller = getattr(context, "caller", None)  # auth.CallerContext, under mutual TLS
         audit.record(
             identity=caller.identity if caller else None,

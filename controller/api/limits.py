@@ -1,6 +1,7 @@
-"""Rate limits: mutations per caller, telemetry records per stream. One
-client must not keep the controller busy for everyone else (a stream once
-kept the server parsing 18 M records in 127 s)."""
+"""Rate limits: mutations per caller; telemetry records per caller over all
+its streams, and its streams at once. One client must not keep the
+controller busy for everyone else (a stream once kept the server parsing
+18 M records in 127 s; eight streams once each got a budget of their own)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,11 @@ from collections.abc import Callable
 from controller.errors import RateLimited
 
 MUTATIONS_PER_S = 50.0  # per caller, with bursts of twice that
-TELEMETRY_RECORDS_PER_S = 50_000.0  # per stream, with bursts of twice that
+# Per caller over all its streams, with bursts of twice that. The daemon
+# ingests 43-54k records/s on a whole core (ft2-16k); a budget at half of
+# that leaves the API its share even with one caller at its limit.
+TELEMETRY_RECORDS_PER_S = 25_000.0
+TELEMETRY_STREAMS_PER_CALLER = 8
 
 
 class TokenBucket:
@@ -59,13 +64,90 @@ class MutationLimiter:
             )
 
 
-def telemetry_bucket(rate: float = TELEMETRY_RECORDS_PER_S, clock: Callable[[], float] = time.monotonic):
-    """A stream's budget of records: `take(n)` raises RateLimited past it."""
-    bucket = TokenBucket(rate, 2 * rate, clock())
+class TelemetryBudget:
+    """Telemetry records per second per caller (its certificate identity,
+    or its address in the clear), shared by all its streams, and at most
+    `streams` of them open at once.
 
-    def take(records: int) -> None:
-        wait = bucket.take(records, clock())
+    A caller that goes over is told to come back once its budget has
+    refilled, and until then every stream it opens is refused at once: a
+    client that reopens a cut stream without waiting gets nothing more,
+    and a fresh stream brings no fresh budget."""
+
+    MAX_CALLERS = 10_000
+
+    def __init__(
+        self,
+        rate: float = TELEMETRY_RECORDS_PER_S,
+        streams: int = TELEMETRY_STREAMS_PER_CALLER,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rate, self.streams, self.clock = rate, streams, clock
+        self._callers: dict[str, _Caller] = {}
+        self._lock = threading.Lock()
+
+    def open(self, caller: str) -> TelemetryStream:
+        """A stream's share of `caller`'s budget; RateLimited if it is over
+        its streams or still waiting out a refusal."""
+        now = self.clock()
+        with self._lock:
+            state = self._callers.get(caller)
+            if state is None:
+                if len(self._callers) >= self.MAX_CALLERS:
+                    idle = [c for c, s in self._callers.items() if not s.open]
+                    for stale in sorted(idle, key=lambda c: self._callers[c].bucket.at)[: self.MAX_CALLERS // 10]:
+                        del self._callers[stale]
+                state = self._callers[caller] = _Caller(TokenBucket(self.rate, 2 * self.rate, now))
+            if now < state.blocked_until:
+                wait = state.blocked_until - now
+                raise RateLimited(
+                    f"over {self.rate:g} telemetry records per second for this caller; retry in {wait:.2f} s", wait
+                )
+            if state.open >= self.streams:
+                raise RateLimited(f"at most {self.streams} telemetry streams at once per caller", 1.0)
+            state.open += 1
+        return TelemetryStream(self, state)
+
+    def _take(self, state: _Caller, records: int) -> None:
+        now = self.clock()
+        with self._lock:
+            if now < state.blocked_until:
+                wait = state.blocked_until - now
+            else:
+                wait = state.bucket.take(records, now)
+                if wait:
+                    # Back once the bucket is full again: a retry any sooner
+                    # would be cut again after a batch or two.
+                    wait = max(wait, (state.bucket.burst - state.bucket.tokens) / self.rate)
+                    state.blocked_until = now + wait
         if wait:
-            raise RateLimited(f"over {rate:g} telemetry records per second on this stream; retry in {wait:.2f} s", wait)
+            raise RateLimited(
+                f"over {self.rate:g} telemetry records per second for this caller; retry in {wait:.2f} s", wait
+            )
 
-    return take
+    def _close(self, state: _Caller) -> None:
+        with self._lock:
+            state.open -= 1
+
+
+class _Caller:
+    def __init__(self, bucket: TokenBucket) -> None:
+        self.bucket = bucket
+        self.open = 0
+        self.blocked_until = 0.0
+
+
+class TelemetryStream:
+    """One open stream: `take(n)` spends the caller's budget (RateLimited
+    past it); `close()` when the stream ends."""
+
+    def __init__(self, budget: TelemetryBudget, state: _Caller) -> None:
+        self._budget, self._state, self._closed = budget, state, False
+
+    def take(self, records: int) -> None:
+        self._budget._take(self._state, records)
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._budget._close(self._state)

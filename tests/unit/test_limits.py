@@ -2,7 +2,7 @@
 
 import pytest
 
-from controller.api.limits import MutationLimiter, TokenBucket, telemetry_bucket
+from controller.api.limits import MutationLimiter, TelemetryBudget, TokenBucket
 from controller.errors import RateLimited
 
 
@@ -27,11 +27,32 @@ def test_each_caller_has_its_own_budget_and_the_refusal_says_when_to_retry():
     limiter.admit("a", "PlaceJob")
 
 
-def test_a_telemetry_stream_budget_counts_records():
+def test_a_callers_telemetry_budget_is_shared_by_its_streams_and_a_refusal_waits_out_the_refill():
     now = [0.0]
-    take = telemetry_bucket(rate=10.0, clock=lambda: now[0])
-    take(20)
-    with pytest.raises(RateLimited):
-        take(1)
+    budget = TelemetryBudget(rate=10.0, streams=8, clock=lambda: now[0])
+    first, second = budget.open("agent"), budget.open("agent")
+    first.take(15)
+    with pytest.raises(RateLimited) as err:
+        second.take(10)  # the same caller's bucket: 5 left of the burst of 20
+    # Back once the bucket is full again (20 records at 10/s), not in the
+    # half second the batch alone would need.
+    assert err.value.retry_after_s == pytest.approx(1.5)
     now[0] = 1.0
-    take(10)
+    with pytest.raises(RateLimited, match=r"retry in 0\.50 s"):
+        budget.open("agent")  # a fresh stream brings no fresh budget, and must wait too
+    other = budget.open("another")  # another caller is not affected
+    other.take(20)
+    now[0] = 1.5
+    budget.open("agent").take(20)
+
+
+def test_a_caller_may_hold_only_so_many_streams():
+    budget = TelemetryBudget(rate=10.0, streams=2, clock=lambda: 0.0)
+    streams = [budget.open("agent"), budget.open("agent")]
+    with pytest.raises(RateLimited, match="at most 2 telemetry streams"):
+        budget.open("agent")
+    streams[0].close()
+    streams[0].close()  # twice is once
+    budget.open("agent")
+    with pytest.raises(RateLimited):
+        budget.open("agent")
