@@ -88,7 +88,12 @@ def add_controller_parser(sub) -> None:
     run.add_argument(
         "--telemetry-records-per-second",
         type=float,
-        help="records per second on one telemetry stream, bursts of twice that (default 50000)",
+        help="telemetry records per second per caller, over all its streams, bursts of twice that (default 25000)",
+    )
+    run.add_argument(
+        "--telemetry-streams-per-caller",
+        type=int,
+        help="telemetry streams one caller may hold open at once (default 8)",
     )
     run.add_argument(
         "--audit-log",
@@ -162,6 +167,11 @@ def controller_run(args) -> int:
             {}
             if args.telemetry_records_per_second is None
             else {"telemetry_records_per_s": args.telemetry_records_per_second}
+        ),
+        **(
+            {}
+            if args.telemetry_streams_per_caller is None
+            else {"telemetry_streams_per_caller": args.telemetry_streams_per_caller}
         ),
     )
     return run(load_fabric(args.spec), config)
