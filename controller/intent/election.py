@@ -182,8 +182,30 @@ class Election:
             if not alive:
                 self._step_down("its lease expired")
                 return
+            changed = self._key_changed()
+            if changed:
+                self.resign(changed)
+                return
         if self.clock() - self._renewed_at >= self.ttl_s * 0.75:
             self._step_down(f"no lease renewal for {self.clock() - self._renewed_at:.1f} s")
+
+    def _key_changed(self) -> str:
+        """Why the leader key is no longer this leadership's ("" while it is):
+        someone deleted it, or overwrote it (a put without our lease detaches
+        the key from it: etcd would then never expire it)."""
+        try:
+            current = self.kv.get(self.key)
+        except StoreError:
+            return ""  # not known to have changed: the lease's deadline decides
+        if current is None:
+            return "its leader key was deleted"
+        ours = (self.address, self._lease, self.state.generation)
+        found = (
+            unb64(current.get("value", "")).decode(errors="replace"),
+            int(current.get("lease", 0) or 0),
+            int(current.get("create_revision", 0)),
+        )
+        return "" if found == ours else f"its leader key was overwritten (now {found[0][:64]!r}, lease {found[1]:x})"
 
     def _step_down(self, why: str) -> None:
         log.warning("election: %s steps down: %s", self.address, why)

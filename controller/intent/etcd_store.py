@@ -241,7 +241,7 @@ class EtcdKv:
         self.call("lease", "/kv/lease/revoke", {"ID": lease})
 
 
-def put_op(key: str, value: str, lease: int = 0) -> dict:
+def put_op(key: str, value: str | bytes, lease: int = 0) -> dict:
     return {"request_put": {"key": b64(key), "value": b64(value), **({"lease": lease} if lease else {})}}
 
 
