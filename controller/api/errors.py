@@ -123,7 +123,8 @@ def _check_deadline(context) -> None:
 
 
 def rpc(method):
-    """Wraps a unary (or client-streaming) servicer method."""
+    """Wraps a unary (or client-streaming) servicer method. A servicer with a
+    `priority` (telemetry/priority.py) runs each call ahead of background work."""
 
     @functools.wraps(method)
     def wrapper(self, request, context):
@@ -131,7 +132,11 @@ def rpc(method):
         try:
             _check_deadline(context)
             _limit(self, method.__name__, context)
-            return method(self, request, context)
+            priority = getattr(self, "priority", None)
+            if priority is None:
+                return method(self, request, context)
+            with priority.call():
+                return method(self, request, context)
         except Exception as exc:
             if isinstance(exc, RateLimited):
                 self.metrics.api_rate_limited.labels(method.__name__).inc()

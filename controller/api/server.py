@@ -212,6 +212,8 @@ class ApiServer:
         for servicer in servicers:
             servicer.audit = audit  # each mutation's outcome, and who asked (errors.rpc)
             servicer.limiter = limiter  # one budget per caller across the services
+        for servicer in servicers[:2]:  # placement and fabric calls go ahead of telemetry and TE
+            servicer.priority = ingest.priority
         fabric_pb2_grpc.add_FabricServiceServicer_to_server(servicers[0], self.server)
         placement_pb2_grpc.add_PlacementServiceServicer_to_server(servicers[1], self.server)
         telemetry_pb2_grpc.add_TelemetryServiceServicer_to_server(servicers[2], self.server)

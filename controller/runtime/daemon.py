@@ -38,6 +38,7 @@ from controller.intent.etcd_store import EtcdIntentStore, EtcdKv, EtcdTls, EtcdU
 from controller.intent.service import WATCH_HISTORY, IntentService
 from controller.intent.store import IntentStore, SqliteIntentStore
 from controller.metrics import Metrics
+from controller.runtime import collector
 from controller.runtime.ha import Replication
 from controller.runtime.metrics_listener import MetricsListener
 from controller.runtime.te_runner import TeRunner
@@ -290,6 +291,7 @@ class Daemon:
             config.metrics.host,
             config.metrics.port,
             self.dead,
+            self.ingest.priority,
             certfile=str(config.tls.cert) if config.tls is not None else None,
             keyfile=str(config.tls.key) if config.tls is not None else None,
             client_cafile=str(config.tls.ca) if config.tls is not None and config.metrics_client_certs else None,
@@ -316,6 +318,7 @@ class Daemon:
         gc.freeze()
 
     def start(self) -> None:
+        collector.tune(self._stop)
         self.ingest.start()
         self.reconciler.start()
         self.te.start()

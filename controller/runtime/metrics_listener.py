@@ -21,6 +21,7 @@ from prometheus_client.exposition import choose_encoder
 
 from controller.api.listener import GuardedHttpServer
 from controller.metrics import Metrics
+from controller.telemetry.priority import ApiFirst
 
 
 class MetricsListener:
@@ -30,6 +31,7 @@ class MetricsListener:
         host: str,
         port: int,
         dead: Callable[[], str],
+        priority: ApiFirst,
         certfile: str | None = None,
         keyfile: str | None = None,
         client_cafile: str | None = None,
@@ -54,6 +56,7 @@ class MetricsListener:
             # /healthz answers without one; /metrics refuses (below).
             context.verify_mode = ssl.CERT_OPTIONAL if client_cafile else ssl.CERT_NONE
         self.registry, self.dead, self.client_certs = metrics.registry, dead, client_cafile is not None
+        self.priority = priority
         self.httpd = GuardedHttpServer(
             "metrics",
             (host, port),
@@ -81,6 +84,7 @@ class MetricsListener:
                 _reply(request, HTTPStatus.FORBIDDEN, b"a client certificate from the CA is required\n", "text/plain")
                 return
             encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+            self.priority.yield_to_api()  # rendering every series takes a while: after the API's calls
             body = encoder(self.registry)
             if "gzip" in request.headers.get("Accept-Encoding", ""):
                 _reply(request, HTTPStatus.OK, gzip.compress(body), content_type, gzipped=True)

@@ -132,6 +132,7 @@ class TeRunner:
             self.ingest.arrived.clear()
             if self._stop.wait(max(MIN_GAP_S, PACE * took)):
                 return
+            self.ingest.priority.yield_to_api()
             started = time.perf_counter()
             try:
                 self.cycle()

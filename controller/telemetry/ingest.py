@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from controller.fabric import Endpoint
 from controller.metrics import Metrics
 from controller.te.view import FlowKey, FlowSample, LinkView, PathSample, PortSample
+from controller.telemetry.priority import ApiFirst
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ class TelemetryIngest:
         self._thread = threading.Thread(target=self._run, name="telemetry", daemon=True)
         self._last_sweep = 0.0
         self.arrived = threading.Event()  # set after each batch is in the view: TE runs on fresh data
+        # API calls go first: telemetry work, and the TE cycles it drives, wait for them (priority.py).
+        self.priority = ApiFirst()
 
     def start(self) -> None:
         self._thread.start()
@@ -71,6 +74,7 @@ class TelemetryIngest:
             batch = self._queue.get()
             if batch is None:
                 return
+            self.priority.yield_to_api()
             with self._lock:
                 for egress, port_sample in batch.ports:
                     self.view.observe_port(egress, port_sample)
