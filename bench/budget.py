@@ -24,16 +24,14 @@ import argparse
 import json
 import os
 import platform
-import random
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 from bench import write_result
-from bench.soak import SPEC, Flows, Placer, Stream, place_figures
+from bench.soak import SPEC, Placer, Sender, place_figures
 from controller.api.limits import TELEMETRY_RECORDS_PER_S
-from controller.fabric import load_fabric
 from emulation.processes.controller_process import ControllerProcess, Ports, total
 
 STREAMS = 8
@@ -46,53 +44,46 @@ def phase(placer: Placer, seconds: float) -> list[float]:
 
 
 def run(args, tmp: Path) -> dict:
-    fabric = load_fabric(str(args.spec))
     ctl = ControllerProcess(
         args.spec, tmp / "intent.db", Ports.pick(), tmp / "controller.log", 10.0,
         extra_args=("--mutations-per-second", "100000"),
     ).start()  # fmt: skip
-    stop, flood_stop = threading.Event(), threading.Event()
+    stop = threading.Event()
     try:
         ctl.wait_serving_api(120)
         placer = Placer(ctl, args.seed, stop, per_s=5.0)
         placer.start()
         time.sleep(5)  # warm
         before = phase(placer, args.seconds)
-        rng = random.Random(args.seed)
         per_stream = args.over * TELEMETRY_RECORDS_PER_S / STREAMS
-        streams = [
-            Stream(f"127.0.0.1:{ctl.ports.grpc}", Flows(fabric, 1000, rng), per_stream, 0.05, flood_stop, polite=False)
-            for _ in range(STREAMS)
-        ]
         accepted_before = total(ctl.metrics(), "railyard_telemetry_records_total", result="accepted")
+        sender = Sender(
+            args.spec, f"127.0.0.1:{ctl.ports.grpc}", [per_stream] * STREAMS, 1000, 0.05, args.seed, polite=False
+        ).start()
+        time.sleep(3)  # the child process imports and builds its flows
         flood_started = time.monotonic()
-        for stream in streams:
-            stream.start()
         flood = phase(placer, args.seconds)
         accepted = total(ctl.metrics(), "railyard_telemetry_records_total", result="accepted") - accepted_before
         flood_s = time.monotonic() - flood_started
-        flood_stop.set()
-        for stream in streams:
-            stream.join(timeout=10)
+        tally = sender.stop()
         time.sleep(3)  # the flood's last batches drain
         after = phase(placer, args.seconds)
         stop.set()
         placer.join(timeout=10)
     finally:
         stop.set()
-        flood_stop.set()
         ctl.stop()
     quiet = [place_figures(before), place_figures(after)]
     noise = abs(quiet[0]["p99_ms"] - quiet[1]["p99_ms"])
     during = place_figures(flood)
-    sent = sum(s.sent for s in streams)
+    sent = tally["sent"]
     return {
         "budget_records_per_s": TELEMETRY_RECORDS_PER_S,
         "offered_records_per_s": sent / flood_s,
         "accepted_records_per_s": accepted / flood_s,
         "accepted_over_budget": accepted / flood_s / TELEMETRY_RECORDS_PER_S,
-        "streams_cut": sum(sum(s.cut.values()) for s in streams),
-        "streams_opened_per_s": sum(sum(s.cut.values()) + 1 for s in streams) / flood_s,
+        "streams_cut": sum(tally["cut"].values()),
+        "streams_opened_per_s": (sum(tally["cut"].values()) + STREAMS) / flood_s,
         "place_job_before": quiet[0],
         "place_job_flood": during,
         "place_job_after": quiet[1],

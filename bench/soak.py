@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing
 import os
 import platform
 import random
@@ -191,6 +192,52 @@ class Stream(threading.Thread):
             self.stop.wait(max(0.0, next_at - time.monotonic()))
 
 
+def _send(
+    spec: str, target: str, rates: list[float], flows: int, churn: float, seed: int, polite: bool, stop, out
+) -> None:
+    """In a process of its own: the streams, until `stop`; then their tallies on `out`."""
+    fabric = load_fabric(spec)
+    rng = random.Random(seed)
+    done = threading.Event()
+    streams = [Stream(target, Flows(fabric, flows, rng), rate, churn, done, polite) for rate in rates]
+    for stream in streams:
+        stream.start()
+    stop.wait()
+    done.set()
+    for stream in streams:
+        stream.join(timeout=10)
+    out.put({"sent": sum(s.sent for s in streams), "cut": dict(sum((s.cut for s in streams), Counter()))})
+
+
+class Sender:
+    """Telemetry streams from a child process: generating 20,000 records a
+    second takes CPU, and in the bench's own process it would slow the
+    placement calls being timed (they share its interpreter lock)."""
+
+    def __init__(self, spec: Path, target: str, rates: list[float], flows: int, churn: float, seed: int,
+                 polite: bool = True) -> None:  # fmt: skip
+        context = multiprocessing.get_context("spawn")  # gRPC does not survive a fork
+        self._stop, self._out = context.Event(), context.Queue()
+        self._process = context.Process(
+            target=_send, args=(str(spec), target, rates, flows, churn, seed, polite, self._stop, self._out)
+        )
+        self.tally: dict = {"sent": 0, "cut": {}}
+
+    def start(self) -> Sender:
+        self._process.start()
+        return self
+
+    def stop(self) -> dict:
+        self._stop.set()
+        try:
+            self.tally = self._out.get(timeout=60)
+        finally:
+            self._process.join(timeout=10)
+            if self._process.is_alive():
+                self._process.kill()
+        return self.tally
+
+
 class Placer(threading.Thread):
     """`per_s` PlaceJob and ReleaseJob calls a second; every call's time and outcome."""
 
@@ -262,7 +309,6 @@ def place_figures(timings: list[float]) -> dict:
 
 
 def soak(args, workdir: Path) -> dict:
-    fabric = load_fabric(str(args.spec))
     ctl = ControllerProcess(args.spec, workdir / "intent.db", Ports.pick(), workdir / "controller.log", 10.0).start()
     stop = threading.Event()
     try:
@@ -274,15 +320,11 @@ def soak(args, workdir: Path) -> dict:
         time.sleep(args.baseline_s)
         baseline = [t for _, t in placer.timings]
         before = ctl.metrics()
-        rng = random.Random(args.seed)
-        streams = [
-            Stream(f"127.0.0.1:{ctl.ports.grpc}", Flows(fabric, args.flows, rng), args.records_per_s / args.streams,
-                   args.churn, stop)
-            for _ in range(args.streams)
-        ]  # fmt: skip
+        sender = Sender(
+            args.spec, f"127.0.0.1:{ctl.ports.grpc}", [args.records_per_s / args.streams] * args.streams,
+            args.flows, args.churn, args.seed,
+        ).start()  # fmt: skip
         soak_started = time.monotonic()
-        for stream in streams:
-            stream.start()
         series = []
         while time.monotonic() - soak_started < args.minutes * 60:
             time.sleep(10)
@@ -293,18 +335,17 @@ def soak(args, workdir: Path) -> dict:
             series.append(point)
             print(json.dumps(point), flush=True)
         after = ctl.metrics()
+        tally = sender.stop()
         stop.set()
-        for stream in streams:
-            stream.join(timeout=10)
         placer.join(timeout=10)
         errors_log = [line for line in (workdir / "controller.log").read_text().splitlines() if " ERROR " in line]
     finally:
         stop.set()
         ctl.stop()
-    return figures(args, baseline, placer, soak_started, series, before, after, streams, errors_log)
+    return figures(args, baseline, placer, soak_started, series, before, after, tally, errors_log)
 
 
-def figures(args, baseline, placer, soak_started, series, before, after, streams, errors_log) -> dict:
+def figures(args, baseline, placer, soak_started, series, before, after, tally, errors_log) -> dict:
     during = [(at - soak_started, t) for at, t in placer.timings if at >= soak_started]
     per_minute = [
         place_figures([t for at, t in during if minute * 60 <= at < (minute + 1) * 60])
@@ -318,7 +359,7 @@ def figures(args, baseline, placer, soak_started, series, before, after, streams
     accepted = total(after, "railyard_telemetry_records_total", result="accepted") - total(
         before, "railyard_telemetry_records_total", result="accepted"
     )
-    cut: Counter[str] = sum((s.cut for s in streams), Counter())
+    cut: Counter[str] = Counter(tally["cut"])
     errors: dict = {
         "client": dict(placer.errors),
         "streams_cut": dict(cut),
@@ -336,7 +377,7 @@ def figures(args, baseline, placer, soak_started, series, before, after, streams
     cpu = (series[-1]["cpu_s"] - series[0]["cpu_s"]) / max(series[-1]["t_s"] - series[0]["t_s"], 1) if series else 0
     return {
         "minutes": args.minutes,
-        "telemetry_records_per_s_sent": sum(s.sent for s in streams) / max(elapsed, 1),
+        "telemetry_records_per_s_sent": tally["sent"] / max(elapsed, 1),
         "telemetry_records_per_s_accepted": accepted / max(elapsed, 1),
         "place_job_baseline": place_figures(baseline),
         "place_job_soak": place_figures([t for _, t in during]),

@@ -98,4 +98,4 @@ class LinkView:
         return {e: s for e, s in self.ports.items() if now - s.observed_at <= max_age_s}
 
     def fresh_load(self, now: float, max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[Endpoint, float]:
-        return {e: s.tx_bps for e, s in self.fresh_ports(now, max_age_s).items()}
+        return {e: s.tx_bps for e, s in self.ports.items() if now - s.observed_at <= max_age_s}
