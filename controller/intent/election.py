@@ -35,7 +35,10 @@ from controller.intent.store import StoreError
 log = logging.getLogger(__name__)
 
 LEASE_TTL_S = 2  # etcd's lease TTLs are whole seconds
-POLL_S = 0.1
+POLL_S = 0.1  # a leader's rounds: its renewal deadline is checked this often
+# A follower's: a replica that watches the store is poked (`poke`) as soon as
+# the leader key changes, so polling is only the fallback.
+FOLLOW_POLL_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -73,14 +76,21 @@ class Election:
         self._lease = 0
         self._renewed_at = 0.0
         self._stop = threading.Event()
+        self._poked = threading.Event()
+        self.follow_poll_s = POLL_S  # FOLLOW_POLL_S where something pokes it (ha.py)
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="election", daemon=True)
         self._thread.start()
 
+    def poke(self) -> None:
+        """The leader key changed: look at it now, not at the next round."""
+        self._poked.set()
+
     def stop(self, resign: bool = True) -> None:
         self._stop.set()
+        self._poked.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
         if resign and self.state.ours and self._lease:
@@ -109,7 +119,8 @@ class Election:
                 log.error("election: round failed: %s: %s", type(exc).__name__, exc)
                 if self.state.ours:
                     self._step_down("its election round failed")
-            self._stop.wait(POLL_S)
+            self._poked.wait(POLL_S if self.state.ours else self.follow_poll_s)
+            self._poked.clear()
 
     def step(self) -> None:
         """One round: renew our lease, or see who leads and stand if nobody does."""

@@ -35,6 +35,12 @@ class StoredChange:
     at: int  # the etcd revision of the transaction
     change: Change  # the intent records it put and deleted
     revision: int | None  # the intent revision it wrote (None: it wrote none, e.g. someone else's put)
+    leader: bool = False  # it touched the leader key: the election looks at once
+
+    @property
+    def empty(self) -> bool:
+        """It changed no intent (a leader key's change, say)."""
+        return self.revision is None and not self.change.puts and not self.change.deletes
 
 
 def watch(store: EtcdIntentStore, start: int, quiet_s: float = QUIET_S) -> Iterator[StoredChange]:
@@ -103,11 +109,14 @@ def _changes(store: EtcdIntentStore, line: bytes) -> Iterator[StoredChange]:
 def _change(store: EtcdIntentStore, at: int, events: list[dict]) -> StoredChange:
     puts: dict[tuple[str, str], dict] = {}
     deletes: set[tuple[str, str]] = set()
-    revision = None
+    revision, leader = None, False
     for event in events:
         kv = event["kv"]
         key = stored_key(kv)
         deleted = event.get("type") == "DELETE"
+        if key == store.leader_key:
+            leader = True
+            continue
         if key == store.revision_key:
             revision = 0 if deleted else stored_revision(f"etcd key {key}", unb64(kv.get("value", "")))
             continue
@@ -120,4 +129,4 @@ def _change(store: EtcdIntentStore, at: int, events: list[dict]) -> StoredChange
         else:
             puts[record] = stored_document(f"etcd key {key}", unb64(kv.get("value", "")))
             deletes.discard(record)
-    return StoredChange(at, Change(puts, frozenset(deletes)), revision)
+    return StoredChange(at, Change(puts, frozenset(deletes)), revision, leader)

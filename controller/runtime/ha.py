@@ -24,7 +24,7 @@ import time
 
 from controller.api.server import ApiServer
 from controller.errors import NotLeader
-from controller.intent.election import LEASE_TTL_S, Election, Leadership
+from controller.intent.election import FOLLOW_POLL_S, LEASE_TTL_S, Election, Leadership
 from controller.intent.etcd_store import EtcdIntentStore, EtcdKv
 from controller.intent.etcd_watch import Compacted, StoredChange, watch
 from controller.intent.service import IntentService
@@ -66,6 +66,7 @@ class Replication:
             eligible=lambda: not self.unreadable,
             on_leaseless=lambda found: metrics.leader_key_leaseless.set(int(found)),
         )
+        self.election.follow_poll_s = FOLLOW_POLL_S  # the follower's watch pokes it (_apply)
         self.leading = False
         self.unreadable = ""  # why the intent in the store cannot be read ("" while it can)
         store.require_fence = True  # a replica writes only under a leadership
@@ -206,8 +207,10 @@ class Replication:
             retry = min(retry * 2, RETRY_S[1])
 
     def _apply(self, stored: StoredChange) -> None:
+        if stored.leader:
+            self.election.poke()
         with self._sync:
-            if stored.at <= self.store.loaded_at or self.store.wrote(stored.at):
+            if stored.empty or stored.at <= self.store.loaded_at or self.store.wrote(stored.at):
                 return  # read already, or this replica's own write
             if self.leading:
                 # Someone else wrote under the leader (an operator's repair,
