@@ -172,8 +172,9 @@ class TelemetryServicer(pb_grpc.TelemetryServiceServicer):
             if not self._streams.acquire(blocking=False):
                 raise RateLimited(f"at most {MAX_STREAMS} telemetry streams at once; retry shortly", 1.0)
             try:
-                stream = self.budget.open(who)  # RateLimited: over its streams, or told to wait
+                stream = self.budget.open(who)  # RateLimited: over its streams
                 try:
+                    stream.hold()  # RateLimited, slowly: told to wait, and did not
                     return self._report(request_iterator, caller, stream, tally)
                 finally:
                     stream.close()

@@ -88,7 +88,8 @@ def add_controller_parser(sub) -> None:
     run.add_argument(
         "--telemetry-records-per-second",
         type=float,
-        help="telemetry records per second per caller, over all its streams, bursts of twice that (default 25000)",
+        help="telemetry records per second per caller, over all its streams, bursts of as much (default 25000); "
+        "a batch up to a quarter second over waits its turn, one further over ends the stream",
     )
     run.add_argument(
         "--telemetry-streams-per-caller",

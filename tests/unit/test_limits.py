@@ -29,21 +29,34 @@ def test_each_caller_has_its_own_budget_and_the_refusal_says_when_to_retry():
 
 def test_a_callers_telemetry_budget_is_shared_by_its_streams_and_a_refusal_waits_out_the_refill():
     now = [0.0]
-    budget = TelemetryBudget(rate=10.0, streams=8, clock=lambda: now[0])
+    slept: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    budget = TelemetryBudget(rate=100.0, streams=8, clock=lambda: now[0])
     first, second = budget.open("agent"), budget.open("agent")
-    first.take(15)
+    first.take(80, sleep)
+    second.take(40, sleep)  # the same caller's bucket: 20 over, a fifth of a second's worth, waits its turn
+    assert slept == [pytest.approx(0.2)]
     with pytest.raises(RateLimited) as err:
-        second.take(10)  # the same caller's bucket: 5 left of the burst of 20
-    # Back once the bucket is full again (20 records at 10/s), not in the
+        first.take(50, sleep)  # half a second over: cut
+    # Back once the bucket is full again (100 records at 100/s), not in the
     # half second the batch alone would need.
-    assert err.value.retry_after_s == pytest.approx(1.5)
-    now[0] = 1.0
-    with pytest.raises(RateLimited, match=r"retry in 0\.50 s"):
-        budget.open("agent")  # a fresh stream brings no fresh budget, and must wait too
+    assert err.value.retry_after_s == pytest.approx(1.0)
+    reopened = budget.open("agent")
+    reopened.hold(sleep)  # a fresh stream brings no fresh budget: it is held until the bucket has refilled
+    assert slept[-1] == pytest.approx(1.0)
+    reopened.take(100, sleep)
+    with pytest.raises(RateLimited):
+        reopened.take(100, sleep)  # blocked again, for a second
+    early = budget.open("agent")
+    now[0] += 0.1
+    with pytest.raises(RateLimited, match=r"retry in 0\.90 s"):
+        early.hold(lambda s: None)  # a sleep that does not pass time: still told to wait, so refused
     other = budget.open("another")  # another caller is not affected
-    other.take(20)
-    now[0] = 1.5
-    budget.open("agent").take(20)
+    other.take(100, sleep)
 
 
 def test_a_caller_may_hold_only_so_many_streams():
