@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import logging
 import ssl
-import threading
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
@@ -80,7 +79,7 @@ class ExtenderServer:
             (host, port),
             Handler,
             context,
-            on_refused=lambda reason: metrics.listener_refused.labels("extender", reason).inc(),
+            metrics=metrics,
         )
         self.port = self.httpd.server_address[1]
         self.rails, self.fabric_gpus = service.fabric.rails, service.fabric.gpu_count
@@ -88,11 +87,10 @@ class ExtenderServer:
             metrics.api_latency.labels(method)
 
     def start(self) -> None:
-        threading.Thread(target=self.httpd.serve_forever, name="extender", daemon=True).start()
+        self.httpd.start()
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.httpd.stop()
 
     def handle(self, request: BaseHTTPRequestHandler) -> None:
         started = time.perf_counter()

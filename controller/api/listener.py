@@ -17,10 +17,10 @@ import socket
 import ssl
 import threading
 from collections import Counter
-from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from controller.api.refusals import Sampler
+from controller.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +40,14 @@ class GuardedHttpServer(ThreadingHTTPServer):
         handler: type[BaseHTTPRequestHandler],
         tls: ssl.SSLContext | None = None,
         deadline_s: float = DEADLINE_S,
+        metrics: Metrics | None = None,
         max_connections: int = MAX_CONNECTIONS,
         per_peer: int = PER_PEER,
-        on_refused: Callable[[str], None] = lambda reason: None,
     ) -> None:
-        """`on_refused(reason)` counts each connection dropped before a
-        request: "handshake" (TLS failed or timed out), "too_many" (caps)."""
-        self.name, self.tls, self.deadline_s, self.on_refused = name, tls, deadline_s, on_refused
+        """Each connection dropped before a request is counted in `metrics`
+        (railyard_listener_refused_total{listener=name}): "handshake" (TLS
+        failed or timed out), "too_many" (the caps)."""
+        self.name, self.tls, self.deadline_s, self.metrics = name, tls, deadline_s, metrics
         self.max_connections, self.per_peer = max_connections, per_peer
         self._open: Counter[str] = Counter()
         self._lock = threading.Lock()
@@ -65,7 +66,7 @@ class GuardedHttpServer(ThreadingHTTPServer):
                 self._open[peer] += 1
                 full = False
         if full:
-            self.on_refused("too_many")
+            self._refused("too_many")
             self._note(peer, f"too many connections (at most {self.per_peer} a peer, {self.max_connections} in all)")
         return not full
 
@@ -76,7 +77,7 @@ class GuardedHttpServer(ThreadingHTTPServer):
                 try:
                     request = self.tls.wrap_socket(request, server_side=True)  # here, in this connection's thread
                 except (OSError, ssl.SSLError) as exc:
-                    self.on_refused("handshake")
+                    self._refused("handshake")
                     self._note(client_address[0], f"TLS handshake failed: {_reason(exc)}")
                     _close(request)
                     return
@@ -86,6 +87,18 @@ class GuardedHttpServer(ThreadingHTTPServer):
                 self._open[client_address[0]] -= 1
                 if self._open[client_address[0]] <= 0:
                     del self._open[client_address[0]]
+
+    def start(self) -> None:
+        """Serves on a thread of its own, named after the listener."""
+        threading.Thread(target=self.serve_forever, name=self.name, daemon=True).start()
+
+    def stop(self) -> None:
+        self.shutdown()
+        self.server_close()
+
+    def _refused(self, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.listener_refused.labels(self.name, reason).inc()
 
     def handle_error(self, request, client_address) -> None:
         """A connection that broke mid-request (a reset, a deadline): one line."""

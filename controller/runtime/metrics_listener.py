@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gzip
 import ssl
-import threading
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
@@ -62,16 +61,15 @@ class MetricsListener:
             (host, port),
             Handler,
             context,
-            on_refused=lambda reason: metrics.listener_refused.labels("metrics", reason).inc(),
+            metrics=metrics,
         )
         self.port = self.httpd.server_address[1]
 
     def start(self) -> None:
-        threading.Thread(target=self.httpd.serve_forever, name="metrics", daemon=True).start()
+        self.httpd.start()
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.httpd.stop()
 
     def answer(self, request: BaseHTTPRequestHandler) -> None:
         path = request.path.split("?", 1)[0]
