@@ -15,7 +15,7 @@ BUF := $(TOOLS)/buf-$(BUF_VERSION)/node_modules/.bin/buf
 # the check came in (there is no release tag yet). Move it to each release.
 BUF_BASELINE ?= d7f82903f2483a6979429b1b3baf8877b6b13f65
 
-.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-fabric bench-crossval bench-three-tier bench-pinned observe fabric-down clean
+.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-fabric bench-crossval bench-three-tier bench-pinned bench-soak bench-budget bench-replicas observe fabric-down clean
 
 setup: host venv
 
@@ -89,7 +89,7 @@ proto: venv
 controller: setup
 	$(VENV)/bin/railyard controller run --store $(CURDIR)/.state/intent.db
 
-bench: bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-crossval bench-three-tier
+bench: bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-crossval bench-three-tier bench-soak bench-budget bench-replicas
 
 bench-calibrate: setup
 	$(PY) -m bench.calibrate --out bench/results/calibration.json
@@ -138,6 +138,22 @@ bench-three-tier: setup
 # when nothing moves (three-tier.yaml, seed 5).
 bench-pinned: setup
 	$(PY) -m bench.pinned --spec three-tier.yaml --seed 5 --vias te --out bench/results/pinned.json
+
+# The daemon on ft2-16k for 20 minutes: 20,000 telemetry records/s over 4
+# streams with flow churn, a placement and a release every second (RSS
+# slope, cache gauges, PlaceJob p99 per minute, TE cycle time, errors).
+bench-soak: venv
+	$(PY) -m bench.soak --out bench/results/soak.json
+
+# One caller at twice its telemetry budget over 8 streams, reopened at once:
+# what it gets accepted, and PlaceJob p99 against quiet phases of the same run.
+bench-budget: venv
+	$(PY) -m bench.budget --out bench/results/budget.json
+
+# Three replicas on a three-member etcd at 150 mutations/s: follower lag
+# (WatchJobs against the leader's), follower CPU against the leader's, failover.
+bench-replicas: setup
+	$(PY) -m bench.replicas --out bench/results/replicas.json
 
 fabric-down: venv
 	$(VENV)/bin/railyard fabric down

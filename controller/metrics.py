@@ -18,7 +18,6 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
     disable_created_metrics,
-    start_http_server,
 )
 
 from controller.te.engine import DecisionKind
@@ -39,7 +38,10 @@ KNOWN_ERRORS = (
     ("southbound", "meter_mod_failed"),
     ("southbound", "bundle_failed"),
     ("te", "cycle_failed"),
+    ("replica", "follower_failed"),
+    ("replica", "leadership_failed"),
 )
+LISTENERS = ("metrics", "extender")
 
 
 def railyard_version() -> str:
@@ -125,6 +127,23 @@ class Metrics:
         self.leader_changes = Counter(
             "railyard_leader_changes", "Times this replica became or stopped being the leader", registry=r
         )
+        self.leader_key_leaseless = Gauge(
+            "railyard_leader_key_leaseless",
+            "1 while the store's leader key has no lease: no replica can lead until it is deleted "
+            "(docs/high-availability.md)",
+            registry=r,
+        )
+        self.intent_unreadable = Gauge(
+            "railyard_intent_unreadable",
+            "1 while a value in the intent store does not read (named in the log): this replica serves the "
+            "intent it last read and does not lead",
+            registry=r,
+        )
+        self.intent_revision = Gauge(
+            "railyard_intent_revision",
+            "The intent revision this replica holds (followers trail the leader's)",
+            registry=r,
+        )
         self.store_latency = Histogram(
             "railyard_store_request_seconds",
             "Intent store (etcd) requests: range, txn, lease",
@@ -190,6 +209,22 @@ class Metrics:
         self.te_meters_active = Gauge(
             "railyard_te_meters_active", "Incast senders' flows currently metered at their ingress leaf", registry=r
         )
+        self.te_cache_entries = Gauge(
+            "railyard_te_cache_entries",
+            "Entries in the TE engine's caches: route-table rows (leaf pairs asked for) and flow keys;"
+            " each starts over once past 4x what the live view needs",
+            ["cache"],
+            registry=r,
+        )
+        self.te_cache_restarts = Counter(
+            "railyard_te_cache_restarts", "Times the TE engine's caches started over from the live view", registry=r
+        )
+        self.te_cycle = Histogram(
+            "railyard_te_cycle_seconds",
+            "Wall time of one adaptive TE cycle (snapshot, engine step, hand-over to the reconciler)",
+            registry=r,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+        )
         self.te_reaction = Histogram(
             "railyard_te_reaction_seconds",
             "From a reroute decision to its entries committed on the switches",
@@ -199,6 +234,16 @@ class Metrics:
         for kind in TE_DECISIONS:
             self.te_decisions.labels(kind)
         self.errors = Counter("railyard_errors", "Errors by component and reason", ["component", "reason"], registry=r)
+        self.listener_refused = Counter(
+            "railyard_listener_refused",
+            "Connections to an HTTP listener dropped before a request: a failed TLS handshake, or over the "
+            "connection caps (a peer's, or all peers')",
+            ["listener", "reason"],
+            registry=r,
+        )
+        for listener in LISTENERS:
+            for reason in ("handshake", "too_many"):
+                self.listener_refused.labels(listener, reason)
         self.switch_errors = Counter(
             "railyard_switch_errors",
             "Failed OpenFlow exchanges with a switch by kind (timeout, disconnected, refused, unexpected_reply)",
@@ -224,27 +269,6 @@ class Metrics:
         {egress Endpoint: PortSample}. Labels are the fabric's own (switch, port,
         tier, plane), bounded by its size."""
         self.registry.register(LinkViewCollector(fabric, ports))
-
-    def serve(
-        self,
-        host: str,
-        port: int,
-        certfile: str | None = None,
-        keyfile: str | None = None,
-        client_cafile: str | None = None,
-    ):
-        """Starts the exposition server on its own thread; returns (server,
-        thread). With `certfile` and `keyfile` it is HTTPS; with
-        `client_cafile` too, scrapers must present a certificate chaining to it."""
-        return start_http_server(
-            port,
-            addr=host,
-            registry=self.registry,
-            certfile=certfile,
-            keyfile=keyfile,
-            client_cafile=client_cafile,
-            client_auth_required=client_cafile is not None,
-        )
 
 
 class LinkViewCollector:

@@ -6,7 +6,8 @@ holder of a bearer token) and whether their role may call this method
 A call with no identity is UNAUTHENTICATED; an identity the policy does not
 name, or a role that may not call the method, is PERMISSION_DENIED. Both are
 answered before the servicer runs, so a refused call changes nothing, and
-both are counted (railyard_api_denied_total).
+both are counted (railyard_api_denied_total), and logged and audited a few
+at a time per caller (refusals.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 import grpc
 
 from controller.api.audit import AuditLog
+from controller.api.refusals import Sampler, peer_address
 from controller.metrics import Metrics
 from controller.security.policy import Grant, Policy, fingerprint
 from controller.security.tokens import Tokens
@@ -67,10 +69,13 @@ def _fingerprint(pem: bytes) -> str:
 
 
 def bearer_token(context) -> str | None:
-    """The token of an `authorization: Bearer TOKEN` header; None without one."""
+    """The token of an `authorization: Bearer TOKEN` header (the scheme in
+    any case, RFC 6750 and RFC 9110 11.1); None without one."""
     for key, value in context.invocation_metadata() or ():
-        if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
-            return value.removeprefix("Bearer ").strip()
+        if key == "authorization" and isinstance(value, str):
+            scheme, _, token = value.strip().partition(" ")
+            if scheme.lower() == "bearer" and token.strip():
+                return token.strip()
     return None
 
 
@@ -82,6 +87,7 @@ class Authorize(grpc.ServerInterceptor):
         self.metrics = metrics
         self.audit = audit
         self.tokens = tokens
+        self.sample = Sampler()
 
     def reload(self, policy: Policy, tokens: Tokens | None) -> None:
         """New rules for the calls that follow (SIGHUP); a call in flight, or a
@@ -118,9 +124,22 @@ class Authorize(grpc.ServerInterceptor):
         else:
             return Caller(identity, grant)
         self.metrics.api_denied.labels(name, code.name).inc()
-        if self.audit is not None:
-            self.audit.record(identity=identity, role=grant.role if grant else None, method=name, code=code.name)
-        log.warning("denied %s: %s", method, details)
+        peer = peer_address(context)
+        verdict = self.sample(identity or peer)
+        if verdict.write:
+            # Sampled per caller: a flood of refused calls costs its victim
+            # a counter tick each, not a log and audit line each.
+            more = f" (and {verdict.held_back} more refused since the last line)" if verdict.held_back else ""
+            log.warning("denied %s from %s: %s%s", method, peer, details, more)
+            if self.audit is not None:
+                self.audit.record(
+                    identity=identity,
+                    role=grant.role if grant else None,
+                    method=name,
+                    code=code.name,
+                    peer=peer,
+                    held_back=verdict.held_back,
+                )
         context.abort(code, details)
         raise AssertionError("unreachable: abort raises")
 

@@ -19,7 +19,7 @@ from google.protobuf.message import Message
 from google.rpc import error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
-from controller.api.audit import is_mutation
+from controller.api.audit import SELF_AUDITED, is_mutation
 from controller.api.client import LEADER_METADATA_KEY
 from controller.errors import FieldError, NotLeader, RailyardError, RateLimited, Status
 
@@ -107,7 +107,7 @@ def _record(servicer, method: str, context, started: float, request=None) -> Non
     if denied:
         metrics.api_denied.labels(method, code.name).inc()
     audit = getattr(servicer, "audit", None)
-    if audit is not None and (is_mutation(method) or denied):
+    if audit is not None and (is_mutation(method) or denied) and method not in SELF_AUDITED:
         caller = getattr(context, "caller", None)  # auth.CallerContext, under mutual TLS
         audit.record(
             identity=caller.identity if caller else None,
@@ -134,7 +134,8 @@ def _check_deadline(context) -> None:
 
 
 def rpc(method):
-    """Wraps a unary (or client-streaming) servicer method."""
+    """Wraps a unary (or client-streaming) servicer method. A servicer with a
+    `priority` (telemetry/priority.py) runs each call ahead of background work."""
 
     @functools.wraps(method)
     def wrapper(self, request, context):
@@ -142,7 +143,11 @@ def rpc(method):
         try:
             _check_deadline(context)
             _limit(self, method.__name__, context)
-            return method(self, request, context)
+            priority = getattr(self, "priority", None)
+            if priority is None:
+                return method(self, request, context)
+            with priority.call():
+                return method(self, request, context)
         except Exception as exc:
             if isinstance(exc, RateLimited):
                 self.metrics.api_rate_limited.labels(method.__name__).inc()

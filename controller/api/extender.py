@@ -13,22 +13,33 @@ from __future__ import annotations
 import json
 import logging
 import ssl
-import threading
 import time
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
+from controller.api.listener import GuardedHttpServer
 from controller.api.server import MutualTls
 from controller.intent.service import IntentService
 from controller.metrics import Metrics
-from controller.schedulers.extender import ExtenderError, candidate_nodes, filter_nodes, pod_job, prioritize
+from controller.schedulers.extender import (
+    ExtenderError,
+    candidate_nodes,
+    check_depth,
+    filter_nodes,
+    pod_job,
+    prioritize,
+)
 from controller.schedulers.hosts import HostMap
 from controller.security.policy import Role
 
 log = logging.getLogger(__name__)
 
-REQUEST_TIMEOUT_S = 10.0
-MAX_BODY_BYTES = 16 * 1024 * 1024  # 1,000 full Node objects fit; NodeNames (nodeCacheCapable) are far smaller
+# The largest real request: a Pod as large as etcd stores one (1.5 MiB, its
+# default --max-request-bytes) and NodeNames (nodeCacheCapable, as shipped)
+# for a cluster at Kubernetes' limit of 5,000 nodes, each name at most 253
+# characters. Full Node objects (nodeCacheCapable: false) fit for a few
+# hundred nodes; larger clusters send names.
+MAX_BODY_BYTES = 3 * 1024 * 1024
 READERS = {Role.SCHEDULER, Role.OPERATOR, Role.VIEWER}
 VERBS = {"/filter": "ExtenderFilter", "/prioritize": "ExtenderPrioritize"}
 
@@ -49,8 +60,6 @@ class ExtenderServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
-            timeout = REQUEST_TIMEOUT_S  # a client that stalls (TLS handshake included) holds only its own thread
-
             def do_POST(self) -> None:
                 server.handle(self)
 
@@ -58,25 +67,30 @@ class ExtenderServer:
                 log.debug("extender: " + format, *args)
 
         self.service, self.hosts, self.metrics, self.tls = service, hosts, metrics, tls
-        self.httpd = ThreadingHTTPServer((host, port), Handler)
-        self.httpd.daemon_threads = True
+        context = None
         if tls is not None:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=cafile)
             context.load_cert_chain(certfile or "", keyfile)
             context.verify_mode = ssl.CERT_REQUIRED
-            # The handshake happens in the request's own thread, not in accept():
-            # one silent client must not stall every other.
-            self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True, do_handshake_on_connect=False)
+        # Each connection's handshake in its own thread, with a deadline:
+        # one silent client must not stall every other.
+        self.httpd = GuardedHttpServer(
+            "extender",
+            (host, port),
+            Handler,
+            context,
+            metrics=metrics,
+        )
         self.port = self.httpd.server_address[1]
+        self.rails, self.fabric_gpus = service.fabric.rails, service.fabric.gpu_count
         for method in VERBS.values():
             metrics.api_latency.labels(method)
 
     def start(self) -> None:
-        threading.Thread(target=self.httpd.serve_forever, name="extender", daemon=True).start()
+        self.httpd.start()
 
     def stop(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self.httpd.stop()
 
     def handle(self, request: BaseHTTPRequestHandler) -> None:
         started = time.perf_counter()
@@ -95,9 +109,11 @@ class ExtenderServer:
             self._reply(request, HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"Error": problem}, method, "INVALID_ARGUMENT")
             return
         try:
-            args = json.loads(request.rfile.read(length))
+            body_bytes = request.rfile.read(length)
+            check_depth(body_bytes)
+            args = json.loads(body_bytes)
             nodes, objects = candidate_nodes(args)
-            job = pod_job(args.get("Pod"))
+            job = pod_job(args.get("Pod"), self.rails, self.fabric_gpus)
             view = self.service.fabric_view(job.job_id if job else "")
             if method == "ExtenderFilter":
                 body: object = filter_nodes(view, self.hosts, job, nodes, objects)
@@ -111,7 +127,7 @@ class ExtenderServer:
                 self._reply(request, HTTPStatus.BAD_REQUEST, {"Error": problem}, method, "INVALID_ARGUMENT")
             return
         except Exception as exc:  # never a dropped connection: the scheduler gets an answer it can log
-            log.exception("extender: %s failed", method)
+            log.error("extender: %s failed: %s: %s", method, type(exc).__name__, str(exc)[:200])
             error = {"Error": f"internal error in {method}: {type(exc).__name__}"}
             self._reply(request, HTTPStatus.INTERNAL_SERVER_ERROR, error, method, "INTERNAL")
             return

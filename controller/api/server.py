@@ -11,7 +11,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from controller.api import reflection
-from controller.api.audit import AuditLog
+from controller.api.audit import AuditLog, is_mutation
 from controller.api.auth import Authorize
 from controller.api.fabric import FabricServicer
 from controller.api.gen.railyard.v1 import (
@@ -22,9 +22,16 @@ from controller.api.gen.railyard.v1 import (
     telemetry_pb2,
     telemetry_pb2_grpc,
 )
-from controller.api.limits import MUTATIONS_PER_S, TELEMETRY_RECORDS_PER_S, MutationLimiter
+from controller.api.limits import (
+    MUTATIONS_PER_S,
+    TELEMETRY_RECORDS_PER_S,
+    TELEMETRY_STREAMS_PER_CALLER,
+    MutationLimiter,
+)
+from controller.api.listener import CannotListen, bind_problem
 from controller.api.placement import MAX_WATCHERS, PlacementServicer
-from controller.api.telemetry import TelemetryServicer
+from controller.api.refusals import peer_address
+from controller.api.telemetry import MAX_STREAMS, TelemetryServicer
 from controller.errors import FieldError
 from controller.intent.service import IntentService
 from controller.metrics import Metrics
@@ -34,8 +41,12 @@ from controller.security.tokens import Tokens
 from controller.telemetry.ingest import TelemetryIngest
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
-MAX_CONCURRENT_RPCS = 64
-WORKERS = 8 + MAX_WATCHERS  # watch streams each hold a worker; unary calls keep 8
+UNARY_WORKERS = 8
+# Watch and telemetry streams each hold a worker for as long as they are
+# open, and each kind is capped: unary calls (placement) always keep
+# UNARY_WORKERS of their own, however many agents stream.
+WORKERS = UNARY_WORKERS + MAX_WATCHERS + MAX_STREAMS
+MAX_CONCURRENT_RPCS = WORKERS + 16  # beyond the workers, a few calls wait for one rather than fail
 
 
 class RequestError(FieldError):
@@ -67,7 +78,25 @@ SERVICE_NAMES = tuple(
 class DecodeErrorsAreInvalidArgument(grpc.ServerInterceptor):
     """grpcio answers a request it cannot deserialize with INTERNAL; a malformed
     message is the client's fault, so parse inside the handler and say
-    INVALID_ARGUMENT instead."""
+    INVALID_ARGUMENT instead. It is counted, and a mutation's is audited:
+    a refused change is a change someone tried."""
+
+    def __init__(self, metrics: Metrics | None = None, audit: AuditLog | None = None) -> None:
+        self.metrics = metrics
+        self.audit = audit
+
+    def _refused(self, method: str, context) -> None:
+        if self.metrics is not None:
+            self.metrics.api_requests.labels(method, "INVALID_ARGUMENT").inc()
+        if self.audit is not None and is_mutation(method):
+            caller = getattr(context, "caller", None)  # auth.CallerContext, under mutual TLS
+            self.audit.record(
+                identity=caller.identity if caller else None,
+                role=caller.grant.role if caller else None,
+                method=method,
+                code="INVALID_ARGUMENT",
+                peer=peer_address(context),
+            )
 
     def intercept_service(self, continuation, handler_call_details):
         handler = continuation(handler_call_details)
@@ -91,6 +120,7 @@ class DecodeErrorsAreInvalidArgument(grpc.ServerInterceptor):
                 try:
                     request = decode(raw)
                 except RequestError as exc:
+                    self._refused(method, context)
                     context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
                 return behavior(request, context)
 
@@ -155,6 +185,22 @@ class _Certificates:
         return pending
 
 
+def _add_port(add: Callable[[], int], flag: str, listen: str) -> int:
+    """The port `add()` bound; CannotListen naming `flag` if it bound none
+    (grpcio returns 0, or raises RuntimeError, saying only "failed to bind",
+    after logging its own lines: a port that is taken is not even tried)."""
+    host, _, port_text = listen.rpartition(":")
+    if port_text.isdigit() and int(port_text) and bind_problem(host.strip("[]"), int(port_text)):
+        raise CannotListen(flag, listen)
+    try:
+        port = add()
+    except RuntimeError:
+        port = 0
+    if not port:
+        raise CannotListen(flag, listen)
+    return port
+
+
 class ApiServer:
     def __init__(
         self,
@@ -169,6 +215,7 @@ class ApiServer:
         mutations_per_s: float = MUTATIONS_PER_S,
         telemetry_records_per_s: float = TELEMETRY_RECORDS_PER_S,
         hosts: HostMap | None = None,
+        telemetry_streams_per_caller: int = TELEMETRY_STREAMS_PER_CALLER,
     ) -> None:
         # Authorization runs first: a caller who may not call a method gets no
         # further, not even to have its request decoded.
@@ -177,7 +224,7 @@ class ApiServer:
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="grpc"),
             maximum_concurrent_rpcs=MAX_CONCURRENT_RPCS,
-            interceptors=[*interceptors, DecodeErrorsAreInvalidArgument()],
+            interceptors=[*interceptors, DecodeErrorsAreInvalidArgument(metrics, audit)],
             options=[
                 ("grpc.max_receive_message_length", message_bytes),
                 ("grpc.max_send_message_length", message_bytes),
@@ -187,12 +234,14 @@ class ApiServer:
         servicers = (
             FabricServicer(service, metrics, connected, ingest.fresh_ports, hosts),
             PlacementServicer(service, metrics, message_bytes, hosts),
-            TelemetryServicer(service.fabric, ingest, metrics, telemetry_records_per_s),
+            TelemetryServicer(service.fabric, ingest, metrics, telemetry_records_per_s, telemetry_streams_per_caller),
         )
         limiter = MutationLimiter(mutations_per_s)
         for servicer in servicers:
             servicer.audit = audit  # each mutation's outcome, and who asked (errors.rpc)
             servicer.limiter = limiter  # one budget per caller across the services
+        for servicer in servicers[:2]:  # placement and fabric calls go ahead of telemetry and TE
+            servicer.priority = ingest.priority
         fabric_pb2_grpc.add_FabricServiceServicer_to_server(servicers[0], self.server)
         placement_pb2_grpc.add_PlacementServiceServicer_to_server(servicers[1], self.server)
         telemetry_pb2_grpc.add_TelemetryServiceServicer_to_server(servicers[2], self.server)
@@ -201,22 +250,23 @@ class ApiServer:
         reflection.enable((*SERVICE_NAMES, health.SERVICE_NAME), self.server)
         self._certificates: list[_Certificates] = []
         if tls is None:
-            self.port = self.server.add_insecure_port(listen)
+            self.port = _add_port(lambda: self.server.add_insecure_port(listen), "grpc-listen", listen)
         else:
             mutual = _Certificates(tls, client_ca=True)
             self._certificates.append(mutual)
-            self.port = self.server.add_secure_port(listen, mutual.credentials())
-        if not self.port:
-            raise OSError(f"cannot listen for gRPC on {listen}")
+            credentials = mutual.credentials()
+            self.port = _add_port(lambda: self.server.add_secure_port(listen, credentials), "grpc-listen", listen)
         self.token_port = 0
         if tls is not None and tls.token_listen is not None:
             # gRPC's Python server cannot make a client certificate optional
             # on one port, so certificate-less clients get a port of their own.
             server_only = _Certificates(tls, client_ca=False)
             self._certificates.append(server_only)
-            self.token_port = self.server.add_secure_port(tls.token_listen, server_only.credentials())
-            if not self.token_port:
-                raise OSError(f"cannot listen for gRPC (bearer tokens) on {tls.token_listen}")
+            token_credentials = server_only.credentials()
+            token_listen = tls.token_listen
+            self.token_port = _add_port(
+                lambda: self.server.add_secure_port(token_listen, token_credentials), "grpc-token-listen", token_listen
+            )
         self.set_serving(False)
         self.set_fabric_ready(False)
 

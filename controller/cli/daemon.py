@@ -145,7 +145,13 @@ def _limit_and_log_options(run) -> None:
     run.add_argument(
         "--telemetry-records-per-second",
         type=float,
-        help="records per second on one telemetry stream, bursts of twice that (default 50000)",
+        help="telemetry records per second per caller, over all its streams, bursts of as much (default 25000); "
+        "a batch up to a quarter second over waits its turn, one further over ends the stream",
+    )
+    run.add_argument(
+        "--telemetry-streams-per-caller",
+        type=int,
+        help="telemetry streams one caller may hold open at once (default 8)",
     )
     run.add_argument(
         "--audit-log",
@@ -296,6 +302,11 @@ def daemon_config(args):
             else {"telemetry_records_per_s": args.telemetry_records_per_second}
         ),
         log_format=args.log_format,
+        **(
+            {}
+            if args.telemetry_streams_per_caller is None
+            else {"telemetry_streams_per_caller": args.telemetry_streams_per_caller}
+        ),
     )
 
 

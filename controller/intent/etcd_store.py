@@ -26,12 +26,12 @@ import re
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from controller.errors import FieldError, Status
-from controller.intent.store import Change, Snapshot, StoreError
+from controller.intent.store import BadStoredValue, Change, Snapshot, StoreError, stored_document, stored_revision
 
 with warnings.catch_warnings():
     # futurist (an etcd3gw dependency) imports eventlet when it is installed
@@ -104,6 +104,9 @@ class EtcdUrl:
         return cls(tuple(endpoints), prefix)
 
 
+WRITTEN_KEPT = 4096  # own changes a watch can recognise; one arrives within milliseconds of its write
+
+
 def b64(data: str | bytes) -> str:
     return base64.b64encode(data.encode() if isinstance(data, str) else data).decode()
 
@@ -112,7 +115,26 @@ def unb64(text: str) -> bytes:
     return base64.b64decode(text)
 
 
-def _prefix_end(prefix: str) -> str:
+def stored_key(kv: Mapping) -> str:
+    """A key etcd returned, as text (BadStoredValue if it is not UTF-8)."""
+    raw = unb64(kv.get("key", ""))
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        raise BadStoredValue(
+            f"etcd key {raw[:64]!r}: not UTF-8 (someone else's key under Railyard's prefix?)"
+        ) from None
+
+
+def _mod(kv: Mapping) -> int:
+    return int(kv.get("mod_revision", 0))
+
+
+def header_revision(reply: Mapping) -> int:
+    return int(reply["header"]["revision"])
+
+
+def prefix_end(prefix: str) -> str:
     raw = prefix.encode()
     return b64(raw[:-1] + bytes([raw[-1] + 1]))
 
@@ -187,10 +209,21 @@ class EtcdKv:
         self._observe(op, time.perf_counter() - started, False)
         raise StoreUnavailable(f"etcd: no endpoint answered {op} ({'; '.join(errors)})")
 
+    def client(self) -> etcd3gw.Etcd3Client:
+        """The member requests go to now (a watch's)."""
+        with self._lock:
+            return self._clients[self._current]
+
+    def failed(self, client: etcd3gw.Etcd3Client) -> None:
+        """`client`'s member did not answer: the next request tries the next one."""
+        with self._lock:
+            if self._clients[self._current] is client:
+                self._current = (self._current + 1) % len(self._clients)
+
     def range_prefix(self, prefix: str) -> tuple[list[dict], int]:
         """(key-values under `prefix`, the store's revision)."""
-        reply = self.call("range", "/kv/range", {"key": b64(prefix), "range_end": _prefix_end(prefix)})
-        return reply.get("kvs", []), int(reply["header"]["revision"])
+        reply = self.call("range", "/kv/range", {"key": b64(prefix), "range_end": prefix_end(prefix)})
+        return reply.get("kvs", []), header_revision(reply)
 
     def get(self, key: str) -> dict | None:
         kvs = self.call("range", "/kv/range", {"key": b64(key)}).get("kvs", [])
@@ -214,7 +247,7 @@ class EtcdKv:
         self.call("lease", "/kv/lease/revoke", {"ID": lease})
 
 
-def put_op(key: str, value: str, lease: int = 0) -> dict:
+def put_op(key: str, value: str | bytes, lease: int = 0) -> dict:
     return {"request_put": {"key": b64(key), "value": b64(value), **({"lease": lease} if lease else {})}}
 
 
@@ -241,34 +274,58 @@ class EtcdIntentStore:
         self.fence = 0  # create revision of leader_key that writes require (0: no fence)
         # With replicas, a write without a fence is refused: only a leader writes.
         self.require_fence = False
+        self.loaded_at = 0  # the etcd revision of the last load
+        self._written: dict[int, None] = {}  # etcd revisions of this store's own changes, oldest first
         self._lock = threading.Lock()
 
-    def load(self) -> Snapshot:
+    @property
+    def base(self) -> int:
+        """The revision key's mod revision as this store last read or wrote it."""
+        return self._base
+
+    def followed(self, revision_mod: int) -> None:
+        """A follower applied the change at `revision_mod` (from a watch): the
+        next write is guarded by it, as if it had been loaded."""
         with self._lock:
-            kvs, _ = self.kv.range_prefix(f"{self.kv.url.prefix}/")
+            self._base = max(self._base, revision_mod)
+
+    def load(self) -> Snapshot:
+        """Every record and the revision, each checked as it is read
+        (BadStoredValue names the first bad key). `loaded_at` is the etcd
+        revision the snapshot is of: a watch goes on from there."""
+        with self._lock:
+            kvs, at = self.kv.range_prefix(f"{self.kv.url.prefix}/")
             records: dict[tuple[str, str], Any] = {}
-            unreadable = []
             revision, base = 0, 0
             for kv in kvs:
-                key = unb64(kv["key"]).decode()
-                value = unb64(kv.get("value", ""))
+                key = stored_key(kv)
                 if key == self.revision_key:
-                    revision, base = int(value), int(kv["mod_revision"])
+                    revision, base = stored_revision(f"etcd key {key}", unb64(kv.get("value", ""))), _mod(kv)
                     continue
-                if not key.startswith(self.intent_prefix):
-                    continue
-                kind, _, name = key.removeprefix(self.intent_prefix).partition("/")
-                try:
-                    records[(kind, name)] = json.loads(value)
-                except ValueError:
-                    unreadable.append((kind, name))
+                record = self.record_of(key)
+                if record is not None:
+                    records[record] = stored_document(f"etcd key {key}", unb64(kv.get("value", "")))
             self._base = base
-            return Snapshot(records, revision, tuple(unreadable))
+            self.loaded_at = at
+            return Snapshot(records, revision)
+
+    def record_of(self, key: str) -> tuple[str, str] | None:
+        """(kind, name) of an intent record's key; None for any other key."""
+        if not key.startswith(self.intent_prefix):
+            return None
+        kind, _, name = key.removeprefix(self.intent_prefix).partition("/")
+        return kind, name
 
     def changed(self) -> bool:
         """Whether the intent moved since this store last read or wrote it (a follower's poll)."""
         kv = self.kv.get(self.revision_key)
-        return (int(kv["mod_revision"]) if kv else 0) != self._base
+        return (_mod(kv) if kv else 0) != self._base
+
+    def current(self, revision_mod: int) -> bool:
+        """Whether `revision_mod` (the revision key's mod revision a follower
+        has applied) is the store's: then it holds every intent change."""
+        kv = self.kv.get(self.revision_key)
+        return (_mod(kv) if kv else 0) == revision_mod
 
     def apply(self, change: Change, revision: int) -> None:
         with self._lock:
@@ -292,7 +349,14 @@ class EtcdIntentStore:
                     "the intent in etcd changed under this controller (another writer, or its leadership "
                     "ended); nothing was written"
                 )
-            self._base = int(reply["header"]["revision"])
+            self._base = header_revision(reply)
+            self._written[self._base] = None  # a watch skips its own writes: this replica holds them already
+            if len(self._written) > WRITTEN_KEPT:
+                del self._written[next(iter(self._written))]
+
+    def wrote(self, at: int) -> bool:
+        """Whether the change at etcd revision `at` is one of this store's own writes."""
+        return at in self._written
 
     def _key(self, kind: str, name: str) -> str:
         return f"{self.intent_prefix}{kind}/{name}"

@@ -19,7 +19,7 @@ from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
 from controller.intent.drains import DrainTarget, rerouted_jobs
 from controller.intent.events import WATCH_HISTORY, JobEvent, JobEventKind, JobEvents, Listener
-from controller.intent.loading import intent_from_store
+from controller.intent.loading import follow, intent_from_store
 from controller.intent.model import FlowPin, Intent, RecordKind, pin_to_doc, validate_pin
 from controller.intent.retries import (
     MAX_RETIRED,
@@ -239,7 +239,9 @@ class IntentService:
                 retired[job_id] = Retired(job, now)
             # Keys past their window, and the oldest beyond MAX_RETIRED, are forgotten here.
             retired = dict(sorted(retired.items(), key=lambda kv: kv[1].released_at)[-MAX_RETIRED:])
-            puts = {(RecordKind.RETIRED, job_id): retired_to_doc(retired[job_id])} if job_id in retired else {}
+            puts: dict[tuple[str, str], dict] = (
+                {(RecordKind.RETIRED, job_id): retired_to_doc(retired[job_id])} if job_id in retired else {}
+            )
             deletes = {(RecordKind.JOB, job_id)} | {
                 (RecordKind.RETIRED, j) for j in self._retired.keys() - retired.keys()
             }
@@ -266,9 +268,9 @@ class IntentService:
             moved = rerouted_jobs(self.fabric, current, drains) if drained else {}
             new = current.with_jobs(moved, drains)
             record = (target.record, canonical)
-            puts = {(RecordKind.JOB, jid): job_to_doc(job) for jid, job in moved.items()}
+            jobs: dict[tuple[str, str], dict] = {(RecordKind.JOB, jid): job_to_doc(job) for jid, job in moved.items()}
             change = Change(
-                puts={**puts, record: {}} if drained else puts, deletes=frozenset() if drained else frozenset({record})
+                puts={**jobs, record: {}} if drained else jobs, deletes=frozenset() if drained else frozenset({record})
             )
             self._commit(new, change)
             self._ledger.reset(new.jobs.values())
@@ -314,6 +316,32 @@ class IntentService:
             new = self._intent
         self._tell(old, new)
 
+    def follow(self, change: Change, revision: int) -> None:
+        """A change another replica stored (a follower's watch), applied
+        without reloading, and its job events told. BadStoredValue (nothing
+        applied) if one of its records does not decode."""
+        with self._lock:
+            old = self._intent
+            done = follow(self.fabric, old, self._retired, self._usage, change, revision, self._metrics)
+            self._intent, self._retired = done.intent, done.retired
+            for job in done.removed:
+                self._ledger.add(job, sign=-1.0)
+                self._usage.remove(job)
+            for job in done.placed:
+                self._ledger.add(job)
+                self._usage.add(job)
+        moved = {job.job_id for job in done.removed} & {job.job_id for job in done.placed}
+        events = [JobEvent(JobEventKind.RELEASED, job, revision) for job in done.removed if job.job_id not in moved]
+        events += [
+            JobEvent(JobEventKind.MOVED if job.job_id in moved else JobEventKind.PLACED, job, revision)
+            for job in done.placed
+        ]
+        self._changed(done.intent, events)
+
+    def mark_stale(self) -> None:
+        """Someone else wrote to the store: reload before the next change."""
+        self._stale = True
+
     @property
     def stale(self) -> bool:
         """A write's outcome is unknown: the store may hold a change this replica has not loaded."""
@@ -357,6 +385,7 @@ class IntentService:
         for kind, count in intent.object_counts().items():
             self._metrics.intent_objects.labels(kind).set(count)
         self._metrics.jobs_active.set(len(intent.jobs))
+        self._metrics.intent_revision.set(intent.revision)
         held = self._usage.held
         for pod, rail in self.fabric.pod_rails if pod_rails is None else pod_rails:
             self._metrics.gpus_allocated.labels(str(pod), str(rail)).set(held.get((pod, rail), 0))

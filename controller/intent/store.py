@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from controller.errors import HostError
-from controller.intent.model import RecordKind
+from controller.errors import HostError, Status
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +29,13 @@ SCHEMA_VERSION = 1
 
 @dataclass(frozen=True)
 class Change:
-    """One atomic change: upserts and deletes of (kind, name) records."""
+    """One atomic change: upserts and deletes of (kind, name) records. A
+    writer names kinds by RecordKind; a change read back from the store (a
+    follower's watch) carries them as stored, a kind this version does not
+    know included."""
 
-    puts: Mapping[tuple[RecordKind, str], dict]
-    deletes: frozenset[tuple[RecordKind, str]] = frozenset()
+    puts: Mapping[tuple[str, str], dict]
+    deletes: frozenset[tuple[str, str]] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -42,15 +44,53 @@ class Snapshot:
     # reported by loading.py, not dropped here.
     records: Mapping[tuple[str, str], dict]
     revision: int
-    unreadable: tuple[tuple[str, str], ...] = ()  # records whose body is not JSON: skipped, left in the store
 
 
 class StoreError(HostError):
-    """The store cannot be used: said in one line, never as a traceback."""
+    """The store cannot be used: said in one line, never as a traceback. To
+    an API caller, UNAVAILABLE: retry once it is repaired."""
+
+    status = Status.UNAVAILABLE
 
 
 class StoreInUse(StoreError):
     pass
+
+
+class BadStoredValue(StoreError):
+    """A value in the store is not what Railyard wrote there (edited by hand,
+    another program): named by its key or record. Nothing is loaded past it:
+    a record that cannot be read may hold GPUs or steer traffic, and guessing
+    would hand them out twice."""
+
+
+SHOWN_BYTES = 40  # of a bad stored value, in its error
+
+
+def _shown(raw: object) -> str:
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else str(raw)
+    return repr(text[:SHOWN_BYTES]) + ("..." if len(text) > SHOWN_BYTES else "")
+
+
+def stored_revision(where: str, raw: object) -> int:
+    """The intent revision stored at `where`: a whole number >= 0."""
+    text = raw.decode(errors="replace") if isinstance(raw, bytes) else raw
+    if isinstance(text, int) and not isinstance(text, bool) and text >= 0:
+        return text
+    if isinstance(text, str) and text.strip().isdigit() and text.strip().isascii():
+        return int(text)
+    raise BadStoredValue(f"{where}: {_shown(raw)} is not an intent revision (a whole number >= 0)")
+
+
+def stored_document(where: str, raw: object) -> dict:
+    """The JSON object stored at `where`."""
+    try:
+        doc = json.loads(raw) if isinstance(raw, str | bytes) else None
+    except (ValueError, UnicodeDecodeError):
+        doc = None
+    if not isinstance(doc, dict):
+        raise BadStoredValue(f"{where}: {_shown(raw)} is not a Railyard record (a JSON object)")
+    return doc
 
 
 class IntentStore(Protocol):
@@ -137,16 +177,24 @@ class SqliteIntentStore:
         return db
 
     def load(self) -> Snapshot:
+        """Every record and the revision, each checked as it is read (BadStoredValue names the first bad one)."""
         with self._lock:
-            rows = self._db.execute("SELECT kind, name, body FROM intent ORDER BY kind, name").fetchall()
-            revision = self._db.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()[0]
-        records, unreadable = {}, []
-        for kind, name, body in rows:
             try:
-                records[(kind, name)] = json.loads(body)
-            except (TypeError, ValueError):
-                unreadable.append((kind, name))  # one bad record must not stop the rest from loading
-        return Snapshot(records, revision, tuple(unreadable))
+                rows = self._db.execute("SELECT kind, name, body FROM intent ORDER BY kind, name").fetchall()
+                found = self._db.execute("SELECT value FROM meta WHERE key = 'revision'").fetchone()
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.path}: cannot read the intent ({exc})") from None
+        if found is None:
+            raise BadStoredValue(f"{self.path}: meta.revision is missing")
+        revision = stored_revision(f"{self.path}: meta.revision", found[0])
+        records = {}
+        for kind, name, body in rows:
+            if not isinstance(kind, str) or not isinstance(name, str):
+                raise BadStoredValue(
+                    f"{self.path}: a record named {_shown(kind)}/{_shown(name)} (kind and name are text)"
+                )
+            records[(kind, name)] = stored_document(f"{self.path}: record {kind}/{name}", body)
+        return Snapshot(records, revision)
 
     def apply(self, change: Change, revision: int) -> None:
         with self._lock:

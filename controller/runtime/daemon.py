@@ -17,28 +17,35 @@ import gc
 import ipaddress
 import logging
 import signal
+import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from os_ken.base import app_manager
 
 from controller.api.audit import AuditLog
 from controller.api.extender import ExtenderServer
-from controller.api.limits import MUTATIONS_PER_S, TELEMETRY_RECORDS_PER_S
+from controller.api.limits import MUTATIONS_PER_S, TELEMETRY_RECORDS_PER_S, TELEMETRY_STREAMS_PER_CALLER
+from controller.api.listener import CannotListen, bind_problem
+from controller.api.refusals import OneLinePeerFailures
 from controller.api.server import MAX_MESSAGE_BYTES, ApiServer, MutualTls
-from controller.errors import FieldError
+from controller.errors import FieldError, HostError
 from controller.fabric import Fabric
 from controller.intent.etcd_store import EtcdIntentStore, EtcdKv, EtcdTls, EtcdUrl
 from controller.intent.service import WATCH_HISTORY, IntentService
 from controller.intent.store import IntentStore, SqliteIntentStore
 from controller.metrics import Metrics, railyard_version
-from controller.runtime import logs, notify
+from controller.runtime import collector, logs, notify
 from controller.runtime.ha import Replication
 from controller.runtime.listeners import listeners
+from controller.runtime.metrics_listener import MetricsListener
 from controller.runtime.reload import reload_tls
 from controller.runtime.te_runner import TeRunner
 from controller.schedulers.hosts import load_hosts
+from controller.security.certs import server_files_problem
 from controller.security.policy import load_policy
 from controller.security.tokens import load_tokens
 from controller.southbound.app import OpenFlowTls, start_openflow
@@ -50,6 +57,26 @@ log = logging.getLogger("railyard")
 
 class ConfigError(FieldError):
     context = "controller"
+
+
+T = TypeVar("T")
+LISTEN_ALLOWED = "a HOST:PORT free on this host (another process may hold it: `ss -ltnp`)"
+
+
+def listening(flag: str, listen: Listen, open_it: Callable[..., T], *args, **kwargs) -> T:
+    """`open_it(*args, **kwargs)`, a listener on `listen`; a port it cannot
+    have is a ConfigError naming `flag` and why (libraries say only "failed
+    to bind")."""
+    try:
+        return open_it(*args, **kwargs)
+    except (OSError, RuntimeError, CannotListen) as exc:
+        where = str(listen)
+        if isinstance(exc, CannotListen):  # the API's token listener names itself
+            flag, where = exc.flag, exc.address
+        host, _, port = where.rpartition(":")
+        why = bind_problem(host.strip("[]"), int(port)) if port.isdigit() else ""
+        why = why or getattr(exc, "strerror", None) or (str(exc).splitlines() or ["unknown"])[0]
+        raise ConfigError(flag, f"cannot listen on {where}: {why}", LISTEN_ALLOWED) from None
 
 
 @dataclass(frozen=True)
@@ -108,6 +135,11 @@ class TlsFiles:
                 raise ConfigError(flag, f"cannot read {path}: {exc.strerror}", "a readable PEM file") from None
             if b"-----BEGIN " not in contents[flag]:
                 raise ConfigError(flag, f"{path} is not PEM", "a PEM file (e.g. from `railyard certs init`)")
+        problem = server_files_problem(contents["tls-cert"], contents["tls-key"], contents["tls-ca"])
+        if problem is not None:
+            flag, what, allowed = problem
+            path = {"tls-cert": self.cert, "tls-key": self.key, "tls-ca": self.ca}[flag]
+            raise ConfigError(flag, f"{path}: {what}", allowed)
         return MutualTls(
             contents["tls-cert"],
             contents["tls-key"],
@@ -136,7 +168,8 @@ class DaemonConfig:
     audit_log: str | None = None  # a file, or "-" for stderr: one JSON line per mutation and refusal
     metrics_client_certs: bool = False  # with tls: scrapers present a certificate from the CA
     mutations_per_s: float = MUTATIONS_PER_S  # per caller
-    telemetry_records_per_s: float = TELEMETRY_RECORDS_PER_S  # per stream
+    telemetry_records_per_s: float = TELEMETRY_RECORDS_PER_S  # per caller, over all its streams
+    telemetry_streams_per_caller: int = TELEMETRY_STREAMS_PER_CALLER
     advertise: str | None = None  # with etcd: where clients reach this replica's API (default --grpc-listen)
     etcd_tls: EtcdTls | None = None
     hosts: Path | None = None  # a host map: servers under the scheduler's node names
@@ -148,6 +181,8 @@ class DaemonConfig:
             raise ConfigError("mutations-per-second", f"{self.mutations_per_s:g}", "0.1 to 100000")
         if not 1 <= self.telemetry_records_per_s <= 10_000_000:
             raise ConfigError("telemetry-records-per-second", f"{self.telemetry_records_per_s:g}", "1 to 10000000")
+        if not 1 <= self.telemetry_streams_per_caller <= 32:
+            raise ConfigError("telemetry-streams-per-caller", f"{self.telemetry_streams_per_caller}", "1 to 32")
         if self.metrics_client_certs and self.tls is None:
             raise ConfigError("metrics-client-certs", "needs TLS", "with --tls-cert, --tls-key, --tls-ca, --policy")
         cleartext = [
@@ -233,7 +268,10 @@ class Daemon:
             raise ConfigError(
                 "audit-log", f"cannot open {config.audit_log}: {exc.strerror}", "a writable file, or -"
             ) from None
-        self.api = ApiServer(
+        self.api = listening(
+            "grpc-listen",
+            config.grpc,
+            ApiServer,
             self.intent,
             self.ingest,
             self.metrics,
@@ -245,10 +283,14 @@ class Daemon:
             mutations_per_s=config.mutations_per_s,
             telemetry_records_per_s=config.telemetry_records_per_s,
             hosts=hosts,
+            telemetry_streams_per_caller=config.telemetry_streams_per_caller,
         )
         self.extender: ExtenderServer | None = None
         if config.extender is not None:
-            self.extender = ExtenderServer(
+            self.extender = listening(
+                "extender-listen",
+                config.extender,
+                ExtenderServer,
                 self.intent,
                 hosts,
                 self.metrics,
@@ -257,6 +299,22 @@ class Daemon:
                 tls,
                 *((str(config.tls.cert), str(config.tls.key), str(config.tls.ca)) if config.tls else ()),
             )
+        self.metrics_listener = listening(
+            "metrics-listen",
+            config.metrics,
+            MetricsListener,
+            self.metrics,
+            config.metrics.host,
+            config.metrics.port,
+            self.dead,
+            self.ingest.priority,
+            certfile=str(config.tls.cert) if config.tls is not None else None,
+            keyfile=str(config.tls.key) if config.tls is not None else None,
+            client_cafile=str(config.tls.ca) if config.tls is not None and config.metrics_client_certs else None,
+        )
+        problem = bind_problem(config.openflow.host, config.openflow.port)
+        if problem:
+            raise ConfigError("openflow-listen", f"cannot listen on {config.openflow}: {problem}", LISTEN_ALLOWED)
         self.replication: Replication | None = None
         if etcd is None:
             self.metrics.leader.set(1)  # a lone controller leads
@@ -277,25 +335,20 @@ class Daemon:
         gc.freeze()
 
     def start(self) -> None:
-        tls = self.config.tls
-        self.metrics_server = self.metrics.serve(
-            self.config.metrics.host,
-            self.config.metrics.port,
-            certfile=str(tls.cert) if tls is not None else None,
-            keyfile=str(tls.key) if tls is not None else None,
-            client_cafile=str(tls.ca) if tls is not None and self.config.metrics_client_certs else None,
-        )
+        collector.tune(self._stop)
         self.ingest.start()
         self.reconciler.start()
         self.te.start()
         tls = self.config.tls
         openflow_tls = OpenFlowTls(tls.key, tls.cert, tls.ca) if tls is not None else None
+        logging.getLogger("os_ken.lib.hub").addFilter(OneLinePeerFailures("openflow"))  # handshakes: one line
         self._apps = start_openflow(self.reconciler, self.config.openflow.host, self.config.openflow.port, openflow_tls)
         self.api.start()
         if self.extender is not None:
             self.extender.start()
         if self.replication is not None:
             self.replication.start()
+        self.metrics_listener.start()  # last: its liveness answer checks the threads started above
         # The API is ready now: intent was loaded when the daemon was built.
         # The fabric's own health name waits until every switch holds its entries.
         self.api.set_serving(True)
@@ -309,6 +362,16 @@ class Daemon:
             ", ".join(f"{name} {url}" for name, url in listeners(self.config)),
         )
         notify.ready(f"serving fabric {self.fabric.spec.name}")
+
+    def dead(self) -> str:
+        """What the daemon needs and no longer runs ("" while all runs): the liveness probe's answer."""
+        threads = {thread.name for thread in threading.enumerate() if thread.is_alive()}
+        needed = ["telemetry", "reconciler"]
+        if self.config.te_enabled:
+            needed.append("te")
+        if self.replication is not None:
+            needed += ["election", "leadership", "follower-sync"]
+        return ", ".join(name for name in needed if name not in threads)
 
     def _observe_store(self, op: str, seconds: float, ok: bool) -> None:
         self.metrics.store_latency.labels(op).observe(seconds)
@@ -341,7 +404,8 @@ class Daemon:
             log.info("SIGHUP: the API runs without TLS: no policy, tokens or certificates to reload")
             return False
         notify.reloading()
-        https = [self.metrics_server[0].socket, *([self.extender.httpd.socket] if self.extender else [])]
+        servers = [self.metrics_listener.httpd, *([self.extender.httpd] if self.extender else [])]
+        https = [server.tls for server in servers if server.tls is not None]
         done = reload_tls(tls, self.fabric, self.api, https, (str(tls.cert), str(tls.key)))
         notify.ready("reloaded" if done else "reload refused; the previous configuration is in force")
         return done
@@ -371,7 +435,11 @@ def run(fabric: Fabric, config: DaemonConfig) -> int:
     signal.signal(signal.SIGTERM, daemon.request_stop)
     signal.signal(signal.SIGINT, daemon.request_stop)
     signal.signal(signal.SIGHUP, daemon.request_reload)
-    daemon.start()
+    try:
+        daemon.start()
+    except (OSError, FieldError, HostError) as exc:  # a listener lost to a race since it was checked
+        print(f"railyard: {exc}", file=sys.stderr)
+        os._exit(2)
     daemon.wait()
     daemon.shutdown()
     logging.shutdown()

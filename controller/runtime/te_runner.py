@@ -17,6 +17,7 @@ import json
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -43,6 +44,11 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INTERVAL_S = 0.2  # the longest TE waits without new telemetry
 MIN_GAP_S = 0.05  # the shortest between two cycles, however fast telemetry comes
+# After a cycle, TE waits at least this many times as long as it took: at
+# most a third of the time in TE, the rest for the API (a 16k-GPU fixing
+# cycle takes over a second of CPU, and telemetry arrives every few ms).
+PACE = 2.0
+SUMMARY_S = 60.0  # decisions are summed up at INFO once in this long at most
 
 
 class TeRunner:
@@ -77,6 +83,9 @@ class TeRunner:
         # Line-buffered, appended: a reader follows it as it grows, and a restart adds to it.
         self._decisions: IO[str] | None = decisions_file.open("a", buffering=1) if decisions_file else None
         self._leading = True  # a lone controller leads; with replicas, ha.py says
+        self._decided: Counter[str] = Counter()  # decisions since the last INFO summary
+        self._summarised_at = 0.0
+        self._cache_restarts = 0  # the engine's count already in the counter
 
     def on_change(self, callback: Callable[[], None]) -> None:
         self._on_change = callback
@@ -142,7 +151,7 @@ class TeRunner:
     def _publish(self, decisions: Sequence[Decision]) -> None:
         for decision in decisions:
             self.metrics.te_decisions.labels(decision.kind).inc()
-            log.info("te %s %s at %.3f: %s", decision.kind, decision.subject, decision.at, decision.reason)
+            log.debug("te %s %s at %.3f: %s", decision.kind, decision.subject, decision.at, decision.reason)
         if not decisions:
             return
         if self._decisions is not None:
@@ -153,20 +162,25 @@ class TeRunner:
     def _run(self) -> None:
         # A cycle runs as soon as a telemetry batch lands (reaction time is
         # the point), or every interval_s without one (moves still expire).
+        took = 0.0
         while True:
             self.ingest.arrived.wait(self.interval_s)
             self.ingest.arrived.clear()
-            if self._stop.wait(MIN_GAP_S):
+            if self._stop.wait(max(MIN_GAP_S, PACE * took)):
                 return
+            self.ingest.priority.yield_to_api()
+            started = time.perf_counter()
             try:
                 self.cycle()
             except Exception:
                 log.exception("te cycle failed")
                 self.metrics.errors.labels("te", "cycle_failed").inc()
+            took = time.perf_counter() - started
 
     def cycle(self) -> None:
         if not self._leading:
             return  # a follower: the leader moves the elephants
+        started = time.perf_counter()
         now = self.clock()
         view_flows, view_ports = self.ingest.snapshot()
         with self._lock:
@@ -185,7 +199,30 @@ class TeRunner:
                 if any(d.kind in (DecisionKind.REROUTE, DecisionKind.REVERT) for d in decisions):
                     self._pending.append((self._generation, now))
         self._publish(decisions)
+        self._summarise(decisions, state)
+        self.metrics.te_cycle.observe(time.perf_counter() - started)
         self.metrics.te_moves_active.set(len(state.moves))
         self.metrics.te_meters_active.set(len(state.meters))
+        caches = self.engine.caches
+        self.metrics.te_cache_entries.labels("routes").set(caches.routes)
+        self.metrics.te_cache_entries.labels("flow_keys").set(caches.flow_keys)
+        self.metrics.te_cache_restarts.inc(caches.restarts - self._cache_restarts)
+        self._cache_restarts = caches.restarts
         if changed:
             self._on_change()
+
+    def _summarise(self, decisions: Sequence[Decision], state: TeState) -> None:
+        """Each decision is logged at DEBUG; at INFO, one line a minute at
+        most says how many of each kind there were."""
+        self._decided.update(str(decision.kind) for decision in decisions)
+        now = time.monotonic()
+        if self._decided and now - self._summarised_at >= SUMMARY_S:
+            log.info(
+                "te: %s in the last %.0f s; %d moves, %d meters active",
+                ", ".join(f"{count} {kind}" for kind, count in sorted(self._decided.items())),
+                now - self._summarised_at if self._summarised_at else SUMMARY_S,
+                len(state.moves),
+                len(state.meters),
+            )
+            self._decided.clear()
+            self._summarised_at = now

@@ -17,6 +17,7 @@ local rank g on rail g). Pods without the job label pass through untouched.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -62,8 +63,10 @@ class FabricView:
     job_servers: frozenset[str] | None  # the job's servers, when Railyard has placed it already
 
 
-def pod_job(pod: Any) -> PodJob | None:
-    """The Railyard job a pod (a Kubernetes Pod object) belongs to; None if it names none."""
+def pod_job(pod: Any, rails: int, fabric_gpus: int) -> PodJob | None:
+    """The Railyard job a pod (a Kubernetes Pod object) belongs to; None if
+    it names none. A pod asks for at most `rails` GPUs (one per rail of a
+    server: what rail-aligned means), a job for at most `fabric_gpus`."""
     if not isinstance(pod, dict):
         raise ExtenderError("Pod: expected an object")
     metadata = _object(pod.get("metadata"), "Pod.metadata")
@@ -87,9 +90,16 @@ def pod_job(pod: Any) -> PodJob | None:
             gpus += _count(value, f"{GPU_RESOURCE} of container {container.get('name', '?')}")
     if gpus < 1:
         raise ExtenderError(f"pod of job {job_id!r} asks for no {GPU_RESOURCE}: nothing to place rail-aligned")
+    if gpus > rails:
+        raise ExtenderError(
+            f"pod of job {job_id!r} asks for {gpus} {GPU_RESOURCE} on one node; a server of this fabric has "
+            f"{rails} rails, so at most {rails} GPUs rail-aligned"
+        )
     total = _count(labels.get(JOB_GPUS_LABEL, gpus), JOB_GPUS_LABEL)
     if total < gpus:
         raise ExtenderError(f"{JOB_GPUS_LABEL} is {total}, fewer than this pod's {gpus} GPUs")
+    if total > fabric_gpus:
+        raise ExtenderError(f"{JOB_GPUS_LABEL} is {total}; the fabric has {fabric_gpus} GPUs")
     return PodJob(str(job_id)[:63], gpus, total)
 
 
@@ -103,13 +113,39 @@ def _object(value: Any, what: str) -> dict[str, Any]:
 
 
 def _count(value: Any, what: str) -> int:
+    text = str(value)
+    if len(text) > 12:
+        raise ExtenderError(f"{what}: {text[:32]!r} is out of range")
     try:
-        count = int(str(value))
+        count = int(text)
     except ValueError:
         raise ExtenderError(f"{what}: {str(value)[:32]!r} is not a whole number of GPUs") from None
     if not 0 <= count <= 1_000_000:
         raise ExtenderError(f"{what}: {count} is out of range")
     return count
+
+
+MAX_DEPTH = 400  # of nesting: kube-scheduler's objects go a few dozen deep
+_STRUCTURE = re.compile(rb'\\.|["\[\]{}]')
+
+
+def check_depth(body: bytes, limit: int = MAX_DEPTH) -> None:
+    """ExtenderError if the JSON text `body` nests deeper than `limit` (a
+    parser would recurse once per level: 100k nested '[' once ended as an
+    HTTP 500). Looks only at quotes, escapes and brackets."""
+    depth, in_string = 0, False
+    for match in _STRUCTURE.finditer(body):
+        token = match.group()
+        if token == b'"':
+            in_string = not in_string
+        elif in_string or token[:1] == b"\\":
+            continue
+        elif token in (b"[", b"{"):
+            depth += 1
+            if depth > limit:
+                raise ExtenderError(f"the request nests deeper than {limit} levels")
+        else:
+            depth -= 1
 
 
 def candidate_nodes(args: Any) -> tuple[list[str], dict[str, dict[str, Any]] | None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,3 +156,33 @@ def init_dir(directory: Path, server_names: tuple[str, ...] = ("localhost", "127
     for party in CLIENTS:
         write(issue(ca, party), directory, party)
     return ["ca", "server", *CLIENTS]
+
+
+def server_files_problem(cert: bytes, key: bytes, ca: bytes) -> tuple[str, str, str] | None:
+    """(option, what is wrong, what is allowed) for the first of a server's
+    TLS files that cannot serve, checked before any listener opens (gRPC
+    says only "failed to bind" for each); None when all three can."""
+    try:
+        certificate = x509.load_pem_x509_certificate(cert)
+    except ValueError as exc:
+        return "tls-cert", f"not a PEM certificate ({_first_line(exc)})", "the server's certificate, PEM"
+    try:
+        private = serialization.load_pem_private_key(key, password=None)
+    except (ValueError, TypeError) as exc:
+        return "tls-key", f"not an unencrypted PEM private key ({_first_line(exc)})", "the certificate's key, PEM"
+    spki = (serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo)
+    if private.public_key().public_bytes(*spki) != certificate.public_key().public_bytes(*spki):
+        return "tls-key", "does not match the certificate of --tls-cert", "the private key of that certificate"
+    blocks = re.findall(rb"-----BEGIN CERTIFICATE-----.+?-----END CERTIFICATE-----", ca, re.DOTALL)
+    try:
+        if not blocks:
+            raise ValueError("no BEGIN CERTIFICATE block")
+        for block in blocks:
+            x509.load_pem_x509_certificate(block)
+    except ValueError as exc:
+        return "tls-ca", f"holds no usable PEM certificate ({_first_line(exc)})", "the CA's certificate(s), PEM"
+    return None
+
+
+def _first_line(exc: Exception) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0][:120]

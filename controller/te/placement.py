@@ -110,14 +110,11 @@ def base_loads(fabric: Fabric, state: FabricState) -> tuple[Loads, float, dict[i
     if ledger is None:
         base = state.base_load(fabric)
         return base, max_utilization(fabric, base), _pod_uplink_load(fabric, base)
-    pod_load = ledger.pod_uplink_bps()
     if not measured:
-        return predicted, ledger.peak(), pod_load
-    larger = _Larger(predicted, measured)
-    # Pods with a measured uplink: the per-egress larger of the two, summed.
-    for pod in {ledger.uplink_pod[e] for e in measured if e in ledger.uplink_pod}:
-        pod_load[pod] = sum(larger.get(e, 0.0) for e in fabric.pod_uplinks[pod])
-    return larger, max(ledger.peak(), max_utilization(fabric, measured)), pod_load
+        return predicted, ledger.peak(), ledger.pod_uplink_bps()
+    # Per egress the larger of the two: its peak, and per pod its uplinks' sum.
+    peak, pod_load = ledger.with_measured(measured)
+    return _Larger(predicted, measured), peak, pod_load
 
 
 def gpu_usage(state: FabricState) -> tuple[dict[ServerKey, dict[int, str]], dict[ServerKey, str]]:

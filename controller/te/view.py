@@ -16,7 +16,7 @@ EWMA_ALPHA = 0.5
 DEFAULT_MAX_AGE_S = 2.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PortSample:
     tx_bps: float
     queue_bytes: int
@@ -25,7 +25,7 @@ class PortSample:
     up: bool = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PathSample:
     """A CSIG-style signal for one leaf -> spine -> leaf path."""
 
@@ -35,7 +35,7 @@ class PathSample:
     observed_at: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class FlowSample:
     """A flow record as measured in the fabric (5-tuple -> rate)."""
 
@@ -98,4 +98,4 @@ class LinkView:
         return {e: s for e, s in self.ports.items() if now - s.observed_at <= max_age_s}
 
     def fresh_load(self, now: float, max_age_s: float = DEFAULT_MAX_AGE_S) -> dict[Endpoint, float]:
-        return {e: s.tx_bps for e, s in self.fresh_ports(now, max_age_s).items()}
+        return {e: s.tx_bps for e, s in self.ports.items() if now - s.observed_at <= max_age_s}

@@ -20,11 +20,13 @@ from controller.errors import Exhausted
 from controller.fabric import Endpoint
 from controller.metrics import Metrics
 from controller.te.view import FlowKey, FlowSample, LinkView, PathSample, PortSample
+from controller.telemetry.priority import ApiFirst
 
 log = logging.getLogger(__name__)
 
 QUEUE_BATCHES = 256
 FORGET_AFTER_S = 60.0
+LOAD_REFRESH_S = 0.1  # measured load is smoothed (EWMA) and good for 2 s: a 0.1 s old copy changes nothing
 SWEEP_INTERVAL_S = 5.0
 
 
@@ -51,7 +53,10 @@ class TelemetryIngest:
         self._queue: queue.Queue[Batch | None] = queue.Queue(maxsize=capacity)
         self._thread = threading.Thread(target=self._run, name="telemetry", daemon=True)
         self._last_sweep = 0.0
+        self._load: tuple[float, dict[Endpoint, float]] | None = None
         self.arrived = threading.Event()  # set after each batch is in the view: TE runs on fresh data
+        # API calls go first: telemetry work, and the TE cycles it drives, wait for them (priority.py).
+        self.priority = ApiFirst()
 
     def start(self) -> None:
         self._thread.start()
@@ -72,6 +77,7 @@ class TelemetryIngest:
             batch = self._queue.get()
             if batch is None:
                 return
+            self.priority.yield_to_api()
             with self._lock:
                 for egress, port_sample in batch.ports:
                     self.view.observe_port(egress, port_sample)
@@ -92,8 +98,18 @@ class TelemetryIngest:
             return dict(self.view.flows), dict(self.view.ports)
 
     def fresh_load(self) -> dict[Endpoint, float]:
+        """The measured load placement reads: one snapshot for up to
+        LOAD_REFRESH_S, so placements in a row do not each copy every
+        port's rate (thousands at 16k GPUs) under the view's lock. Not to
+        be changed by the caller."""
+        now = self.clock()
+        cached = self._load
+        if cached is not None and 0 <= now - cached[0] < LOAD_REFRESH_S:
+            return cached[1]
         with self._lock:
-            return self.view.fresh_load(self.clock())
+            load = self.view.fresh_load(now)
+        self._load = (now, load)
+        return load
 
     def fresh_ports(self) -> dict[Endpoint, PortSample]:
         with self._lock:

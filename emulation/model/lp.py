@@ -42,6 +42,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import linprog
 
+from controller.errors import RailyardError
 from emulation.model.fair import first_full
 from emulation.model.network import Network
 from emulation.model.symmetry import lp_paths
@@ -55,7 +56,7 @@ GROWTH = 1e-3  # cap on each bundle's growth in LP2: spreads it over every bundl
 DUAL_TOL = 1e-9
 
 
-class OptimumError(RuntimeError):
+class OptimumError(RailyardError):
     """The solver did not find an optimum (a bug: these LPs are always feasible and bounded)."""
 
 

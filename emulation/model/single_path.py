@@ -24,6 +24,7 @@ from collections.abc import Iterator
 import numpy as np
 import scipy.sparse as sp
 
+from controller.errors import RailyardError
 from emulation.model.fair import fill
 from emulation.model.lp import TOL, Filling
 from emulation.model.network import Network
@@ -97,7 +98,7 @@ def routings(net: Network) -> int:
     return total
 
 
-class Budget(Exception):
+class Budget(RailyardError):
     """The search would rate more routings than it may."""
 
 

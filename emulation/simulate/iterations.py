@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+from controller.errors import RailyardError
 from emulation.model.stats import percentile
 from emulation.simulate.conditions import Condition
 from emulation.simulate.jobbound import Cuts, JobBound, job_bound
@@ -25,7 +26,7 @@ from emulation.workload.expand import JobPlan
 BEATEN_TOLERANCE = 1e-6
 
 
-class OptimumBeaten(AssertionError):
+class OptimumBeaten(RailyardError):
     """An arm ran an iteration faster than the job's optimum allows: a bug in the model or the bound."""
 
 

@@ -1,5 +1,8 @@
 """Rate limits on the real daemon (no fabric): a caller's mutations, and a
-telemetry stream's records, answered RESOURCE_EXHAUSTED with when to retry."""
+caller's telemetry records over all its streams, answered
+RESOURCE_EXHAUSTED with when to retry."""
+
+import time
 
 import grpc
 import pytest
@@ -12,7 +15,7 @@ from tests.integration.helpers import api_daemon
 
 @pytest.fixture
 def daemon(tmp_path):
-    limits = ("--mutations-per-second", "1", "--telemetry-records-per-second", "10")  # bursts of 2 and 20
+    limits = ("--mutations-per-second", "1", "--telemetry-records-per-second", "10")  # bursts of 2 and 10
     with api_daemon(tmp_path, *limits) as ctl:
         yield ctl
 
@@ -33,14 +36,24 @@ def test_a_caller_over_its_mutation_rate_is_told_when_to_retry_and_reads_are_not
     assert total(daemon.metrics(), "railyard_api_rate_limited_total", method="DrainSwitch") == 1
 
 
-def test_a_telemetry_stream_over_its_record_rate_is_ended(daemon):
+def test_a_callers_telemetry_a_little_over_waits_far_over_is_cut_and_a_new_stream_waits_out_the_refill(daemon):
     def batch(n: int) -> tpb.TelemetryBatch:
         return tpb.TelemetryBatch(hops=[tpb.HopRecord(switch="ryl0r0", egress_port=3, tx_bps=1e9)] * n)
 
     with daemon.client() as client:
-        assert client.report_telemetry([batch(10), batch(10)]).accepted_records == 20
+        # The burst (10), then 2 more: a little over, so that batch waits its turn.
+        started = time.monotonic()
+        assert client.report_telemetry([batch(10), batch(2)]).accepted_records == 12
+        assert time.monotonic() - started >= 0.15
         with pytest.raises(grpc.RpcError) as err:
-            client.report_telemetry([batch(15), batch(15)])
-    assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert "over 10 telemetry records per second on this stream" in (err.value.details() or "")
+            client.report_telemetry([batch(15)])  # far over: cut
+        assert err.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "over 10 telemetry records per second for this caller" in (err.value.details() or "")
+        trailers = err.value.trailing_metadata() or ()
+        pushback = [int(m.value) for m in trailers if m.key == "grpc-retry-pushback-ms"]
+        assert len(pushback) == 1 and 900 <= pushback[0] <= 1300  # until its bucket (10) is full again
+        # A new stream at once brings no fresh budget: it is held until the refill.
+        started = time.monotonic()
+        assert client.report_telemetry([batch(1)]).accepted_records == 1
+        assert time.monotonic() - started >= 0.8
     assert total(daemon.metrics(), "railyard_api_rate_limited_total", method="ReportTelemetry") == 1

@@ -11,6 +11,7 @@ from controller.schedulers.extender import (
     FabricView,
     PodJob,
     candidate_nodes,
+    check_depth,
     filter_nodes,
     pod_job,
     prioritize,
@@ -34,9 +35,9 @@ def view(free: dict[str, int], uplinks: dict[int, float] | None = None, job: fro
 
 
 def test_a_pod_names_its_job_and_gpus():
-    assert pod_job(pod({"railyard.io/job": "j", "railyard.io/job-gpus": "8"})) == PodJob("j", 2, 8)
-    assert pod_job(pod({"railyard.io/job": "j"})) == PodJob("j", 2, 2)
-    assert pod_job(pod({"app": "web"})) is None
+    assert pod_job(pod({"railyard.io/job": "j", "railyard.io/job-gpus": "8"}), 2, 8) == PodJob("j", 2, 8)
+    assert pod_job(pod({"railyard.io/job": "j"}), 2, 8) == PodJob("j", 2, 2)
+    assert pod_job(pod({"app": "web"}), 2, 8) is None
     assert PodJob("j", 2, 8).nodes_needed == 4 and PodJob("j", 2, 8).rails == 0b11
 
 
@@ -47,11 +48,29 @@ def test_a_pod_names_its_job_and_gpus():
         ({"railyard.io/job": "j"}, "x", "'x' is not a whole number"),
         ({"railyard.io/job": "j", "railyard.io/job-gpus": "1"}, "2", "fewer than this pod's 2 GPUs"),
         ({"railyard.io/job": "j", "railyard.io/job-gpus": "-3"}, "2", "-3 is out of range"),
+        # One node has a GPU per rail at most: a million used to cost 32 ms a node to refuse.
+        (
+            {"railyard.io/job": "j"},
+            "1000000",
+            "asks for 1000000 nvidia.com/gpu on one node; a server of this fabric has 2 rails",
+        ),
+        ({"railyard.io/job": "j", "railyard.io/job-gpus": "9"}, "2", "job-gpus is 9; the fabric has 8 GPUs"),
+        ({"railyard.io/job": "j"}, "9" * 40, "is out of range"),
     ],
 )
 def test_a_bad_pod_gets_a_clear_error(labels, gpus, words):
     with pytest.raises(ExtenderError, match=re.escape(words)):
-        pod_job(pod(labels, gpus))
+        pod_job(pod(labels, gpus), DEMO.rails, DEMO.gpu_count)
+
+
+def test_json_nested_deeper_than_400_is_refused_before_it_is_parsed():
+    check_depth(b"[" * 400 + b"]" * 400)
+    check_depth(b'{"a": "' + b"[" * 5000 + b'"}')  # brackets inside a string do not nest
+    check_depth(b'["\\\\", ' + b"[" * 399 + b"]" * 399 + b"]")  # an escaped backslash ends no string
+    with pytest.raises(ExtenderError, match="nests deeper than 400 levels"):
+        check_depth(b"[" * 100_000)
+    with pytest.raises(ExtenderError):
+        check_depth(b'{"a": "\\"", "b": ' + b"{" * 401)  # an escaped quote does not end a string
 
 
 def test_both_request_forms_give_the_node_names():

@@ -14,7 +14,7 @@ from controller.intent.drains import DrainTarget
 from controller.intent.etcd_store import EtcdUrl, StoreUrlError
 from controller.intent.model import FlowMatch, FlowPin, IntentError, RecordKind
 from controller.intent.service import IntentService
-from controller.intent.store import Change, SqliteIntentStore, StoreError, StoreInUse
+from controller.intent.store import BadStoredValue, Change, SqliteIntentStore, StoreError, StoreInUse
 from controller.metrics import Metrics
 from controller.te.jobs import JobRequest, Pattern, job_to_doc
 
@@ -106,7 +106,6 @@ def test_stored_pins_the_fabric_cannot_honour_are_skipped_not_lost(tmp_path):
             puts={
                 (RecordKind.PIN, "good"): pin_to_doc(good),
                 (RecordKind.PIN, "gone"): pin_to_doc(good) | {"spine": "rys7"},
-                (RecordKind.PIN, "junk"): {"src": "x"},
             }
         ),
         3,
@@ -115,7 +114,7 @@ def test_stored_pins_the_fabric_cannot_honour_are_skipped_not_lost(tmp_path):
     svc = service(tmp_path / "i.db")
     assert list(svc.snapshot().pins) == ["good"]
     svc.close()
-    assert len(SqliteIntentStore(tmp_path / "i.db").load().records) == 3
+    assert len(SqliteIntentStore(tmp_path / "i.db").load().records) == 2
 
 
 def test_a_second_writer_on_a_store_in_use_is_refused_naming_the_holder(tmp_path):
@@ -143,7 +142,7 @@ def test_jobs_that_share_a_gpu_in_the_store_load_only_the_first(tmp_path):
     assert again.free_capacity()[0].free_gpus == FABRIC.gpu_count - 2
 
 
-def test_a_corrupt_store_is_refused_in_one_line_and_one_bad_record_is_skipped(tmp_path, caplog):
+def test_a_corrupt_store_is_refused_in_one_line(tmp_path):
     garbage = tmp_path / "garbage.db"
     garbage.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(StoreError, match="not a usable Railyard store") as err:
@@ -151,18 +150,55 @@ def test_a_corrupt_store_is_refused_in_one_line_and_one_bad_record_is_skipped(tm
     assert "\n" not in str(err.value)
     fcntl.flock(os.open(tmp_path / "garbage.db.lock", os.O_RDWR), fcntl.LOCK_EX | fcntl.LOCK_NB)  # let go
 
+
+@pytest.mark.parametrize(
+    ("sql", "words"),
+    [
+        (
+            "INSERT INTO intent VALUES ('pin', 'broken', '{not json')",
+            "record pin/broken: '{not json' is not a Railyard record",
+        ),
+        ("INSERT INTO intent VALUES ('job', 'j', '[1, 2]')", "record job/j: '[1, 2]' is not a Railyard record"),
+        (
+            "INSERT INTO intent VALUES ('job', 'j', '{\"gpus\": []}')",
+            "stored job 'j' is not a valid job record: no field 'request'",
+        ),
+        (
+            "UPDATE meta SET value = 'garbage' WHERE key = 'revision'",
+            "meta.revision: 'garbage' is not an intent revision",
+        ),
+        (
+            "INSERT INTO intent VALUES ('pin', 'junk', '{\"src\": \"x\"}')",
+            "stored pin 'junk' is not a valid pin record",
+        ),
+    ],
+)
+def test_a_stored_value_that_does_not_read_is_one_line_naming_it_and_nothing_loads(tmp_path, sql, words):
+    # A record that cannot be read may hold GPUs: serving without it could hand them out twice.
     svc = service(tmp_path / "i.db")
     svc.pin_flow(FlowPin("good", FlowMatch(A, B), "rys0"))
     svc.close()
     db = sqlite3.connect(tmp_path / "i.db")
-    db.execute("INSERT INTO intent VALUES ('pin', 'broken', '{not json')")
+    db.execute(sql)
     db.commit()
     db.close()
+    with pytest.raises(BadStoredValue) as err:
+        service(tmp_path / "i.db")
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_well_formed_record_the_fabric_cannot_honour_is_skipped_and_reported(tmp_path, caplog):
+    svc = service(tmp_path / "i.db")
+    svc.pin_flow(FlowPin("good", FlowMatch(A, B), "rys0"))
+    svc.close()
+    store = SqliteIntentStore(tmp_path / "i.db")
+    store.apply(Change(puts={("drain-switch", "rys9"): {}, ("future-kind", "x"): {}}), 2)
+    store.close()
     metrics = Metrics(sorted(FABRIC.switches))
     again = IntentService(FABRIC, SqliteIntentStore(tmp_path / "i.db"), metrics)
-    assert list(again.snapshot().pins) == ["good"]
-    assert "stored pin 'broken' ignored" in caplog.text
-    assert metrics.errors.labels("intent", "invalid_stored_intent")._value.get() == 1
+    assert list(again.snapshot().pins) == ["good"] and not again.snapshot().drains.switches
+    assert "stored drain-switch 'rys9' ignored" in caplog.text and "unknown record kind 'future-kind'" in caplog.text
+    assert metrics.errors.labels("intent", "invalid_stored_intent")._value.get() == 2
 
 
 def test_an_empty_store_file_starts_empty_with_a_warning(tmp_path, caplog):

@@ -7,13 +7,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from controller.errors import Conflict
-from controller.fabric import NicId, build_fabric, load_fabric, parse_spec
+from controller.fabric import Endpoint, NicId, build_fabric, load_fabric, parse_spec
 from controller.intent.drains import rerouted_jobs
 from controller.intent.model import Intent
 from controller.southbound.overlay import desired_overlay
 from controller.te.demand import planned_flows
 from controller.te.jobs import Drains, Job, JobError, JobFlow, JobRequest, Pattern
-from controller.te.load import jobs_load, max_utilization
+from controller.te.load import LoadLedger, jobs_load, max_utilization, merged
 from controller.te.paths import assign_hashed
 from controller.te.patterns import pattern_flows
 from controller.te.placement import FabricState, NoCapacity, place
@@ -250,3 +250,16 @@ def test_placement_predicts_each_flow_at_what_its_nics_give_it(pattern, ceiling,
     assert len({(g.nic.pod, g.nic.server) for g in job.gpus}) == 4 and job.flows
     assert {round(f.demand_bps / 1e9, 6) for f in job.flows} == {round(g, 6) for g in expected_gbps}
     assert job.predicted_max_utilization == pytest.approx(max_utilization(fabric, jobs_load(fabric, [job])))
+
+
+def test_the_ledgers_view_of_measured_load_is_the_larger_of_the_two_per_egress():
+    fabric = load_fabric()
+    job = place(fabric, FabricState({}, Drains()), JobRequest("j", 4, Pattern.RING, 100.0), 0.0)
+    ledger = LoadLedger(fabric, [job])
+    uplinks = [e for pod in sorted(fabric.pod_uplinks) for e in fabric.pod_uplinks[pod]]
+    measured = {uplinks[0]: 3e11, uplinks[-1]: 1.0, Endpoint("not-a-switch", 9): 5e11}
+    larger = merged(ledger.bps, {e: v for e, v in measured.items() if e.node in fabric.switches})
+    peak, pods = ledger.with_measured(measured)
+    assert peak == pytest.approx(max_utilization(fabric, larger))
+    assert pods == pytest.approx({p: sum(larger.get(e, 0.0) for e in es) for p, es in fabric.pod_uplinks.items()})
+    assert ledger.with_measured(measured) == (peak, pods)  # the same snapshot again: from what was kept

@@ -184,18 +184,18 @@ def test_tokens_need_their_listener_and_a_client_holds_one_identity(tmp_path):
 
 
 def test_a_reload_refuses_a_key_that_is_not_its_certificates_and_a_ca_that_is_not_one(tmp_path):
-    from controller.runtime.reload import ReloadError, check_material
+    from controller.errors import FieldError
 
     certs.init_dir(tmp_path)
     (tmp_path / "policy.yaml").write_text("identities: {scheduler: scheduler}\n")
     files = TlsFiles(tmp_path / "server.crt", tmp_path / "server.key", tmp_path / "ca.crt", tmp_path / "policy.yaml")
-    check_material(files, files.load())  # a matching set
+    files.load()  # a matching set
     mismatched = TlsFiles(files.cert, tmp_path / "agent.key", files.ca, files.policy)
-    with pytest.raises(ReloadError) as err:
-        check_material(mismatched, mismatched.load())
+    with pytest.raises(FieldError) as err:
+        mismatched.load()
     assert err.value.field == "tls-key"
     (tmp_path / "not-a-ca.crt").write_text("-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n")
     garbage = TlsFiles(files.cert, files.key, tmp_path / "not-a-ca.crt", files.policy)
-    with pytest.raises(ReloadError) as err:
-        check_material(garbage, garbage.load())
+    with pytest.raises(FieldError) as err:
+        garbage.load()
     assert err.value.field == "tls-ca"

@@ -1,0 +1,430 @@
+"""The daemon under a steady load for a long time: does it stay fast and flat?
+
+The real daemon (ft2-16k.yaml, 16,384 GPUs, a SQLite store, TE on, no
+switches attached) takes, for `--minutes` (20):
+- telemetry at `--records-per-s` (20,000) over `--streams` (4) streams from
+  one caller: flow records with churn (`--churn` of the flows end each
+  second and new ones, new 5-tuples between new NIC pairs, take their
+  place; one in twenty an elephant), and leaf uplink hop records;
+- one PlaceJob and one ReleaseJob every second (8 to 64 GPUs).
+
+First a minute of placements alone: the baseline in the same run. Measured:
+the daemon's RSS every 10 s and its slope after the first 2 minutes (least
+squares, MiB/min), threads and fds, each TE cache's gauge
+(railyard_te_cache_*, where the engine exports them), PlaceJob p50/p99 per
+minute and over the soak (nearest-rank percentiles of the client's
+timings), TE cycle p50/p99 from railyard_te_cycle_seconds (its buckets, as
+Prometheus' histogram_quantile reads them), telemetry accepted, and every
+error: failed calls, cut streams, records rejected or dropped, and
+railyard_errors_total.
+
+    make bench-soak  ->  bench/results/soak.json
+    (targets: RSS slope <= 1 MiB/min after 2 min, cache gauges flat, PlaceJob
+    p99 <= 50 ms in every minute, 0 errors)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import multiprocessing
+import os
+import platform
+import random
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import grpc
+
+from bench import write_result
+from controller.api.gen.railyard.v1 import common_pb2
+from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
+from controller.fabric import Fabric, NicId, load_fabric
+from controller.fabric import addressing as ad
+from controller.fabric.spec import SPECS_DIR
+from emulation.processes.controller_process import ControllerProcess, Ports, Samples, total
+
+SPEC = SPECS_DIR / "ft2-16k.yaml"
+BATCHES_PER_S = 10  # per stream
+REPORT = "/railyard.v1.TelemetryService/ReportTelemetry"
+SIZES = (8, 16, 32, 64)
+
+
+def percentile(samples: list[float], q: float) -> float:
+    """Nearest rank: the smallest sample with at least q of them at or below it."""
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
+
+
+def histogram_quantile(buckets: dict[float, float], q: float) -> float:
+    """As Prometheus' histogram_quantile: linear within the bucket the rank falls in."""
+    edges = sorted(buckets)
+    count = buckets[edges[-1]] if edges else 0.0
+    if not count:
+        return float("nan")
+    rank, lower, below = q * count, 0.0, 0.0
+    for edge in edges:
+        if buckets[edge] >= rank:
+            if math.isinf(edge):
+                return lower
+            return lower + (edge - lower) * (rank - below) / max(buckets[edge] - below, 1e-12)
+        lower, below = edge, buckets[edge]
+    return lower
+
+
+def buckets_of(samples: Samples, name: str) -> dict[float, float]:
+    return {
+        float(dict(labels)["le"]): value for (metric, labels), value in samples.items() if metric == f"{name}_bucket"
+    }
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field: batches are joined from pre-encoded records."""
+    length, size = b"", len(payload)
+    while True:
+        byte = size & 0x7F
+        size >>= 7
+        length += bytes([byte | (0x80 if size else 0)])
+        if not size:
+            return bytes([number << 3 | 2]) + length + payload
+
+
+class Flows:
+    """One stream's flows: pre-encoded FlowRecords, some of them replaced every second."""
+
+    def __init__(self, fabric: Fabric, count: int, rng: random.Random) -> None:
+        self.fabric, self.rng = fabric, rng
+        self.pods, self.servers = fabric.spec.pods, fabric.spec.servers_per_pod
+        self.port = 1024 + rng.randrange(1000)
+        self.records = [self._new() for _ in range(count)]
+        self.uplinks = [e for leaf in fabric.switches if leaf.startswith("ryl") for e in fabric.uplinks(leaf)]
+
+    def _new(self) -> bytes:
+        rng, rail = self.rng, self.rng.randrange(self.fabric.rails)
+        src = NicId(rail, rng.randrange(self.pods), rng.randrange(self.servers))
+        dst = NicId(rail, rng.randrange(self.pods), rng.randrange(self.servers))
+        while dst.pod == src.pod:
+            dst = NicId(rail, rng.randrange(self.pods), rng.randrange(self.servers))
+        via = rng.choice(self.fabric.vias(src, dst))
+        leaf_hop = self.fabric.egress_path(src, dst, via)[1]
+        self.port = self.port + 1 if self.port < 60000 else 1024
+        record = tpb.FlowRecord(
+            src_address=ad.nic_ip(src),
+            dst_address=ad.nic_ip(dst),
+            protocol=common_pb2.PROTOCOL_UDP,  # RoCEv2
+            src_port=self.port,
+            dst_port=4791,
+            rate_bps=120e9 if rng.random() < 0.05 else rng.uniform(0.5e9, 2e9),
+            bytes_total=rng.randrange(1 << 40),
+            ingress_leaf=leaf_hop.node,
+            ingress_egress_port=leaf_hop.port,
+        )
+        return _field(3, record.SerializeToString())
+
+    def churn(self, share: float) -> None:
+        for _ in range(round(share * len(self.records))):
+            self.records[self.rng.randrange(len(self.records))] = self._new()
+
+    def hops(self, count: int) -> bytes:
+        chosen = self.rng.sample(self.uplinks, count)
+        return b"".join(
+            _field(
+                1,
+                tpb.HopRecord(
+                    switch=e.node, egress_port=e.port, tx_bps=self.rng.uniform(1e9, 3e11)
+                ).SerializeToString(),
+            )
+            for e in chosen
+        )
+
+
+class Stream(threading.Thread):
+    """Sends `rate` records a second as 10 batches, through one stream after
+    another: a stream the daemon ends is opened again after its pushback
+    (at once, if not `polite`)."""
+
+    def __init__(
+        self, target: str, flows: Flows, rate: float, churn: float, stop: threading.Event, polite: bool = True
+    ) -> None:
+        super().__init__(daemon=True)
+        self.target, self.flows, self.rate, self.churn, self.stop = target, flows, rate, churn, stop
+        self.polite = polite
+        self.sent = 0
+        self.cut: Counter[str] = Counter()
+        self.accepted = 0
+
+    def run(self) -> None:
+        with grpc.insecure_channel(self.target) as channel:
+            report: grpc.StreamUnaryMultiCallable = channel.stream_unary(
+                REPORT, None, tpb.ReportTelemetryResponse.FromString
+            )
+            while not self.stop.is_set():
+                try:
+                    self.accepted += report(self._batches(), timeout=3600).accepted_records
+                except grpc.RpcError as exc:
+                    self.cut[exc.code().name] += 1
+                    trailers: dict = dict(exc.trailing_metadata() or ()) if isinstance(exc, grpc.Call) else {}
+                    if self.polite:
+                        self.stop.wait(int(trailers.get("grpc-retry-pushback-ms", "1000")) / 1000)
+
+    def _batches(self):
+        per_batch = max(1, round(self.rate / BATCHES_PER_S))
+        hops = max(1, per_batch // 10)
+        flows = per_batch - hops
+        cursor, next_at, churned_at = 0, time.monotonic(), time.monotonic()
+        while not self.stop.is_set():
+            now = time.monotonic()
+            if now - churned_at >= 1.0:
+                self.flows.churn(self.churn)
+                churned_at = now
+            records = self.flows.records
+            chosen = [records[(cursor + i) % len(records)] for i in range(flows)]
+            cursor = (cursor + flows) % len(records)
+            yield b"".join(chosen) + self.flows.hops(hops)
+            self.sent += per_batch
+            next_at += 1 / BATCHES_PER_S
+            self.stop.wait(max(0.0, next_at - time.monotonic()))
+
+
+def _send(
+    spec: str, target: str, rates: list[float], flows: int, churn: float, seed: int, polite: bool, stop, out
+) -> None:
+    """In a process of its own: the streams, until `stop`; then their tallies on `out`."""
+    fabric = load_fabric(spec)
+    rng = random.Random(seed)
+    done = threading.Event()
+    streams = [Stream(target, Flows(fabric, flows, rng), rate, churn, done, polite) for rate in rates]
+    for stream in streams:
+        stream.start()
+    stop.wait()
+    done.set()
+    for stream in streams:
+        stream.join(timeout=10)
+    out.put({"sent": sum(s.sent for s in streams), "cut": dict(sum((s.cut for s in streams), Counter()))})
+
+
+class Sender:
+    """Telemetry streams from a child process: generating 20,000 records a
+    second takes CPU, and in the bench's own process it would slow the
+    placement calls being timed (they share its interpreter lock)."""
+
+    def __init__(self, spec: Path, target: str, rates: list[float], flows: int, churn: float, seed: int,
+                 polite: bool = True) -> None:  # fmt: skip
+        context = multiprocessing.get_context("spawn")  # gRPC does not survive a fork
+        self._stop, self._out = context.Event(), context.Queue()
+        self._process = context.Process(
+            target=_send, args=(str(spec), target, rates, flows, churn, seed, polite, self._stop, self._out)
+        )
+        self.tally: dict = {"sent": 0, "cut": {}}
+
+    def start(self) -> Sender:
+        self._process.start()
+        return self
+
+    def stop(self) -> dict:
+        self._stop.set()
+        try:
+            self.tally = self._out.get(timeout=60)
+        finally:
+            self._process.join(timeout=10)
+            if self._process.is_alive():
+                self._process.kill()
+        return self.tally
+
+
+class Placer(threading.Thread):
+    """`per_s` PlaceJob and ReleaseJob calls a second; every call's time and outcome."""
+
+    def __init__(self, ctl: ControllerProcess, seed: int, stop: threading.Event, per_s: float = 1.0) -> None:
+        super().__init__(daemon=True)
+        self.ctl, self.rng, self.stop, self.per_s = ctl, random.Random(seed), stop, per_s
+        self.timings: list[tuple[float, float]] = []  # (monotonic, PlaceJob seconds)
+        self.errors: Counter[str] = Counter()
+        self.serial = 0
+
+    def run(self) -> None:
+        placed: list[str] = []
+        with self.ctl.client() as client:
+            next_at = time.monotonic()
+            while not self.stop.is_set():
+                self.serial += 1
+                job = f"soak-{self.serial}"
+                started = time.perf_counter()
+                try:
+                    client.place_job(job, self.rng.choice(SIZES), "ring", 50.0)
+                    placed.append(job)
+                except grpc.RpcError as exc:
+                    self.errors[f"PlaceJob {exc.code().name}"] += 1
+                self.timings.append((time.monotonic(), time.perf_counter() - started))
+                if len(placed) > 20:
+                    try:
+                        client.release_job(placed.pop(self.rng.randrange(len(placed))))
+                    except grpc.RpcError as exc:
+                        self.errors[f"ReleaseJob {exc.code().name}"] += 1
+                next_at += 1 / self.per_s
+                self.stop.wait(max(0.0, next_at - time.monotonic()))
+
+
+def process_figures(pid: int) -> dict:
+    status = Path(f"/proc/{pid}/status").read_text()
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return {
+        "rss_mib": int(fields["VmRSS"].split()[0]) / 1024,
+        "threads": int(fields["Threads"]),
+        "fds": len(os.listdir(f"/proc/{pid}/fd")),
+        "cpu_s": (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK"),
+    }
+
+
+def cache_gauges(samples: Samples) -> dict[str, float]:
+    return {name: value for (name, labels), value in samples.items() if name.startswith("railyard_te_cache")}
+
+
+def slope_per_min(points: list[tuple[float, float]]) -> float:
+    """Least-squares slope of (seconds, value), per minute."""
+    if len(points) < 2:
+        return float("nan")
+    n = len(points)
+    mean_t = sum(t for t, _ in points) / n
+    mean_v = sum(v for _, v in points) / n
+    var = sum((t - mean_t) ** 2 for t, _ in points)
+    return 60 * sum((t - mean_t) * (v - mean_v) for t, v in points) / var if var else float("nan")
+
+
+def place_figures(timings: list[float]) -> dict:
+    ms = [t * 1000 for t in timings]
+    return {
+        "count": len(ms),
+        "p50_ms": percentile(ms, 0.5),
+        "p99_ms": percentile(ms, 0.99),
+        "max_ms": max(ms, default=0),
+    }
+
+
+def soak(args, workdir: Path) -> dict:
+    ctl = ControllerProcess(args.spec, workdir / "intent.db", Ports.pick(), workdir / "controller.log", 10.0).start()
+    stop = threading.Event()
+    try:
+        ctl.wait_serving_api(120.0)
+        assert ctl.proc is not None
+        pid = ctl.proc.pid
+        placer = Placer(ctl, args.seed, stop)
+        placer.start()
+        time.sleep(args.baseline_s)
+        baseline = [t for _, t in placer.timings]
+        before = ctl.metrics()
+        sender = Sender(
+            args.spec, f"127.0.0.1:{ctl.ports.grpc}", [args.records_per_s / args.streams] * args.streams,
+            args.flows, args.churn, args.seed,
+        ).start()  # fmt: skip
+        soak_started = time.monotonic()
+        series = []
+        while time.monotonic() - soak_started < args.minutes * 60:
+            time.sleep(10)
+            samples = ctl.metrics()
+            point = {"t_s": round(time.monotonic() - soak_started, 1), **process_figures(pid)}
+            point["caches"] = cache_gauges(samples)
+            point["accepted_total"] = total(samples, "railyard_telemetry_records_total", result="accepted")
+            series.append(point)
+            print(json.dumps(point), flush=True)
+        after = ctl.metrics()
+        tally = sender.stop()
+        stop.set()
+        placer.join(timeout=10)
+        errors_log = [line for line in (workdir / "controller.log").read_text().splitlines() if " ERROR " in line]
+    finally:
+        stop.set()
+        ctl.stop()
+    return figures(args, baseline, placer, soak_started, series, before, after, tally, errors_log)
+
+
+def figures(args, baseline, placer, soak_started, series, before, after, tally, errors_log) -> dict:
+    during = [(at - soak_started, t) for at, t in placer.timings if at >= soak_started]
+    per_minute = [
+        place_figures([t for at, t in during if minute * 60 <= at < (minute + 1) * 60])
+        for minute in range(args.minutes)
+    ]
+    late = [(p["t_s"], p["rss_mib"]) for p in series if p["t_s"] >= 120]
+    cycle = {le: buckets_of(after, "railyard_te_cycle_seconds").get(le, 0) - v
+             for le, v in buckets_of(before, "railyard_te_cycle_seconds").items()}  # fmt: skip
+    caches = sorted({name for p in series for name in p["caches"]})
+    elapsed = series[-1]["t_s"] if series else 0.0
+    accepted = total(after, "railyard_telemetry_records_total", result="accepted") - total(
+        before, "railyard_telemetry_records_total", result="accepted"
+    )
+    cut: Counter[str] = Counter(tally["cut"])
+    errors: dict = {
+        "client": dict(placer.errors),
+        "streams_cut": dict(cut),
+        "records_rejected": total(after, "railyard_telemetry_records_total", result="rejected")
+        - total(before, "railyard_telemetry_records_total", result="rejected"),
+        "records_dropped": total(after, "railyard_telemetry_records_total", result="dropped")
+        - total(before, "railyard_telemetry_records_total", result="dropped"),
+        "railyard_errors_total": total(after, "railyard_errors_total") - total(before, "railyard_errors_total"),
+        "log_error_lines": len(errors_log),
+    }
+    errors["count"] = (
+        sum(placer.errors.values()) + sum(cut.values()) + errors["records_rejected"]
+        + errors["records_dropped"] + errors["railyard_errors_total"] + errors["log_error_lines"]
+    )  # fmt: skip
+    cpu = (series[-1]["cpu_s"] - series[0]["cpu_s"]) / max(series[-1]["t_s"] - series[0]["t_s"], 1) if series else 0
+    return {
+        "minutes": args.minutes,
+        "telemetry_records_per_s_sent": tally["sent"] / max(elapsed, 1),
+        "telemetry_records_per_s_accepted": accepted / max(elapsed, 1),
+        "place_job_baseline": place_figures(baseline),
+        "place_job_soak": place_figures([t for _, t in during]),
+        "place_job_per_minute": per_minute,
+        "place_job_worst_minute_p99_ms": max((m["p99_ms"] for m in per_minute if m["count"]), default=float("nan")),
+        "te_cycle_p50_s": histogram_quantile(cycle, 0.5),
+        "te_cycle_p99_s": histogram_quantile(cycle, 0.99),
+        "te_cycles": max(cycle.values(), default=0),
+        "rss_mib_start": series[0]["rss_mib"] if series else None,
+        "rss_mib_end": series[-1]["rss_mib"] if series else None,
+        "rss_slope_mib_per_min_after_2_min": slope_per_min(late),
+        "cache_slopes_per_min_after_2_min": {
+            name: slope_per_min([(p["t_s"], p["caches"].get(name, 0)) for p in series if p["t_s"] >= 120])
+            for name in caches
+        },
+        "daemon_cpu_share_of_a_core": cpu,
+        "errors": errors,
+        "error_log_lines": errors_log[:20],
+        "series": series,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--spec", type=Path, default=SPEC)
+    parser.add_argument("--minutes", type=int, default=20)
+    parser.add_argument("--baseline-s", type=float, default=60.0)
+    parser.add_argument("--records-per-s", type=float, default=20_000)
+    parser.add_argument("--streams", type=int, default=4)
+    parser.add_argument("--flows", type=int, default=1500, help="active flows per stream")
+    parser.add_argument("--churn", type=float, default=0.05, help="share of a stream's flows replaced each second")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--out", default="bench/results/soak.json")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="railyard-soak-") as tmp:
+        result = {
+            "benchmark": "soak",
+            "host": platform.node(),
+            "load_average_at_start": os.getloadavg(),
+            "spec": args.spec.name,
+            **soak(args, Path(tmp)),
+            "load_average_at_end": os.getloadavg(),
+        }
+    summary = {k: v for k, v in result.items() if k not in ("series", "place_job_per_minute", "error_log_lines")}
+    print(json.dumps(summary, indent=1))
+    print(f"wrote {write_result(args.out, result)}")
+
+
+if __name__ == "__main__":
+    main()
