@@ -195,6 +195,34 @@ class Metrics:
         )
         for kind in TE_DECISIONS:
             self.te_decisions.labels(kind)
+        self.sflow_datagrams = Counter(
+            "railyard_sflow_datagrams",
+            "sFlow datagrams by outcome: accepted; refused before decoding (rate_limited, queue_full); malformed "
+            "(truncated, version, address_type, sample_count, record_count, length, sampling_rate); refused after "
+            "(unknown_agent, sequence: a repeat or a replay)",
+            ["result"],
+            registry=r,
+        )
+        self.sflow_samples = Counter(
+            "railyard_sflow_samples",
+            "Samples of accepted sFlow datagrams by outcome: accepted; unbound (the agent has not yet named its "
+            "switch or the ifIndex); unknown_port; not_fabric (not between two NICs of the fabric); "
+            "flow_table_full",
+            ["result"],
+            registry=r,
+        )
+        self.sflow_lost = Counter(
+            "railyard_sflow_lost_datagrams",
+            "sFlow datagrams an agent's sequence numbers say never arrived",
+            registry=r,
+        )
+        self.sflow_flows = Gauge("railyard_sflow_flows", "Flows the sFlow collector tracks", registry=r)
+        self.sflow_error_bound = Histogram(
+            "railyard_sflow_estimate_error_ratio",
+            "95 % relative error bound of each flow rate the sFlow collector reports (1.96 / sqrt(samples))",
+            registry=r,
+            buckets=(0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 1.0),
+        )
         self.errors = Counter("railyard_errors", "Errors by component and reason", ["component", "reason"], registry=r)
         self.switch_errors = Counter(
             "railyard_switch_errors",

@@ -101,6 +101,18 @@ def add_controller_parser(sub) -> None:
         help="allow listeners on non-loopback addresses without TLS (logged as a warning)",
     )
     run.add_argument(
+        "--sflow-listen",
+        metavar="HOST:PORT",
+        help="collect sFlow v5 from the switches' agents on this UDP address (e.g. 127.0.0.1:6343): flow "
+        "samples give elephants and the uplinks they took, counter samples port rates",
+    )
+    run.add_argument(
+        "--sflow-agents",
+        metavar="FILE",
+        help="YAML: the networks and agents the sFlow collector hears, and which switch an agent without "
+        "OpenFlow port structures is (default: loopback agents only)",
+    )
+    run.add_argument(
         "--max-message-bytes",
         type=int,
         help="gRPC message limit, either way; every reply is made to fit it (default: 4 MiB)",
@@ -145,6 +157,8 @@ def controller_run(args) -> int:
         etcd_tls=_etcd_tls(args),
         hosts=Path(args.hosts) if args.hosts else None,
         extender=Listen.parse(args.extender_listen, "extender-listen") if args.extender_listen else None,
+        sflow=Listen.parse(args.sflow_listen, "sflow-listen") if args.sflow_listen else None,
+        sflow_agents=Path(args.sflow_agents) if args.sflow_agents else None,
         openflow=Listen.parse(args.openflow_listen, "openflow-listen"),
         grpc=Listen.parse(args.grpc_listen, "grpc-listen"),
         metrics=Listen.parse(args.metrics_listen, "metrics-listen"),

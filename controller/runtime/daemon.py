@@ -42,6 +42,9 @@ from controller.security.tokens import load_tokens
 from controller.southbound.app import OpenFlowTls, start_openflow
 from controller.southbound.reconciler import Reconciler, ReconcileTrigger
 from controller.telemetry.ingest import TelemetryIngest
+from controller.telemetry.sflow_agents import load_agents
+from controller.telemetry.sflow_collector import SflowCollector
+from controller.telemetry.sflow_fold import AgentPolicy
 
 log = logging.getLogger("railyard")
 
@@ -138,6 +141,8 @@ class DaemonConfig:
     etcd_tls: EtcdTls | None = None
     hosts: Path | None = None  # a host map: servers under the scheduler's node names
     extender: Listen | None = None  # the kube-scheduler extender's HTTP(S) listener
+    sflow: Listen | None = None  # the sFlow collector's UDP listener
+    sflow_agents: Path | None = None  # which sFlow agents are heard, and who they are (default: loopback)
 
     def __post_init__(self) -> None:
         if not 0.1 <= self.mutations_per_s <= 100_000:
@@ -172,6 +177,15 @@ class DaemonConfig:
             raise ConfigError("watch-history", f"{self.watch_history} events", "1 to 1000000")
         if not 64 * 1024 <= self.max_message_bytes <= 256 * 1024 * 1024:
             raise ConfigError("max-message-bytes", f"{self.max_message_bytes}", "64 KiB to 256 MiB")
+        if self.sflow_agents is not None and self.sflow is None:
+            raise ConfigError("sflow-agents", "given without --sflow-listen", "with --sflow-listen HOST:PORT")
+        if self.sflow is not None and not self.sflow.loopback and self.sflow_agents is None:
+            raise ConfigError(
+                "sflow-agents",
+                f"missing: --sflow-listen {self.sflow} is not a loopback address, and without a file only "
+                "loopback agents are heard",
+                "an agents file naming the networks or agents that may report (see docs/real-fabrics.md)",
+            )
 
 
 class Daemon:
@@ -194,6 +208,7 @@ class Daemon:
             self.store = SqliteIntentStore(config.store)
         self.ingest = TelemetryIngest(self.metrics)
         self.metrics.watch_links(fabric, self.ingest.fresh_ports)
+        self.sflow = self._sflow_collector(config) if config.sflow is not None else None
         self.intent = IntentService(
             fabric, self.store, self.metrics, live_load=self.ingest.fresh_load, watch_history=config.watch_history
         )
@@ -259,6 +274,14 @@ class Daemon:
         # later; at 16k GPUs each pass is a PlaceJob that waits for it.
         gc.freeze()
 
+    def _sflow_collector(self, config: DaemonConfig) -> SflowCollector:
+        assert config.sflow is not None
+        policy = load_agents(config.sflow_agents, self.fabric) if config.sflow_agents else AgentPolicy()
+        try:
+            return SflowCollector(self.fabric, self.ingest, self.metrics, config.sflow.host, config.sflow.port, policy)
+        except OSError as exc:
+            raise ConfigError("sflow-listen", f"cannot listen on udp {config.sflow}: {exc.strerror}") from None
+
     def start(self) -> None:
         tls = self.config.tls
         self.metrics_server = self.metrics.serve(
@@ -269,6 +292,8 @@ class Daemon:
             client_cafile=str(tls.ca) if tls is not None and self.config.metrics_client_certs else None,
         )
         self.ingest.start()
+        if self.sflow is not None:
+            self.sflow.start()
         self.reconciler.start()
         self.te.start()
         tls = self.config.tls
@@ -323,6 +348,8 @@ class Daemon:
             self.extender.stop()
         self.te.stop()
         self.reconciler.stop()
+        if self.sflow is not None:
+            self.sflow.stop()
         self.ingest.stop()
         self.store.close()
 
