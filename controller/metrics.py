@@ -223,6 +223,24 @@ class Metrics:
             registry=r,
             buckets=(0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 1.0),
         )
+        self.stats_polls = Counter(
+            "railyard_openflow_stats_polls",
+            "Port-statistics requests to switches over the controller's OpenFlow sessions, by outcome",
+            ["result"],
+            registry=r,
+        )
+        self.stats_poll_duration = Histogram(
+            "railyard_openflow_stats_poll_seconds",
+            "Wall time of one round of OpenFlow statistics over every connected switch",
+            registry=r,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+        self.meter_band_packets = Gauge(
+            "railyard_meter_band_packets",
+            "Packets Railyard's meters on the switch have dropped (incast senders policed), from meter statistics",
+            ["switch"],
+            registry=r,
+        )
         self.errors = Counter("railyard_errors", "Errors by component and reason", ["component", "reason"], registry=r)
         self.switch_errors = Counter(
             "railyard_switch_errors",

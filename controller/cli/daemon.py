@@ -113,6 +113,13 @@ def add_controller_parser(sub) -> None:
         "OpenFlow port structures is (default: loopback agents only)",
     )
     run.add_argument(
+        "--openflow-stats-interval",
+        type=float,
+        metavar="SECONDS",
+        help="poll every switch's port statistics (and Railyard's meters') over the OpenFlow sessions this often, "
+        "for link loads and state with no agent: 1 is what TE's freshness needs (default 0: off)",
+    )
+    run.add_argument(
         "--max-message-bytes",
         type=int,
         help="gRPC message limit, either way; every reply is made to fit it (default: 4 MiB)",
@@ -159,6 +166,7 @@ def controller_run(args) -> int:
         extender=Listen.parse(args.extender_listen, "extender-listen") if args.extender_listen else None,
         sflow=Listen.parse(args.sflow_listen, "sflow-listen") if args.sflow_listen else None,
         sflow_agents=Path(args.sflow_agents) if args.sflow_agents else None,
+        openflow_stats_s=args.openflow_stats_interval or 0.0,
         openflow=Listen.parse(args.openflow_listen, "openflow-listen"),
         grpc=Listen.parse(args.grpc_listen, "grpc-listen"),
         metrics=Listen.parse(args.metrics_listen, "metrics-listen"),

@@ -12,6 +12,7 @@ import os
 
 os.environ.setdefault("OSKEN_HUB_TYPE", "native")  # eventlet would deadlock grpcio
 
+import contextlib
 import faulthandler
 import gc
 import ipaddress
@@ -40,8 +41,10 @@ from controller.schedulers.hosts import load_hosts
 from controller.security.policy import load_policy
 from controller.security.tokens import load_tokens
 from controller.southbound.app import OpenFlowTls, start_openflow
+from controller.southbound.overlay import meter_ids
 from controller.southbound.reconciler import Reconciler, ReconcileTrigger
-from controller.telemetry.ingest import TelemetryIngest
+from controller.southbound.stats import StatsPoller
+from controller.telemetry.ingest import Batch, Overloaded, TelemetryIngest
 from controller.telemetry.sflow_agents import load_agents
 from controller.telemetry.sflow_collector import SflowCollector
 from controller.telemetry.sflow_fold import AgentPolicy
@@ -143,6 +146,7 @@ class DaemonConfig:
     extender: Listen | None = None  # the kube-scheduler extender's HTTP(S) listener
     sflow: Listen | None = None  # the sFlow collector's UDP listener
     sflow_agents: Path | None = None  # which sFlow agents are heard, and who they are (default: loopback)
+    openflow_stats_s: float = 0.0  # poll port (and meter) statistics this often; 0: never
 
     def __post_init__(self) -> None:
         if not 0.1 <= self.mutations_per_s <= 100_000:
@@ -177,6 +181,8 @@ class DaemonConfig:
             raise ConfigError("watch-history", f"{self.watch_history} events", "1 to 1000000")
         if not 64 * 1024 <= self.max_message_bytes <= 256 * 1024 * 1024:
             raise ConfigError("max-message-bytes", f"{self.max_message_bytes}", "64 KiB to 256 MiB")
+        if self.openflow_stats_s and not 0.1 <= self.openflow_stats_s <= 3600:
+            raise ConfigError("openflow-stats-interval", f"{self.openflow_stats_s:g} s", "0 (off), or 0.1 to 3600")
         if self.sflow_agents is not None and self.sflow is None:
             raise ConfigError("sflow-agents", "given without --sflow-listen", "with --sflow-listen HOST:PORT")
         if self.sflow is not None and not self.sflow.loopback and self.sflow_agents is None:
@@ -220,9 +226,17 @@ class Daemon:
             config.reply_timeout_s,
             audit_every=config.full_audit_every,
         )
+        self.stats: StatsPoller | None = None
+        if config.openflow_stats_s:
+            self.stats = StatsPoller(
+                fabric, self.reconciler.sessions, self.metrics, self._port_samples, config.openflow_stats_s
+            )
+            self.reconciler.on_port_status = self.stats.port_status
         self.te = TeRunner(fabric, self.ingest, self.intent, self.metrics, enabled=config.te_enabled)
         self.reconciler.te = self.te
         self.te.on_change(lambda: self.reconciler.request(ReconcileTrigger.TE))
+        if self.stats is not None:
+            self.stats.metered = lambda: {leaf for leaf, _ in meter_ids(fabric, self.te.plan()[2]).values()}
         tls = config.tls.load() if config.tls is not None else None
         if tls is not None:
             tls.policy.check_switches(frozenset(fabric.switches))
@@ -274,6 +288,10 @@ class Daemon:
         # later; at 16k GPUs each pass is a PlaceJob that waits for it.
         gc.freeze()
 
+    def _port_samples(self, samples) -> None:
+        with contextlib.suppress(Overloaded):  # the ingest counts it; the next poll is newer
+            self.ingest.submit(Batch(ports=tuple(samples)))
+
     def _sflow_collector(self, config: DaemonConfig) -> SflowCollector:
         assert config.sflow is not None
         policy = load_agents(config.sflow_agents, self.fabric) if config.sflow_agents else AgentPolicy()
@@ -295,6 +313,8 @@ class Daemon:
         if self.sflow is not None:
             self.sflow.start()
         self.reconciler.start()
+        if self.stats is not None:
+            self.stats.start()
         self.te.start()
         tls = self.config.tls
         openflow_tls = OpenFlowTls(tls.key, tls.cert, tls.ca) if tls is not None else None
@@ -347,6 +367,8 @@ class Daemon:
         if self.extender is not None:
             self.extender.stop()
         self.te.stop()
+        if self.stats is not None:
+            self.stats.stop()
         self.reconciler.stop()
         if self.sflow is not None:
             self.sflow.stop()

@@ -16,7 +16,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -123,6 +123,8 @@ class Reconciler:
         for phase in ("dump", "plan", "commit"):
             metrics.reconcile_phase.labels(phase)
         self.te: TePlanner | None = None  # the TE runner, when adaptive TE is on (set by the daemon)
+        # (switch, port, link down?) from port-status messages: the statistics poller, when on.
+        self.on_port_status: Callable[[str, int, bool], None] | None = None
         # With replicas (ha.py): (leading, generation). A leader claims every
         # switch as MASTER with the election's generation before it reads or
         # writes; a follower is SLAVE and sends nothing else. None: the only
@@ -202,6 +204,17 @@ class Reconciler:
     def connected(self) -> set[str]:
         with self._lock:
             return set(self._sessions)
+
+    def sessions(self) -> dict[str, SwitchSession]:
+        """The live session of each connected switch (statistics polling shares them)."""
+        with self._lock:
+            return dict(self._sessions)
+
+    def port_changed(self, datapath, port: int, link_down: bool) -> None:
+        """A switch's port-status message: handed to whoever watches link state."""
+        name = self._by_dpid.get(datapath.id)
+        if name is not None and self.on_port_status is not None:
+            self.on_port_status(name, port, link_down)
 
     def _publish_connections(self) -> None:
         self.metrics.switches_connected.set(len(self._sessions))

@@ -112,7 +112,11 @@ class SflowCollector:
             if data is None:
                 return
             if data:
-                self._one(data)
+                try:
+                    self._one(data)
+                except Exception:  # a bug must not end the collector: counted, logged, the next datagram goes on
+                    log.exception("sflow: folding a datagram failed")
+                    self.metrics.errors.labels("telemetry", "sflow_fold_failed").inc()
             if time.monotonic() >= next_flush:
                 next_flush = time.monotonic() + FLUSH_S
                 self._flush()
@@ -135,8 +139,8 @@ class SflowCollector:
         now = self.clock()
         try:
             flows, ports, bounds = self.fold.records(now)
-        except Exception:  # a bug in the fold must not end the collector
-            log.exception("sflow: records failed")
+        except Exception:  # as in _work
+            log.exception("sflow: reading the fold failed")
             self.metrics.errors.labels("telemetry", "sflow_fold_failed").inc()
             return
         self.metrics.sflow_flows.set(self.fold.flow_count)

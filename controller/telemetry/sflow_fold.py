@@ -255,7 +255,8 @@ class SflowFold:
             return None
         if not (self.fabric.has_nic(a) and self.fabric.has_nic(b)):
             return None
-        return len(self.fabric.egress_path(a, b)) - 1
+        vias = self.fabric.vias(a, b)
+        return len(self.fabric.egress_path(a, b, vias[0] if vias else None)) - 1  # every equal-cost path is as long
 
     def _locate(self, flow: _Flow, src: str, switch: str, in_port: int, out_port: int) -> None:
         """Where the switch sent it: the ingress leaf's uplink, or a second hashing switch's way up."""
