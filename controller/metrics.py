@@ -66,6 +66,12 @@ class Metrics:
         self.meter_mods = Counter(
             "railyard_meter_mods", "Meter mods sent and confirmed by a barrier", ["switch", "kind"], registry=r
         )
+        self.group_mods = Counter(
+            "railyard_group_mods",
+            "Underlay group mods (--underlay) sent and confirmed by a barrier",
+            ["switch", "kind"],
+            registry=r,
+        )
         self.bundles = Counter(
             "railyard_bundle_commits", "OpenFlow bundle commits by outcome", ["switch", "result"], registry=r
         )

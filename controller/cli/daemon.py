@@ -113,6 +113,13 @@ def add_controller_parser(sub) -> None:
         "OpenFlow port structures is (default: loopback agents only)",
     )
     run.add_argument(
+        "--underlay",
+        action="store_true",
+        help="install and keep the spec's ECMP underlay (host and prefix routes, select groups) on every switch, "
+        "under its own cookie owner: for a fabric brought up bare (fabric up --bare) or OpenFlow switches "
+        "nothing else routes",
+    )
+    run.add_argument(
         "--openflow-stats-interval",
         type=float,
         metavar="SECONDS",
@@ -167,6 +174,7 @@ def controller_run(args) -> int:
         sflow=Listen.parse(args.sflow_listen, "sflow-listen") if args.sflow_listen else None,
         sflow_agents=Path(args.sflow_agents) if args.sflow_agents else None,
         openflow_stats_s=args.openflow_stats_interval or 0.0,
+        underlay=args.underlay,
         openflow=Listen.parse(args.openflow_listen, "openflow-listen"),
         grpc=Listen.parse(args.grpc_listen, "grpc-listen"),
         metrics=Listen.parse(args.metrics_listen, "metrics-listen"),

@@ -147,6 +147,7 @@ class DaemonConfig:
     sflow: Listen | None = None  # the sFlow collector's UDP listener
     sflow_agents: Path | None = None  # which sFlow agents are heard, and who they are (default: loopback)
     openflow_stats_s: float = 0.0  # poll port (and meter) statistics this often; 0: never
+    underlay: bool = False  # install and keep the ECMP underlay (its own cookie owner) on every switch
 
     def __post_init__(self) -> None:
         if not 0.1 <= self.mutations_per_s <= 100_000:
@@ -225,6 +226,7 @@ class Daemon:
             config.reconcile_interval_s,
             config.reply_timeout_s,
             audit_every=config.full_audit_every,
+            underlay=config.underlay,
         )
         self.stats: StatsPoller | None = None
         if config.openflow_stats_s:

@@ -51,6 +51,7 @@ from controller.southbound.switches import (
     SwitchSession,
 )
 from controller.southbound.tables import KnownTables
+from controller.southbound.underlay_sync import UnderlaySync
 from controller.te.engine import Meter, Move
 
 log = logging.getLogger(__name__)
@@ -96,6 +97,7 @@ class Reconciler:
         reply_timeout_s: float = 5.0,
         audit_every: int = 6,
         max_in_flight: int = 64,
+        underlay: bool = False,
     ) -> None:
         self.fabric = fabric
         self.intent = intent
@@ -106,6 +108,8 @@ class Reconciler:
         # queues on the controller's connections and the switches' buffers.
         self.max_in_flight = max_in_flight
         self.tables = KnownTables(metrics, audit_every, max_in_flight)  # only the reconciler thread touches it
+        # --underlay: the ECMP underlay is this controller's to install and keep (its own cookie owner).
+        self.underlay = UnderlaySync(fabric, metrics, audit_every, max_in_flight) if underlay else None
         self.calls = CallTable()
         self._sessions: dict[str, SwitchSession] = {}
         self._lock = threading.Lock()
@@ -314,6 +318,13 @@ class Reconciler:
             fresh = set(sessions) - self._synced.keys()
         # A switch that would not take this leader's claim was not reconciled: the pass is not a success.
         ok = self.tables.read(reason is ReconcileTrigger.PERIODIC, sessions, self._failed) and not unclaimed
+        # The underlay first: the overlay steers among next hops it must already have.
+        underlay_failed = (
+            self.underlay.sync(sessions, reason is ReconcileTrigger.PERIODIC, self._failed)
+            if self.underlay is not None
+            else set()
+        )
+        ok = ok and not underlay_failed
         for name in fresh & self.tables.keys():
             self.metrics.entries_installed.labels(name).set(len(self.tables[name].entries))
             if self.te is not None:
@@ -356,6 +367,7 @@ class Reconciler:
             else:
                 self.tables.forget(name)  # unknown now: read it again next pass
         ok = ok and in_sync == set(deltas)
+        in_sync -= underlay_failed
 
         elapsed = time.perf_counter() - started
         self.metrics.reconcile_phase.labels("dump").observe(dumped - started)
@@ -401,6 +413,8 @@ class Reconciler:
             if leading:
                 # Another replica led since this one last read the table: read it again.
                 self.tables.forget(name)
+                if self.underlay is not None:
+                    self.underlay.forget(name)
                 with self._lock:
                     self._synced.pop(name, None)
         return held

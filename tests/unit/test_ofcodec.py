@@ -207,8 +207,8 @@ def test_meters_round_trip_through_meter_config_stats_and_foreign_ids_are_ignore
 def test_what_the_codec_cannot_read_never_equals_a_desired_entry():
     entry = ENTRIES["nic pair (pin)"]
     parsed = parse(DP, wire.with_xid(wire.add_flow(entry), 1))
-    parsed.instructions[-1].actions.append(parser.OFPActionGroup(5))
-    assert ofcodec.entry_from_stats(entry.switch, parsed).actions[-1] == "unknown:OFPActionGroup"
+    parsed.instructions[-1].actions.append(parser.OFPActionPopVlan())
+    assert ofcodec.entry_from_stats(entry.switch, parsed).actions[-1] == "unknown:OFPActionPopVlan"
     parsed = parse(DP, wire.with_xid(wire.add_flow(entry), 1))
     parsed.instructions.append(parser.OFPInstructionGotoTable(1))
     assert ofcodec.entry_from_stats(entry.switch, parsed).actions[-1] == "unknown:OFPInstructionGotoTable"
