@@ -199,6 +199,18 @@ class Metrics:
             registry=r,
             buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5),
         )
+        self.te_moves_by_via = Gauge(
+            "railyard_te_moves_by_via",
+            "Elephants TE holds on each via (spine or core) now; with --southbound none, the moves it recommends",
+            ["via"],
+            registry=r,
+        )
+        self.southbound_programs = Gauge(
+            "railyard_southbound_programs",
+            "1 when the controller programs the switches; 0 in advisory mode (--southbound none): TE's moves are "
+            "recommendations only",
+            registry=r,
+        )
         for kind in TE_DECISIONS:
             self.te_decisions.labels(kind)
         self.sflow_datagrams = Counter(

@@ -117,7 +117,7 @@ def scenario(args) -> int:
             print(f"{name:20} {load_workload(name).description}")
         return 0
     workload = load_workload(args.name)
-    sources = Sources(getattr(args, "telemetry", "agent"), getattr(args, "underlay", "fabric"))
+    sources = Sources(args.telemetry, args.underlay)
     spec_path = spec_file(workload, args.spec)
     fabric = load_fabric(spec_path)
     workload = check_events(workload, fabric)  # before any fabric is built
@@ -219,6 +219,23 @@ def observe(args) -> int:
     return 0
 
 
+def _source_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--telemetry",
+        choices=("agent", "sflow", "openflow"),
+        default="agent",
+        help="TE's telemetry: the emulation's agent process (default), the switches' own sFlow agents, or the "
+        "controller's OpenFlow port statistics (sflow and openflow start no agent process)",
+    )
+    parser.add_argument(
+        "--underlay",
+        choices=("fabric", "controller"),
+        default="fabric",
+        help="who installs the ECMP underlay: the emulation (default), or the controller (`--underlay`) on a "
+        "fabric brought up bare, in both runs",
+    )
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The `railyard.commands` entry point: fabric, demo, scenario, simulate, observe."""
     fabric = sub.add_parser("fabric", help="the emulated fabric (Mininet + Open vSwitch)")
@@ -261,6 +278,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     demo_parser.add_argument("--seed", type=int, default=3, help="seed for the elephants' source ports (3 collides)")
     demo_parser.add_argument("--out", default="reports", help="directory for the report")
     demo_parser.add_argument("--keep-raw", action="store_true", help="keep iperf3's own JSON reports under --out")
+    _source_arguments(demo_parser)
 
     scenarios = sub.add_parser("scenario", help="run a traffic scenario twice (ECMP, then Railyard TE) and report")
     scenarios.set_defaults(run=scenario)
@@ -271,20 +289,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     srun.add_argument("--seed", type=int, default=1)
     srun.add_argument("--out", default="reports", help="directory for the JSON report and PNG plots")
     srun.add_argument("--keep-raw", action="store_true", help="keep iperf3's own JSON reports under --out")
-    srun.add_argument(
-        "--telemetry",
-        choices=("agent", "sflow", "openflow"),
-        default="agent",
-        help="TE's telemetry: the emulation's agent process (default), the switches' own sFlow agents, or the "
-        "controller's OpenFlow port statistics (sflow and openflow start no agent process)",
-    )
-    srun.add_argument(
-        "--underlay",
-        choices=("fabric", "controller"),
-        default="fabric",
-        help="who installs the ECMP underlay: the emulation (default), or the controller (`--underlay`) on a "
-        "fabric brought up bare, in both runs",
-    )
+    _source_arguments(srun)
     ssub.add_parser("list", help="the shipped scenarios")
 
     sim = sub.add_parser(

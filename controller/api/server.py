@@ -18,11 +18,15 @@ from controller.api.gen.railyard.v1 import (
     fabric_pb2_grpc,
     placement_pb2,
     placement_pb2_grpc,
+    te_pb2,
+    te_pb2_grpc,
     telemetry_pb2,
     telemetry_pb2_grpc,
 )
 from controller.api.limits import MUTATIONS_PER_S, TELEMETRY_RECORDS_PER_S, MutationLimiter
 from controller.api.placement import MAX_WATCHERS, PlacementServicer
+from controller.api.te import MAX_WATCHERS as TE_WATCHERS
+from controller.api.te import DecisionFeed, TeServicer
 from controller.api.telemetry import TelemetryServicer
 from controller.errors import FieldError
 from controller.intent.service import IntentService
@@ -34,7 +38,7 @@ from controller.telemetry.ingest import TelemetryIngest
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 MAX_CONCURRENT_RPCS = 64
-WORKERS = 8 + MAX_WATCHERS  # watch streams each hold a worker; unary calls keep 8
+WORKERS = 8 + MAX_WATCHERS + TE_WATCHERS  # watch streams each hold a worker; unary calls keep 8
 
 
 class RequestError(FieldError):
@@ -59,6 +63,7 @@ SERVICE_NAMES = tuple(
         (fabric_pb2, "FabricService"),
         (placement_pb2, "PlacementService"),
         (telemetry_pb2, "TelemetryService"),
+        (te_pb2, "TeService"),
     )
 )
 
@@ -140,6 +145,7 @@ class ApiServer:
         mutations_per_s: float = MUTATIONS_PER_S,
         telemetry_records_per_s: float = TELEMETRY_RECORDS_PER_S,
         hosts: HostMap | None = None,
+        decisions: DecisionFeed | None = None,
     ) -> None:
         # Authorization runs first: a caller who may not call a method gets no
         # further, not even to have its request decoded.
@@ -168,6 +174,7 @@ class ApiServer:
         fabric_pb2_grpc.add_FabricServiceServicer_to_server(servicers[0], self.server)
         placement_pb2_grpc.add_PlacementServiceServicer_to_server(servicers[1], self.server)
         telemetry_pb2_grpc.add_TelemetryServiceServicer_to_server(servicers[2], self.server)
+        te_pb2_grpc.add_TeServiceServicer_to_server(TeServicer(decisions or DecisionFeed()), self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), self.server)

@@ -120,6 +120,13 @@ def add_controller_parser(sub) -> None:
         "nothing else routes",
     )
     run.add_argument(
+        "--southbound",
+        choices=("openflow", "none"),
+        default="openflow",
+        help="none: advisory. No OpenFlow listener, nothing programmed; placement and TE run on the telemetry "
+        "(sFlow or the agent) and TE's moves are served as recommendations (TeService.WatchDecisions, metrics)",
+    )
+    run.add_argument(
         "--openflow-stats-interval",
         type=float,
         metavar="SECONDS",
@@ -175,6 +182,7 @@ def controller_run(args) -> int:
         sflow_agents=Path(args.sflow_agents) if args.sflow_agents else None,
         openflow_stats_s=args.openflow_stats_interval or 0.0,
         underlay=args.underlay,
+        southbound=args.southbound,
         openflow=Listen.parse(args.openflow_listen, "openflow-listen"),
         grpc=Listen.parse(args.grpc_listen, "grpc-listen"),
         metrics=Listen.parse(args.metrics_listen, "metrics-listen"),

@@ -29,6 +29,7 @@ from controller.api.audit import AuditLog
 from controller.api.extender import ExtenderServer
 from controller.api.limits import MUTATIONS_PER_S, TELEMETRY_RECORDS_PER_S
 from controller.api.server import MAX_MESSAGE_BYTES, ApiServer, MutualTls
+from controller.api.te import DecisionFeed
 from controller.errors import FieldError
 from controller.fabric import Fabric
 from controller.intent.etcd_store import EtcdIntentStore, EtcdKv, EtcdTls, EtcdUrl
@@ -36,6 +37,7 @@ from controller.intent.service import WATCH_HISTORY, IntentService
 from controller.intent.store import IntentStore, SqliteIntentStore
 from controller.metrics import Metrics
 from controller.runtime.ha import Replication
+from controller.runtime.te_feed import DecisionLog, moves_by_via
 from controller.runtime.te_runner import TeRunner
 from controller.schedulers.hosts import load_hosts
 from controller.security.policy import load_policy
@@ -54,6 +56,9 @@ log = logging.getLogger("railyard")
 
 class ConfigError(FieldError):
     context = "controller"
+
+
+SOUTHBOUNDS = ("openflow", "none")
 
 
 @dataclass(frozen=True)
@@ -148,6 +153,9 @@ class DaemonConfig:
     sflow_agents: Path | None = None  # which sFlow agents are heard, and who they are (default: loopback)
     openflow_stats_s: float = 0.0  # poll port (and meter) statistics this often; 0: never
     underlay: bool = False  # install and keep the ECMP underlay (its own cookie owner) on every switch
+    # "none": advisory. No OpenFlow listener, nothing programmed; placement and
+    # TE run, and TE's moves are recommendations (TeService, metrics).
+    southbound: str = "openflow"
 
     def __post_init__(self) -> None:
         if not 0.1 <= self.mutations_per_s <= 100_000:
@@ -184,6 +192,13 @@ class DaemonConfig:
             raise ConfigError("max-message-bytes", f"{self.max_message_bytes}", "64 KiB to 256 MiB")
         if self.openflow_stats_s and not 0.1 <= self.openflow_stats_s <= 3600:
             raise ConfigError("openflow-stats-interval", f"{self.openflow_stats_s:g} s", "0 (off), or 0.1 to 3600")
+        if self.southbound not in SOUTHBOUNDS:
+            raise ConfigError("southbound", f"{self.southbound!r}", ", ".join(SOUTHBOUNDS))
+        if self.southbound == "none" and (self.underlay or self.openflow_stats_s):
+            flag = "underlay" if self.underlay else "openflow-stats-interval"
+            raise ConfigError(
+                flag, "needs OpenFlow sessions, and --southbound none opens none", "--southbound openflow"
+            )
         if self.sflow_agents is not None and self.sflow is None:
             raise ConfigError("sflow-agents", "given without --sflow-listen", "with --sflow-listen HOST:PORT")
         if self.sflow is not None and not self.sflow.loopback and self.sflow_agents is None:
@@ -236,7 +251,18 @@ class Daemon:
             self.reconciler.on_port_status = self.stats.port_status
         self.te = TeRunner(fabric, self.ingest, self.intent, self.metrics, enabled=config.te_enabled)
         self.reconciler.te = self.te
-        self.te.on_change(lambda: self.reconciler.request(ReconcileTrigger.TE))
+        self.programs = config.southbound != "none"
+        self.decisions = DecisionFeed()
+        DecisionLog(self.decisions, programmed=self.programs).attach()
+        by_via = moves_by_via(fabric, self.metrics, self.te.plan)
+
+        def te_changed() -> None:
+            by_via()
+            if self.programs:  # advisory: nothing to program, the moves are recommendations
+                self.reconciler.request(ReconcileTrigger.TE)
+
+        self.te.on_change(te_changed)
+        self.metrics.southbound_programs.set(1 if self.programs else 0)
         if self.stats is not None:
             self.stats.metered = lambda: {leaf for leaf, _ in meter_ids(fabric, self.te.plan()[2]).values()}
         tls = config.tls.load() if config.tls is not None else None
@@ -260,6 +286,7 @@ class Daemon:
             mutations_per_s=config.mutations_per_s,
             telemetry_records_per_s=config.telemetry_records_per_s,
             hosts=hosts,
+            decisions=self.decisions,
         )
         self.extender: ExtenderServer | None = None
         if config.extender is not None:
@@ -314,13 +341,17 @@ class Daemon:
         self.ingest.start()
         if self.sflow is not None:
             self.sflow.start()
-        self.reconciler.start()
+        if self.programs:
+            self.reconciler.start()
         if self.stats is not None:
             self.stats.start()
         self.te.start()
         tls = self.config.tls
         openflow_tls = OpenFlowTls(tls.key, tls.cert, tls.ca) if tls is not None else None
-        self._apps = start_openflow(self.reconciler, self.config.openflow.host, self.config.openflow.port, openflow_tls)
+        if self.programs:
+            self._apps = start_openflow(
+                self.reconciler, self.config.openflow.host, self.config.openflow.port, openflow_tls
+            )
         self.api.start()
         if self.extender is not None:
             self.extender.start()
@@ -347,6 +378,10 @@ class Daemon:
             self.metrics.store_errors.labels(op).inc()
 
     def _fabric_ready(self) -> None:
+        if not self.programs:
+            self.api.set_fabric_ready(True)  # advisory: nothing to program, nothing to wait for
+            log.info("railyard controller: advisory (--southbound none): TE recommends, nothing is programmed")
+            return
         while not self._stop.is_set():
             if self.reconciler.fabric_ready.wait(timeout=0.5):
                 self.api.set_fabric_ready(True)

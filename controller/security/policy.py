@@ -30,6 +30,7 @@ from controller.yamldoc import read_yaml
 PLACEMENT = "/railyard.v1.PlacementService/"
 FABRIC = "/railyard.v1.FabricService/"
 TELEMETRY = "/railyard.v1.TelemetryService/"
+TE = "/railyard.v1.TeService/"
 OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerReflection/")
 
 
@@ -46,11 +47,12 @@ _FABRIC_READS = {FABRIC + m for m in ("GetFabric", "GetFreeCapacity", "ListLinks
 _FABRIC_CHANGES = {
     FABRIC + m for m in ("DrainLink", "UndrainLink", "DrainSwitch", "UndrainSwitch", "PinFlow", "UnpinFlow")
 }
+_TE_READS = {TE + "WatchDecisions"}  # TE's decisions, and in advisory mode its recommendations
 ROLE_METHODS: Mapping[Role, frozenset[str]] = {
     Role.SCHEDULER: frozenset({PLACEMENT + "PlaceJob", PLACEMENT + "ReleaseJob", *_PLACEMENT_READS}),
     Role.AGENT: frozenset({TELEMETRY + "ReportTelemetry"}),
-    Role.OPERATOR: frozenset({*_FABRIC_CHANGES, *_FABRIC_READS, *_PLACEMENT_READS}),
-    Role.VIEWER: frozenset({*_FABRIC_READS, *_PLACEMENT_READS}),
+    Role.OPERATOR: frozenset({*_FABRIC_CHANGES, *_FABRIC_READS, *_PLACEMENT_READS, *_TE_READS}),
+    Role.VIEWER: frozenset({*_FABRIC_READS, *_PLACEMENT_READS, *_TE_READS}),
 }
 
 
