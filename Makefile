@@ -8,7 +8,7 @@ PYTHON_SYSTEM := /usr/bin/python3.11
 SEED ?= 3
 PYTEST_ARGS ?=
 
-.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-fabric bench-crossval bench-three-tier bench-pinned observe fabric-down clean
+.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-fabric bench-crossval bench-three-tier bench-pinned bench-telemetry observe fabric-down clean
 
 setup: host venv
 
@@ -106,6 +106,11 @@ bench-three-tier: setup
 # when nothing moves (three-tier.yaml, seed 5).
 bench-pinned: setup
 	$(PY) -m bench.pinned --spec three-tier.yaml --seed 5 --vias te --out bench/results/pinned.json
+
+# TE fed by the agent, the switches' sFlow, or OpenFlow port statistics: the
+# elephant scenario on default, narrow-uplinks and three-tier, seeds 1-5 (~45 min).
+bench-telemetry: setup
+	$(PY) -m bench.telemetry --out bench/results/telemetry.json
 
 fabric-down: venv
 	$(VENV)/bin/railyard fabric down

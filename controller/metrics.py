@@ -229,6 +229,7 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        self.sflow_datagrams.labels("accepted")  # the collector adds its refusals' reasons when it runs
         self.sflow_lost = Counter(
             "railyard_sflow_lost_datagrams",
             "sFlow datagrams an agent's sequence numbers say never arrived",

@@ -255,6 +255,7 @@ class Daemon:
         self.decisions = DecisionFeed()
         DecisionLog(self.decisions, programmed=self.programs).attach()
         by_via = moves_by_via(fabric, self.metrics, self.te.plan)
+        by_via()  # every via's series from the start, at 0
 
         def te_changed() -> None:
             by_via()

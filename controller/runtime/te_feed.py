@@ -16,7 +16,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from controller.api.te import DecisionFeed, TeEvent
-from controller.fabric import Fabric
+from controller.fabric import Fabric, Tier
 from controller.metrics import Metrics
 from controller.te.engine import Move
 from controller.te.view import FlowKey
@@ -74,7 +74,7 @@ def moves_by_via(
 ) -> Callable[[], None]:
     """A callback for each change of TE's moves: how many it holds onto each
     via (advisory: recommends), one series per via of the fabric."""
-    vias = sorted(fabric.switches)
+    vias = sorted(name for name, switch in fabric.switches.items() if switch.tier is not Tier.LEAF)
 
     def update() -> None:
         counts = Counter(m.via for m in plan()[1])
