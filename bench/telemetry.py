@@ -27,7 +27,6 @@ from emulation.net import ovs
 from emulation.net.fabric import sflow_sampling
 from emulation.scenarios.report import build_report
 from emulation.scenarios.runner import TELEMETRY, Sources, run_mode
-from emulation.scenarios.table import table
 from emulation.workload import load_workload
 
 SPECS = ("default.yaml", "narrow-uplinks.yaml", "three-tier.yaml")
@@ -76,9 +75,14 @@ def main() -> None:
                         fabric, spec_path, workload, seed, "te", Path(tmp), lambda _: None, None, Sources(source)
                     )
                     report = build_report(fabric, workload, seed, {"ecmp": ecmp, "te": te}, Sources(source))
-                    print(table(report).split("\n\n")[0], flush=True)
-                    print(f"{fabric.spec.name} seed {seed} {source}: TE {report['modes']['te']['fraction_of_optimum']:.1%}",
-                          flush=True)  # fmt: skip
+                    figures = report["modes"]["te"]
+                    fix = figures["collision_to_fix_s"]
+                    print(
+                        f"{fabric.spec.name} seed {seed} {source}: TE {figures['fraction_of_optimum']:.1%} "
+                        f"(ECMP {report['modes']['ecmp']['fraction_of_optimum']:.1%}), fix median {fix['median']} "
+                        f"p99 {fix['p99']}, path changes/flow {figures['path_changes_per_flow']['mean']:.2f}",
+                        flush=True,
+                    )
                     per_source[source].append(report)
             entry["summary"] = {s: summary(rs) for s, rs in per_source.items() if rs}
             entry["reports"] = per_source
