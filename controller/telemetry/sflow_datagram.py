@@ -36,7 +36,7 @@ _U32 = struct.Struct("!I")
 _HEADER_TAIL = struct.Struct("!IIII")  # sub-agent, sequence, uptime (ms), number of samples
 _FLOW_SAMPLE = struct.Struct("!IIIIIIII")  # seq, source, rate, pool, drops, input, output, records
 # seq, source type, source index, rate, pool, drops, input (format, value), output (format, value), records
-_FLOW_SAMPLE_EXPANDED = struct.Struct("!IIIIIIIIIIII")
+_FLOW_SAMPLE_EXPANDED = struct.Struct("!IIIIIIIIIII")
 _COUNTER_SAMPLE = struct.Struct("!III")  # seq, source, records
 _COUNTER_SAMPLE_EXPANDED = struct.Struct("!IIII")  # seq, src type, src index, records
 _RAW_HEADER = struct.Struct("!IIII")  # protocol, frame length, stripped, header length
@@ -178,7 +178,7 @@ def _flow_sample(r: _Reader, expanded: bool) -> FlowSample:
     if expanded:
         seq, _, index, rate, _, _, in_format, in_value, out_format, out_value, _ = r.unpack(
             _FLOW_SAMPLE_EXPANDED, "expanded flow sample"
-        )[:11]
+        )
         r.at -= 4  # the record count is read below
         input_if = in_value if in_format == 0 else 0
         output_if = out_value if out_format == 0 else 0

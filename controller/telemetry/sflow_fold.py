@@ -10,8 +10,9 @@ Who may speak, and who they are:
   such structure is named, with its ifIndex map, by the agents file. Samples
   that arrive before the switch is known are refused (`unbound`);
 - a datagram's sequence number must move forward. A repeat or an older one
-  (a replay, a duplicate) is refused (`sequence`); a smaller number with a
-  smaller uptime is the agent restarting, and starts it afresh.
+  (a replay, a duplicate) is refused (`sequence`); a smaller number with the
+  uptime of an agent just started (under a minute) is the agent restarting,
+  and starts it afresh.
 
 Flows (elephant detection in the manner of sFlow-RT): each sampled packet
 stands for `sampling_rate` packets of its size, at every switch that sampled
@@ -57,6 +58,11 @@ SAMPLE_OUTCOMES = ("accepted", "unbound", "unknown_port", "not_fabric", "flow_ta
 
 
 UNKNOWN_COUNTER = (1 << 64) - 1  # sFlow's "not available"
+# A sequence that goes back is a restart only with the uptime of one: an older
+# datagram played again carries its old, longer uptime and is refused. (sFlow
+# has no authentication: a replay of an agent's first minute would still
+# pass, and cost it the switch binding until its next counter sample.)
+RESTART_UPTIME_MS = 60_000
 LOCAL_PORTS = 0xFF00  # OpenFlow 1.0's reserved port numbers (OVS names its LOCAL port 65534 in sFlow)
 
 
@@ -162,9 +168,9 @@ class SflowFold:
         restarted = lost = 0
         if agent is not None:
             if datagram.sequence <= agent.sequence:
-                if datagram.uptime_ms >= agent.uptime_ms:
+                if datagram.uptime_ms >= agent.uptime_ms or datagram.uptime_ms > RESTART_UPTIME_MS:
                     return Verdict("sequence", {})
-                restarted = 1  # a smaller sequence and uptime: the agent started over
+                restarted = 1  # a smaller sequence, and an uptime of a fresh start: the agent started over
                 agent.ports.clear()
                 agent.switch = None
             else:
