@@ -44,6 +44,8 @@ def counter_sample(
     return _opaque(2, struct.pack("!III", seq, if_index, len(records)) + b"".join(records))
 
 
-def datagram(samples: list[bytes], seq: int = 1, uptime_ms: int = 1000, agent: str = "127.0.0.1", sub: int = 0) -> bytes:
+def datagram(
+    samples: list[bytes], seq: int = 1, uptime_ms: int = 1000, agent: str = "127.0.0.1", sub: int = 0
+) -> bytes:
     header = struct.pack("!II4sIII", 5, 1, ipaddress.IPv4Address(agent).packed, sub, seq, uptime_ms)
     return header + struct.pack("!I", len(samples)) + b"".join(samples)

@@ -61,7 +61,7 @@ def test_a_move_is_read_with_its_flow_and_both_vias():
 
 def test_the_runners_log_line_reaches_every_watcher():
     feed = DecisionFeed()
-    seen = []
+    seen: list = []
     feed.subscribe(seen.append)
     handler = DecisionLog(feed, programmed=True)
     handler.attach()
