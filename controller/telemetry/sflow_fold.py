@@ -95,7 +95,11 @@ class AgentPolicy:
 
 @dataclass(frozen=True)
 class FoldConfig:
-    tau_s: float = 0.5  # the flow estimate's decay time constant
+    # The flow estimate's decay time constant: at 30 samples a second of a
+    # line-rate flow per switch (sFlow's rule at 4 KB frames), a flow crossing
+    # three switches is reported from 18 % of line rate with 0.5 s, from 9 %
+    # with 1 s (Hedera's elephants start at 10 %).
+    tau_s: float = 1.0
     min_samples: float = 8.0  # decayed samples before a flow is reported (±69 % at 95 %)
     max_flows: int = 100_000  # flows tracked at once; a sample of a new flow beyond it is refused
     forget_after_s: float = 5.0  # a flow with no sample this long is dropped
