@@ -253,7 +253,8 @@ class Daemon:
         self.reconciler.te = self.te
         self.programs = config.southbound != "none"
         self.decisions = DecisionFeed()
-        DecisionLog(self.decisions, programmed=self.programs).attach()
+        self._decision_log = DecisionLog(self.decisions, programmed=self.programs)
+        self._decision_log.attach()
         by_via = moves_by_via(fabric, self.metrics, self.te.plan)
         by_via()  # every via's series from the start, at 0
 
@@ -410,6 +411,7 @@ class Daemon:
         self.reconciler.stop()
         if self.sflow is not None:
             self.sflow.stop()
+        self._decision_log.detach()
         self.ingest.stop()
         self.store.close()
 

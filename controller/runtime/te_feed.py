@@ -68,6 +68,9 @@ class DecisionLog(logging.Handler):
     def attach(self) -> None:
         logging.getLogger(RUNNER_LOGGER).addHandler(self)
 
+    def detach(self) -> None:
+        logging.getLogger(RUNNER_LOGGER).removeHandler(self)
+
 
 def moves_by_via(
     fabric: Fabric, metrics: Metrics, plan: Callable[[], tuple[int, list[Move], list]]
