@@ -61,6 +61,7 @@ OPENFLOW_STATS_S = 1.0  # the controller's port-statistics period in `--telemetr
 class Sources:
     telemetry: str = "agent"
     underlay: str = "fabric"
+    programs: bool = True  # False: the TE run's controller is advisory (--southbound none)
 
     def __post_init__(self) -> None:
         if self.telemetry not in TELEMETRY:
@@ -270,6 +271,8 @@ def run_mode(
     te = mode == "te"
     ports = Ports.pick()
     extra: list[str] = ["--underlay"] if sources.underlay == "controller" else []
+    if te and not sources.programs:
+        extra += ["--southbound", "none"]
     sflow = None
     if te and sources.telemetry == "sflow":
         target = f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}"
@@ -296,7 +299,10 @@ def run_mode(
         try:
             if te or bare:
                 ctl.start()
-                ctl.wait_ready(len(fabric.switches), timeout_s=60)
+                if sources.programs or not te:
+                    ctl.wait_ready(len(fabric.switches), timeout_s=60)
+                else:
+                    ctl.wait_serving_api(timeout_s=60)  # advisory: no switch connects
             if te:
                 if sources.telemetry == "agent":
                     agent = TelemetryAgent(fabric, f"127.0.0.1:{ports.grpc}").start()
