@@ -108,12 +108,12 @@ class SflowCollector:
             try:
                 data = self._queue.get(timeout=max(0.0, next_flush - time.monotonic()))
             except queue.Empty:
-                data = b""
-            if data is None:
-                return
-            if data:
+                pass
+            else:
+                if data is None:
+                    return
                 try:
-                    self._one(data)
+                    self._one(data)  # an empty datagram too: it is malformed, and counted so
                 except Exception:  # a bug must not end the collector: counted, logged, the next datagram goes on
                     log.exception("sflow: folding a datagram failed")
                     self.metrics.errors.labels("telemetry", "sflow_fold_failed").inc()
