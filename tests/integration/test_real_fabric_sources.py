@@ -191,7 +191,7 @@ def _first_move(fabric, workdir: Path, *args: str) -> dict:
     workdir.mkdir()
     advisory = "none" in args
     with fabric_and_daemon(fabric, workdir, *args, wait_switches=not advisory) as (emu, ctl):
-        entries_before = {name: sorted(ovs.dump_flows(name)) for name in fabric.switches}
+        entries_before = {name: entries(name) for name in fabric.switches}
         agent = TelemetryAgent(fabric, f"127.0.0.1:{ctl.ports.grpc}").start()
         traffic = TrafficRun(emu.popen, colliding_pair(fabric), 6.0).start()
         try:
