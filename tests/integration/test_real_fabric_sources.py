@@ -172,11 +172,11 @@ def test_advisory_mode_recommends_the_move_te_makes_and_touches_nothing(demo_fab
     recommended = _first_move(demo_fabric, tmp_path / "advisory", "--southbound", "none")
     made = _first_move(demo_fabric, tmp_path / "programs")
     assert recommended["programmed"] is False and made["programmed"] is True
-    assert (recommended["flow"], recommended["from_via"], recommended["to_via"]) == (
-        made["flow"],
-        made["from_via"],
-        made["to_via"],
-    )
+    # Of two elephants on one uplink either may be picked (the two runs' records differ by their
+    # noise): the move is the same if it takes the same uplink's load to the same via.
+    pair = {(ad.nic_ip(f.src), ad.nic_ip(f.dst), f.src_port, f.dst_port) for f in colliding_pair(demo_fabric)}
+    assert recommended["flow"] in pair and made["flow"] in pair
+    assert (recommended["from_via"], recommended["to_via"]) == (made["from_via"], made["to_via"])
 
 
 _COUNTERS = re.compile(r"\b(duration|n_packets|n_bytes|idle_age|hard_age)=[^,\s]*,?\s*")
