@@ -174,8 +174,7 @@ def test_advisory_mode_recommends_the_move_te_makes_and_touches_nothing(demo_fab
     assert recommended["programmed"] is False and made["programmed"] is True
     # Of two elephants on one uplink either may be picked (the two runs' records differ by their
     # noise): the move is the same if it takes the same uplink's load to the same via.
-    pair = {(ad.nic_ip(f.src), ad.nic_ip(f.dst), f.src_port, f.dst_port) for f in colliding_pair(demo_fabric)}
-    assert recommended["flow"] in pair and made["flow"] in pair
+    assert recommended["flow"] in recommended["pair"] and made["flow"] in made["pair"]
     assert (recommended["from_via"], recommended["to_via"]) == (made["from_via"], made["to_via"])
 
 
@@ -193,7 +192,8 @@ def _first_move(fabric, workdir: Path, *args: str) -> dict:
     with fabric_and_daemon(fabric, workdir, *args, wait_switches=not advisory) as (emu, ctl):
         entries_before = {name: entries(name) for name in fabric.switches}
         agent = TelemetryAgent(fabric, f"127.0.0.1:{ctl.ports.grpc}").start()
-        traffic = TrafficRun(emu.popen, colliding_pair(fabric), 6.0).start()
+        flows = colliding_pair(fabric)
+        traffic = TrafficRun(emu.popen, flows, 6.0).start()
         try:
             with ctl.client() as client:
                 stream = client.watch_decisions(include_recent=True, timeout_s=8.0)
@@ -208,7 +208,8 @@ def _first_move(fabric, workdir: Path, *args: str) -> dict:
             traffic.wait(grace_s=5.0)
             agent.stop()
     flow = (move.flow.src_address, move.flow.dst_address, move.flow.src_port, move.flow.dst_port)
-    return {"flow": flow, "from_via": move.from_via, "to_via": move.to_via, "programmed": move.programmed}
+    pair = {(ad.nic_ip(f.src), ad.nic_ip(f.dst), f.src_port, f.dst_port) for f in flows}
+    return {"flow": flow, "pair": pair, "from_via": move.from_via, "to_via": move.to_via, "programmed": move.programmed}
 
 
 @pytest.fixture(autouse=True)
