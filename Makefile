@@ -15,7 +15,7 @@ BUF := $(TOOLS)/buf-$(BUF_VERSION)/node_modules/.bin/buf
 # the check came in (there is no release tag yet). Move it to each release.
 BUF_BASELINE ?= d7f82903f2483a6979429b1b3baf8877b6b13f65
 
-.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-fabric bench-crossval bench-three-tier bench-pinned bench-soak bench-budget bench-replicas observe fabric-down clean
+.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-fabric bench-crossval bench-three-tier bench-pinned bench-soak bench-budget bench-replicas bench-telemetry observe fabric-down clean
 
 setup: host venv
 
@@ -154,6 +154,11 @@ bench-budget: venv
 # (WatchJobs against the leader's), follower CPU against the leader's, failover.
 bench-replicas: setup
 	$(PY) -m bench.replicas --out bench/results/replicas.json
+
+# TE fed by the agent, the switches' sFlow, or OpenFlow port statistics: the
+# elephant scenario on default, narrow-uplinks and three-tier, seeds 1-5 (~45 min).
+bench-telemetry: setup
+	$(PY) -m bench.telemetry --out bench/results/telemetry.json
 
 fabric-down: venv
 	$(VENV)/bin/railyard fabric down

@@ -1,4 +1,6 @@
-"""Southbound benchmark: flow-mods/s through bundles, and reconciling 10k entries.
+"""Southbound benchmark: flow-mods/s through bundles, reconciling 10k entries,
+and what polling OpenFlow statistics costs against the periodic audit
+(bench/stats_poll.py, on ft2-16k's switches).
 
 One OVS bridge (userspace datapath, no ports) stands in for leaf ryl0r0 of
 the demo fabric: same dpid, so the controller takes it for that leaf. The
@@ -23,6 +25,8 @@ import json
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import TypedDict
@@ -127,6 +131,18 @@ def run(entries: int, repeats: int) -> dict:
     }
 
 
+def stats_poll_case(bridges: int, repeats: int) -> dict:
+    """bench.stats_poll in a process of its own (os-ken starts once per process)."""
+    with tempfile.TemporaryDirectory(prefix="railyard-bench-") as tmp:
+        out = Path(tmp) / "stats-poll.json"
+        subprocess.run(
+            [sys.executable, "-m", "bench.stats_poll", "--bridges", str(bridges), "--repeats", str(repeats),
+             "--out", str(out)],
+            check=True,
+        )  # fmt: skip
+        return json.loads(out.read_text())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--entries", type=int, default=10_000)
@@ -138,10 +154,19 @@ def main() -> None:
     )
     parser.add_argument("--fan-out-entries", type=int, default=512, help="overlay entries per bridge (default 512)")
     parser.add_argument("--fan-out-changed", type=int, default=32, help="entries a TE cycle changes per bridge")
+    parser.add_argument(
+        "--stats-poll-bridges",
+        type=int,
+        default=32,
+        help="bridges of the OpenFlow-statistics case, standing in for ft2-16k's switches (0 skips it)",
+    )
     parser.add_argument("--out", default="bench/results/southbound.json")
     args = parser.parse_args()
     ovs.check_running()
     result = run(args.entries, args.repeats)
+    if args.stats_poll_bridges:
+        result["stats_poll"] = stats_poll_case(args.stats_poll_bridges, args.repeats)
+        result["summary"]["stats_poll"] = result["stats_poll"]["summary"]
     if args.fan_out:
         with tempfile.TemporaryDirectory(prefix="railyard-bench-") as tmp:
             counts = [int(c) for c in args.fan_out.split(",")]

@@ -71,6 +71,12 @@ class Metrics:
         self.meter_mods = Counter(
             "railyard_meter_mods", "Meter mods sent and confirmed by a barrier", ["switch", "kind"], registry=r
         )
+        self.group_mods = Counter(
+            "railyard_group_mods",
+            "Underlay group mods (--underlay) sent and confirmed by a barrier",
+            ["switch", "kind"],
+            registry=r,
+        )
         self.bundles = Counter(
             "railyard_bundle_commits", "OpenFlow bundle commits by outcome", ["switch", "result"], registry=r
         )
@@ -231,8 +237,67 @@ class Metrics:
             registry=r,
             buckets=(0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.5, 0.75, 1, 1.5, 2, 5),
         )
+        self.te_moves_by_via = Gauge(
+            "railyard_te_moves_by_via",
+            "Elephants TE holds on each via (spine or core) now; with --southbound none, the moves it recommends",
+            ["via"],
+            registry=r,
+        )
+        self.southbound_programs = Gauge(
+            "railyard_southbound_programs",
+            "1 when the controller programs the switches; 0 in advisory mode (--southbound none): TE's moves are "
+            "recommendations only",
+            registry=r,
+        )
         for kind in TE_DECISIONS:
             self.te_decisions.labels(kind)
+        self.sflow_datagrams = Counter(
+            "railyard_sflow_datagrams",
+            "sFlow datagrams by outcome: accepted; refused before decoding (rate_limited, queue_full); malformed "
+            "(truncated, version, address_type, sample_count, record_count, length, sampling_rate); refused after "
+            "(unknown_agent, sequence: a repeat or a replay)",
+            ["result"],
+            registry=r,
+        )
+        self.sflow_samples = Counter(
+            "railyard_sflow_samples",
+            "Samples of accepted sFlow datagrams by outcome: accepted; unbound (the agent has not yet named its "
+            "switch or the ifIndex); unknown_port; not_fabric (not between two NICs of the fabric); "
+            "flow_table_full",
+            ["result"],
+            registry=r,
+        )
+        self.sflow_datagrams.labels("accepted")  # the collector adds its refusals' reasons when it runs
+        self.sflow_lost = Counter(
+            "railyard_sflow_lost_datagrams",
+            "sFlow datagrams an agent's sequence numbers say never arrived",
+            registry=r,
+        )
+        self.sflow_flows = Gauge("railyard_sflow_flows", "Flows the sFlow collector tracks", registry=r)
+        self.sflow_error_bound = Histogram(
+            "railyard_sflow_estimate_error_ratio",
+            "95 % relative error bound of each flow rate the sFlow collector reports (1.96 / sqrt(samples))",
+            registry=r,
+            buckets=(0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.7, 1.0),
+        )
+        self.stats_polls = Counter(
+            "railyard_openflow_stats_polls",
+            "Port-statistics requests to switches over the controller's OpenFlow sessions, by outcome",
+            ["result"],
+            registry=r,
+        )
+        self.stats_poll_duration = Histogram(
+            "railyard_openflow_stats_poll_seconds",
+            "Wall time of one round of OpenFlow statistics over every connected switch",
+            registry=r,
+            buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+        self.meter_band_packets = Gauge(
+            "railyard_meter_band_packets",
+            "Packets Railyard's meters on the switch have dropped (incast senders policed), from meter statistics",
+            ["switch"],
+            registry=r,
+        )
         self.errors = Counter("railyard_errors", "Errors by component and reason", ["component", "reason"], registry=r)
         self.listener_refused = Counter(
             "railyard_listener_refused",

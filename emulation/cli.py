@@ -60,7 +60,8 @@ def fabric_show(args) -> int:
 
 
 def fabric_up(args) -> int:
-    from emulation.net.fabric import EmulatedFabric
+    from emulation.net import ovs
+    from emulation.net.fabric import EmulatedFabric, sflow_sampling
 
     fabric = load_fabric(args.spec)
     stop = threading.Event()
@@ -68,11 +69,17 @@ def fabric_up(args) -> int:
         signal.signal(sig, lambda *_: stop.set())
     started = time.monotonic()
     tls_dir = Path(args.tls) if args.tls else None
-    with EmulatedFabric(fabric, controller=args.controller, tls_dir=tls_dir) as emu:
+    sflow = None
+    if args.sflow:
+        sampling = args.sflow_sampling or sflow_sampling(fabric)
+        sflow = ovs.SflowExport(args.sflow, sampling, args.sflow_polling)
+    with EmulatedFabric(fabric, controller=args.controller, tls_dir=tls_dir, bare=args.bare, sflow=sflow) as emu:
         print(
             f"fabric {fabric.spec.name} up in {time.monotonic() - started:.1f} s: "
             f"{len(fabric.switches)} switches, {len(fabric.servers)} servers, {fabric.gpu_count} NICs; "
-            f"controller {emu.controller}; state {emu.state_file}",
+            f"controller {emu.controller}; state {emu.state_file}"
+            + ("; bare: no underlay (`railyard controller run --underlay` installs it)" if args.bare else "")
+            + (f"; sFlow to {sflow.target}, 1 in {sflow.sampling} packets" if sflow else ""),
             flush=True,
         )
         if args.cli:
@@ -166,12 +173,13 @@ def scenario_run(args) -> int:
     from emulation.scenarios.judge import RunInvalid
     from emulation.scenarios.output import report_stem, write
     from emulation.scenarios.report import build_report
-    from emulation.scenarios.runner import check_emulable, run_scenario
+    from emulation.scenarios.runner import Sources, check_emulable, run_scenario
     from emulation.scenarios.table import table
     from emulation.workload import load_workload, spec_file
     from emulation.workload.events import check_events
 
     workload = load_workload(args.name)
+    sources = Sources(args.telemetry, args.underlay)
     spec_path = spec_file(workload, args.spec)
     fabric = load_fabric(spec_path)
     workload = check_events(workload, fabric)  # before any fabric is built
@@ -185,12 +193,13 @@ def scenario_run(args) -> int:
         if live:
             print(f"\r{text}   ", end="", file=sys.stderr, flush=True)
 
-    raw_dir = out / f"{report_stem(workload.name, fabric.spec.name, args.seed)}-iperf3" if args.keep_raw else None
-    runs = run_scenario(fabric, spec_path, workload, args.seed, progress, raw_dir)
+    stem = report_stem(workload.name, fabric.spec.name, args.seed, sources.telemetry, sources.underlay)
+    raw_dir = out / f"{stem}-iperf3" if args.keep_raw else None
+    runs = run_scenario(fabric, spec_path, workload, args.seed, progress, raw_dir, sources)
     if live:
         print(file=sys.stderr)
     try:
-        report = build_report(fabric, workload, args.seed, runs)
+        report = build_report(fabric, workload, args.seed, runs, sources)
     except RunInvalid as exc:  # a bug: keep the evidence, then fail
         if exc.report is not None:
             print(f"report kept for inspection: {write(exc.report, runs, fabric, out)}", file=sys.stderr)
@@ -302,6 +311,23 @@ def _json_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
 
 
+def _source_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--telemetry",
+        choices=("agent", "sflow", "openflow"),
+        default="agent",
+        help="TE's telemetry: the emulation's agent process (default), the switches' own sFlow agents, or the "
+        "controller's OpenFlow port statistics (sflow and openflow start no agent process)",
+    )
+    parser.add_argument(
+        "--underlay",
+        choices=("fabric", "controller"),
+        default="fabric",
+        help="who installs the ECMP underlay: the emulation (default), or the controller (`--underlay`) on a "
+        "fabric brought up bare, in both runs",
+    )
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The `railyard.commands` entry point: fabric, demo, scenario, simulate, observe."""
     fabric = sub.add_parser("fabric", help="the emulated fabric (Mininet + Open vSwitch)")
@@ -319,6 +345,21 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         help="connect over TLS with DIR/switch.crt, switch.key and ca.crt (from `railyard certs init`)",
     )
     up.add_argument("--cli", action="store_true", help="open the Mininet CLI instead of waiting for a signal")
+    up.add_argument(
+        "--bare", action="store_true", help="install no underlay: the controller does (controller run --underlay)"
+    )
+    up.add_argument(
+        "--sflow",
+        metavar="HOST:PORT",
+        help="enable Open vSwitch's own sFlow agent on every bridge, exporting to HOST:PORT (the controller's "
+        "--sflow-listen)",
+    )
+    up.add_argument(
+        "--sflow-sampling",
+        type=int,
+        help="sample 1 in N packets (default: about 100 samples a second of a flow at the emulated NIC rate)",
+    )
+    up.add_argument("--sflow-polling", type=int, default=1, help="seconds between port counter samples (default 1)")
     up.set_defaults(func=fabric_up)
     down = fsub.add_parser("down", help="remove Railyard's bridges, namespaces and processes (only those)")
     down.add_argument("--name", help="only the fabric with this name")
@@ -333,6 +374,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     demo_parser.add_argument("--seed", type=int, default=3, help="seed for the elephants' source ports (3 collides)")
     demo_parser.add_argument("--out", default="reports", help="directory for the report")
     demo_parser.add_argument("--keep-raw", action="store_true", help="keep iperf3's own JSON reports under --out")
+    _source_arguments(demo_parser)
     demo_parser.set_defaults(func=demo)
 
     scenarios = sub.add_parser("scenario", help="run a traffic scenario twice (ECMP, then Railyard TE) and report")
@@ -343,6 +385,7 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     srun.add_argument("--seed", type=int, default=1, help="seeds source ports, job draws and noise (default 1)")
     srun.add_argument("--out", default="reports", help="directory for the JSON report and PNG plots")
     srun.add_argument("--keep-raw", action="store_true", help="keep iperf3's own JSON reports under --out")
+    _source_arguments(srun)
     srun.set_defaults(func=scenario_run)
     slist = ssub.add_parser("list", help="the shipped scenarios")
     slist.set_defaults(func=scenario_list)

@@ -16,6 +16,8 @@ from controller.api.gen.railyard.v1 import fabric_pb2 as fpb
 from controller.api.gen.railyard.v1 import fabric_pb2_grpc as fpb_grpc
 from controller.api.gen.railyard.v1 import placement_pb2 as ppb
 from controller.api.gen.railyard.v1 import placement_pb2_grpc as ppb_grpc
+from controller.api.gen.railyard.v1 import te_pb2 as tepb
+from controller.api.gen.railyard.v1 import te_pb2_grpc as tepb_grpc
 from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
 from controller.api.gen.railyard.v1 import telemetry_pb2_grpc as tpb_grpc
 from controller.intent.drains import DrainTarget
@@ -138,6 +140,7 @@ class Client:
         self._fabric = fpb_grpc.FabricServiceStub(self.channel)
         self._placement = ppb_grpc.PlacementServiceStub(self.channel)
         self.telemetry = tpb_grpc.TelemetryServiceStub(self.channel)
+        self.te = tepb_grpc.TeServiceStub(self.channel)
         self._health = health_pb2_grpc.HealthStub(self.channel)
 
     def _follow(self, exc: grpc.RpcError, repeatable: bool) -> bool:
@@ -250,6 +253,10 @@ class Client:
         """Every job and the revision to watch from (the first page's): an informer's list."""
         replies = list(_replies(lambda r: self.placement.ListJobs(r, timeout=self.timeout), ppb.ListJobsRequest()))
         return [job for reply in replies for job in reply.jobs], replies[0].intent_revision
+
+    def watch_decisions(self, include_recent: bool = False, timeout_s: float | None = None):
+        """TE's decisions as they are made (advisory: its recommendations); the stream's iterator."""
+        return self.te.WatchDecisions(tepb.WatchDecisionsRequest(include_recent=include_recent), timeout=timeout_s)
 
     def watch_jobs(
         self, timeout_s: float | None = None, since_revision: int | None = None, include_programmed: bool = False

@@ -19,6 +19,8 @@ from controller.api.gen.railyard.v1 import (
     fabric_pb2_grpc,
     placement_pb2,
     placement_pb2_grpc,
+    te_pb2,
+    te_pb2_grpc,
     telemetry_pb2,
     telemetry_pb2_grpc,
 )
@@ -31,6 +33,8 @@ from controller.api.limits import (
 from controller.api.listener import CannotListen, bind_problem
 from controller.api.placement import MAX_WATCHERS, PlacementServicer
 from controller.api.refusals import peer_address
+from controller.api.te import MAX_WATCHERS as TE_WATCHERS
+from controller.api.te import DecisionFeed, TeServicer
 from controller.api.telemetry import MAX_STREAMS, TelemetryServicer
 from controller.errors import FieldError
 from controller.intent.service import IntentService
@@ -42,10 +46,10 @@ from controller.telemetry.ingest import TelemetryIngest
 
 MAX_MESSAGE_BYTES = 4 * 1024 * 1024
 UNARY_WORKERS = 8
-# Watch and telemetry streams each hold a worker for as long as they are
+# Watch (jobs, TE decisions) and telemetry streams each hold a worker for as long as they are
 # open, and each kind is capped: unary calls (placement) always keep
 # UNARY_WORKERS of their own, however many agents stream.
-WORKERS = UNARY_WORKERS + MAX_WATCHERS + MAX_STREAMS
+WORKERS = UNARY_WORKERS + MAX_WATCHERS + TE_WATCHERS + MAX_STREAMS
 MAX_CONCURRENT_RPCS = WORKERS + 16  # beyond the workers, a few calls wait for one rather than fail
 
 
@@ -71,6 +75,7 @@ SERVICE_NAMES = tuple(
         (fabric_pb2, "FabricService"),
         (placement_pb2, "PlacementService"),
         (telemetry_pb2, "TelemetryService"),
+        (te_pb2, "TeService"),
     )
 )
 
@@ -216,6 +221,7 @@ class ApiServer:
         telemetry_records_per_s: float = TELEMETRY_RECORDS_PER_S,
         hosts: HostMap | None = None,
         telemetry_streams_per_caller: int = TELEMETRY_STREAMS_PER_CALLER,
+        decisions: DecisionFeed | None = None,
     ) -> None:
         # Authorization runs first: a caller who may not call a method gets no
         # further, not even to have its request decoded.
@@ -245,6 +251,7 @@ class ApiServer:
         fabric_pb2_grpc.add_FabricServiceServicer_to_server(servicers[0], self.server)
         placement_pb2_grpc.add_PlacementServiceServicer_to_server(servicers[1], self.server)
         telemetry_pb2_grpc.add_TelemetryServiceServicer_to_server(servicers[2], self.server)
+        te_pb2_grpc.add_TeServiceServicer_to_server(TeServicer(decisions or DecisionFeed()), self.server)
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         reflection.enable((*SERVICE_NAMES, health.SERVICE_NAME), self.server)

@@ -164,6 +164,40 @@ def _limit_and_log_options(run) -> None:
         help="allow listeners on non-loopback addresses without TLS (logged as a warning)",
     )
     run.add_argument(
+        "--sflow-listen",
+        metavar="HOST:PORT",
+        help="collect sFlow v5 from the switches' agents on this UDP address (e.g. 127.0.0.1:6343): flow "
+        "samples give elephants and the uplinks they took, counter samples port rates",
+    )
+    run.add_argument(
+        "--sflow-agents",
+        metavar="FILE",
+        help="YAML: the networks and agents the sFlow collector hears, and which switch an agent without "
+        "OpenFlow port structures is (default: loopback agents only)",
+    )
+    run.add_argument(
+        "--underlay",
+        action="store_true",
+        help="install and keep the spec's ECMP underlay (host and prefix routes, select groups) on every switch, "
+        "under its own cookie owner: for a fabric brought up bare (fabric up --bare) or OpenFlow switches "
+        "nothing else routes",
+    )
+    run.add_argument(
+        "--southbound",
+        choices=("openflow", "none"),
+        default="openflow",
+        help="none: advisory. No OpenFlow listener, nothing programmed; placement and TE run on the telemetry "
+        "(sFlow or the agent) and TE's moves are served as recommendations (TeService.WatchDecisions, metrics)",
+    )
+    run.add_argument(
+        "--openflow-stats-interval",
+        type=float,
+        metavar="SECONDS",
+        help="poll every switch's port statistics (and Railyard's meters') over the OpenFlow sessions this often, "
+        "for link loads and state with no agent: 3 costs a 768-switch fabric no more than the periodic audit, "
+        "a small one can take 1 (default 0: off)",
+    )
+    run.add_argument(
         "--max-message-bytes",
         type=int,
         help="gRPC message limit, either way; every reply is made to fit it (default: 4 MiB)",
@@ -282,6 +316,11 @@ def daemon_config(args):
         etcd_tls=_etcd_tls(args),
         hosts=Path(args.hosts) if args.hosts else None,
         extender=Listen.parse(args.extender_listen, "extender-listen") if args.extender_listen else None,
+        sflow=Listen.parse(args.sflow_listen, "sflow-listen") if args.sflow_listen else None,
+        sflow_agents=Path(args.sflow_agents) if args.sflow_agents else None,
+        openflow_stats_s=args.openflow_stats_interval or 0.0,
+        underlay=args.underlay,
+        southbound=args.southbound,
         openflow=Listen.parse(args.openflow_listen, "openflow-listen"),
         grpc=Listen.parse(args.grpc_listen, "grpc-listen"),
         metrics=Listen.parse(args.metrics_listen, "metrics-listen"),

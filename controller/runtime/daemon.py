@@ -12,6 +12,7 @@ import os
 
 os.environ.setdefault("OSKEN_HUB_TYPE", "native")  # eventlet would deadlock grpcio
 
+import contextlib
 import faulthandler
 import gc
 import ipaddress
@@ -32,6 +33,7 @@ from controller.api.limits import MUTATIONS_PER_S, TELEMETRY_RECORDS_PER_S, TELE
 from controller.api.listener import CannotListen, bind_problem
 from controller.api.refusals import OneLinePeerFailures
 from controller.api.server import MAX_MESSAGE_BYTES, ApiServer, MutualTls
+from controller.api.te import DecisionFeed
 from controller.errors import FieldError, HostError
 from controller.fabric import Fabric
 from controller.intent.etcd_store import EtcdIntentStore, EtcdKv, EtcdTls, EtcdUrl
@@ -43,14 +45,20 @@ from controller.runtime.ha import Replication
 from controller.runtime.listeners import listeners
 from controller.runtime.metrics_listener import MetricsListener
 from controller.runtime.reload import reload_tls
+from controller.runtime.te_feed import moves_by_via, publisher
 from controller.runtime.te_runner import TeRunner
 from controller.schedulers.hosts import load_hosts
 from controller.security.certs import server_files_problem
 from controller.security.policy import load_policy
 from controller.security.tokens import load_tokens
 from controller.southbound.app import OpenFlowTls, start_openflow
+from controller.southbound.overlay import meter_ids
 from controller.southbound.reconciler import Reconciler, ReconcileTrigger
-from controller.telemetry.ingest import TelemetryIngest
+from controller.southbound.stats import StatsPoller
+from controller.telemetry.ingest import Batch, Overloaded, TelemetryIngest
+from controller.telemetry.sflow_agents import load_agents
+from controller.telemetry.sflow_collector import SflowCollector
+from controller.telemetry.sflow_fold import AgentPolicy
 
 log = logging.getLogger("railyard")
 
@@ -77,6 +85,9 @@ def listening(flag: str, listen: Listen, open_it: Callable[..., T], *args, **kwa
         why = bind_problem(host.strip("[]"), int(port)) if port.isdigit() else ""
         why = why or getattr(exc, "strerror", None) or (str(exc).splitlines() or ["unknown"])[0]
         raise ConfigError(flag, f"cannot listen on {where}: {why}", LISTEN_ALLOWED) from None
+
+
+SOUTHBOUNDS = ("openflow", "none")
 
 
 @dataclass(frozen=True)
@@ -175,6 +186,13 @@ class DaemonConfig:
     hosts: Path | None = None  # a host map: servers under the scheduler's node names
     extender: Listen | None = None  # the kube-scheduler extender's HTTP(S) listener
     log_format: str = "text"  # or "json": one object per line
+    sflow: Listen | None = None  # the sFlow collector's UDP listener
+    sflow_agents: Path | None = None  # which sFlow agents are heard, and who they are (default: loopback)
+    openflow_stats_s: float = 0.0  # poll port (and meter) statistics this often; 0: never
+    underlay: bool = False  # install and keep the ECMP underlay (its own cookie owner) on every switch
+    # "none": advisory. No OpenFlow listener, nothing programmed; placement and
+    # TE run, and TE's moves are recommendations (TeService, metrics).
+    southbound: str = "openflow"
 
     def __post_init__(self) -> None:
         if not 0.1 <= self.mutations_per_s <= 100_000:
@@ -211,6 +229,24 @@ class DaemonConfig:
             raise ConfigError("watch-history", f"{self.watch_history} events", "1 to 1000000")
         if not 64 * 1024 <= self.max_message_bytes <= 256 * 1024 * 1024:
             raise ConfigError("max-message-bytes", f"{self.max_message_bytes}", "64 KiB to 256 MiB")
+        if self.openflow_stats_s and not 0.1 <= self.openflow_stats_s <= 3600:
+            raise ConfigError("openflow-stats-interval", f"{self.openflow_stats_s:g} s", "0 (off), or 0.1 to 3600")
+        if self.southbound not in SOUTHBOUNDS:
+            raise ConfigError("southbound", f"{self.southbound!r}", ", ".join(SOUTHBOUNDS))
+        if self.southbound == "none" and (self.underlay or self.openflow_stats_s):
+            flag = "underlay" if self.underlay else "openflow-stats-interval"
+            raise ConfigError(
+                flag, "needs OpenFlow sessions, and --southbound none opens none", "--southbound openflow"
+            )
+        if self.sflow_agents is not None and self.sflow is None:
+            raise ConfigError("sflow-agents", "given without --sflow-listen", "with --sflow-listen HOST:PORT")
+        if self.sflow is not None and not self.sflow.loopback and self.sflow_agents is None:
+            raise ConfigError(
+                "sflow-agents",
+                f"missing: --sflow-listen {self.sflow} is not a loopback address, and without a file only "
+                "loopback agents are heard",
+                "an agents file naming the networks or agents that may report (see docs/real-fabrics.md)",
+            )
 
 
 class Daemon:
@@ -233,6 +269,7 @@ class Daemon:
             self.store = SqliteIntentStore(config.store)
         self.ingest = TelemetryIngest(self.metrics)
         self.metrics.watch_links(fabric, self.ingest.fresh_ports)
+        self.sflow = self._sflow_collector(config) if config.sflow is not None else None
         self.intent = IntentService(
             fabric, self.store, self.metrics, live_load=self.ingest.fresh_load, watch_history=config.watch_history
         )
@@ -243,7 +280,15 @@ class Daemon:
             config.reconcile_interval_s,
             config.reply_timeout_s,
             audit_every=config.full_audit_every,
+            underlay=config.underlay,
         )
+        self.stats: StatsPoller | None = None
+        if config.openflow_stats_s:
+            self.stats = StatsPoller(
+                fabric, self.reconciler.sessions, self.metrics, self._port_samples, config.openflow_stats_s
+            )
+            self.reconciler.on_port_status = self.stats.port_status
+        self.programs = config.southbound != "none"
         try:
             self.te = TeRunner(
                 fabric,
@@ -252,13 +297,27 @@ class Daemon:
                 self.metrics,
                 enabled=config.te_enabled,
                 decisions_file=config.te_decisions,
+                programs=self.programs,
             )
         except OSError as exc:
             raise ConfigError(
                 "te-decisions", f"cannot open {config.te_decisions}: {exc.strerror}", "a writable file"
             ) from None
         self.reconciler.te = self.te
-        self.te.on_change(lambda: self.reconciler.request(ReconcileTrigger.TE))
+        self.decisions = DecisionFeed()
+        self.te.on_decisions(publisher(self.decisions, programmed=self.programs))
+        by_via = moves_by_via(fabric, self.metrics, self.te.plan)
+        by_via()  # every via's series from the start, at 0
+
+        def te_changed() -> None:
+            by_via()
+            if self.programs:  # advisory: nothing to program, the moves are recommendations
+                self.reconciler.request(ReconcileTrigger.TE)
+
+        self.te.on_change(te_changed)
+        self.metrics.southbound_programs.set(1 if self.programs else 0)
+        if self.stats is not None:
+            self.stats.metered = lambda: {leaf for leaf, _ in meter_ids(fabric, self.te.plan()[2]).values()}
         tls = config.tls.load() if config.tls is not None else None
         if tls is not None:
             tls.policy.check_switches(frozenset(fabric.switches))
@@ -284,6 +343,7 @@ class Daemon:
             telemetry_records_per_s=config.telemetry_records_per_s,
             hosts=hosts,
             telemetry_streams_per_caller=config.telemetry_streams_per_caller,
+            decisions=self.decisions,
         )
         self.extender: ExtenderServer | None = None
         if config.extender is not None:
@@ -334,15 +394,35 @@ class Daemon:
         # later; at 16k GPUs each pass is a PlaceJob that waits for it.
         gc.freeze()
 
+    def _port_samples(self, samples) -> None:
+        with contextlib.suppress(Overloaded):  # the ingest counts it; the next poll is newer
+            self.ingest.submit(Batch(ports=tuple(samples)))
+
+    def _sflow_collector(self, config: DaemonConfig) -> SflowCollector:
+        assert config.sflow is not None
+        policy = load_agents(config.sflow_agents, self.fabric) if config.sflow_agents else AgentPolicy()
+        try:
+            return SflowCollector(self.fabric, self.ingest, self.metrics, config.sflow.host, config.sflow.port, policy)
+        except OSError as exc:
+            raise ConfigError("sflow-listen", f"cannot listen on udp {config.sflow}: {exc.strerror}") from None
+
     def start(self) -> None:
         collector.tune(self._stop)
         self.ingest.start()
-        self.reconciler.start()
+        if self.sflow is not None:
+            self.sflow.start()
+        if self.programs:
+            self.reconciler.start()
+        if self.stats is not None:
+            self.stats.start()
         self.te.start()
         tls = self.config.tls
         openflow_tls = OpenFlowTls(tls.key, tls.cert, tls.ca) if tls is not None else None
         logging.getLogger("os_ken.lib.hub").addFilter(OneLinePeerFailures("openflow"))  # handshakes: one line
-        self._apps = start_openflow(self.reconciler, self.config.openflow.host, self.config.openflow.port, openflow_tls)
+        if self.programs:
+            self._apps = start_openflow(
+                self.reconciler, self.config.openflow.host, self.config.openflow.port, openflow_tls
+            )
         self.api.start()
         if self.extender is not None:
             self.extender.start()
@@ -379,6 +459,10 @@ class Daemon:
             self.metrics.store_errors.labels(op).inc()
 
     def _fabric_ready(self) -> None:
+        if not self.programs:
+            self.api.set_fabric_ready(True)  # advisory: nothing to program, nothing to wait for
+            log.info("railyard controller: advisory (--southbound none): TE recommends, nothing is programmed")
+            return
         while not self._stop.is_set():
             if self.reconciler.fabric_ready.wait(timeout=0.5):
                 self.api.set_fabric_ready(True)
@@ -421,7 +505,11 @@ class Daemon:
         if self.extender is not None:
             self.extender.stop()
         self.te.stop()
+        if self.stats is not None:
+            self.stats.stop()
         self.reconciler.stop()
+        if self.sflow is not None:
+            self.sflow.stop()
         self.ingest.stop()
         self.store.close()
 

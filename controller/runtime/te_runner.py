@@ -63,7 +63,10 @@ class TeRunner:
         enabled: bool = True,
         clock: Callable[[], float] = time.time,
         decisions_file: Path | None = None,
+        programs: bool = True,
     ) -> None:
+        """`programs` False: advisory (--southbound none), nothing applies
+        the moves, so no reaction time is waited for."""
         self.fabric = fabric
         self.engine = Engine(fabric, config)  # this runner's: its caches are nobody else's
         self.ingest = ingest
@@ -73,6 +76,7 @@ class TeRunner:
         self.config = config
         self.enabled = enabled
         self.clock = clock
+        self.programs = programs
         self._state = TeState()
         self._generation = 0  # bumps whenever the set of moves changes
         self._pending: list[tuple[int, float]] = []  # (generation, when its reroute was decided)
@@ -196,7 +200,7 @@ class TeRunner:
             self._state = state
             if changed:
                 self._generation += 1
-                if any(d.kind in (DecisionKind.REROUTE, DecisionKind.REVERT) for d in decisions):
+                if self.programs and any(d.kind in (DecisionKind.REROUTE, DecisionKind.REVERT) for d in decisions):
                     self._pending.append((self._generation, now))
         self._publish(decisions)
         self._summarise(decisions, state)

@@ -39,6 +39,7 @@ from controller.yamldoc import read_yaml
 PLACEMENT = "/railyard.v1.PlacementService/"
 FABRIC = "/railyard.v1.FabricService/"
 TELEMETRY = "/railyard.v1.TelemetryService/"
+TE = "/railyard.v1.TeService/"
 OPEN_PREFIXES = (
     "/grpc.health.v1.Health/",
     "/grpc.reflection.v1.ServerReflection/",
@@ -59,6 +60,7 @@ _FABRIC_READS = {FABRIC + m for m in ("GetFabric", "GetFreeCapacity", "ListLinks
 _FABRIC_CHANGES = {
     FABRIC + m for m in ("DrainLink", "UndrainLink", "DrainSwitch", "UndrainSwitch", "PinFlow", "UnpinFlow")
 }
+_TE_READS = {TE + "WatchDecisions"}  # TE's decisions, and in advisory mode its recommendations
 ROLE_METHODS: Mapping[Role, frozenset[str]] = {
     # A scheduler places where there is room and the links are cool: it reads
     # free capacity, the fabric and its links too (not pins: an operator's).
@@ -66,8 +68,8 @@ ROLE_METHODS: Mapping[Role, frozenset[str]] = {
         {PLACEMENT + "PlaceJob", PLACEMENT + "ReleaseJob", *_PLACEMENT_READS, *_FABRIC_READS - {FABRIC + "ListPins"}}
     ),
     Role.AGENT: frozenset({TELEMETRY + "ReportTelemetry"}),
-    Role.OPERATOR: frozenset({*_FABRIC_CHANGES, *_FABRIC_READS, *_PLACEMENT_READS}),
-    Role.VIEWER: frozenset({*_FABRIC_READS, *_PLACEMENT_READS}),
+    Role.OPERATOR: frozenset({*_FABRIC_CHANGES, *_FABRIC_READS, *_PLACEMENT_READS, *_TE_READS}),
+    Role.VIEWER: frozenset({*_FABRIC_READS, *_PLACEMENT_READS, *_TE_READS}),
 }
 
 

@@ -76,12 +76,24 @@ class RailyardApp(app_manager.OSKenApp):
             ofp_event.EventOFPBarrierReply,
             ofp_event.EventOFPEchoReply,  # ours only (by xid); os-ken answers and tracks its own
             ofp_event.EventOFPRoleReply,
+            ofp_event.EventOFPPortStatsReply,
+            ofp_event.EventOFPPortDescStatsReply,
+            ofp_event.EventOFPMeterStatsReply,
+            ofp_event.EventOFPGroupDescStatsReply,
         ],
         MAIN_DISPATCHER,
     )
     @guarded
     def _reply(self, ev) -> None:
         self.reconciler.calls.deliver(ev.msg.datapath.id, ev.msg)
+
+    @set_ev_cls(ofp_event.EventOFPPortStatus, MAIN_DISPATCHER)
+    @guarded
+    def _port_status(self, ev) -> None:
+        msg = ev.msg
+        self.reconciler.port_changed(
+            msg.datapath, msg.desc.port_no, bool(msg.desc.state & msg.datapath.ofproto.OFPPS_LINK_DOWN)
+        )
 
     @set_ev_cls(ofp_event.EventOFPErrorMsg, MAIN_DISPATCHER)
     @guarded

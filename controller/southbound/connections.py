@@ -126,6 +126,14 @@ class SwitchConnections:
         with self._lock:
             return self._sessions.get(name)
 
+    def sessions(self) -> dict[str, SwitchSession]:
+        """The live session of each connected switch."""
+        with self._lock:
+            return dict(self._sessions)
+
+    def name_of(self, dpid: int) -> str | None:
+        return self._by_dpid.get(dpid)
+
     def _publish(self) -> None:
         self.metrics.switches_connected.set(len(self._sessions))
         for name in self.fabric.switches:

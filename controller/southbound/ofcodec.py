@@ -20,7 +20,9 @@ from os_ken.ofproto import ofproto_v1_3_parser as parser
 
 from controller.southbound.overlay import (
     COOKIE_PREFIX,
-    COOKIE_PREFIX_MASK,
+    OVERLAY_COOKIE_MASK,
+    OWNER_KIND_MASK,
+    OWNER_KINDS,
     OverlayEntry,
     OverlayMeter,
 )
@@ -34,11 +36,53 @@ Request = TypeVar("Request")
 Stats = Any
 
 
-def _railyard_entries(request_class: Callable[..., Request], datapath: Datapath) -> Request:
-    """A flow-stats-shaped request for the overlay table's Railyard-cookie entries only."""
-    return request_class(
-        datapath, 0, OVERLAY_TABLE, ofp.OFPP_ANY, ofp.OFPG_ANY, COOKIE_PREFIX, COOKIE_PREFIX_MASK, parser.OFPMatch()
+def _railyard_entries(
+    request_class: Callable[..., Request],
+    datapath: Datapath,
+    cookie: int = COOKIE_PREFIX,
+    mask: int = OVERLAY_COOKIE_MASK,
+) -> Request:
+    """A flow-stats-shaped request for the overlay table's Railyard overlay entries only (by default)."""
+    return request_class(datapath, 0, OVERLAY_TABLE, ofp.OFPP_ANY, ofp.OFPG_ANY, cookie, mask, parser.OFPMatch())
+
+
+def underlay_dump_request(datapath: Datapath) -> parser.OFPFlowStatsRequest:
+    """The controller's underlay entries only (their owner kind)."""
+    return _railyard_entries(
+        parser.OFPFlowStatsRequest, datapath, COOKIE_PREFIX | OWNER_KINDS["underlay"] << 40, OWNER_KIND_MASK
     )
+
+
+def group_dump_request(datapath: Datapath) -> parser.OFPGroupDescStatsRequest:
+    return parser.OFPGroupDescStatsRequest(datapath, 0)
+
+
+# A select group as the switch reports it over OpenFlow 1.3: its type and its
+# buckets (watch port, actions). OF1.3 carries no selection method.
+GroupShape = tuple[int, tuple[tuple[int, tuple[str, ...]], ...]]
+
+
+def group_from_stats(stats: Stats) -> GroupShape:
+    buckets = tuple((b.watch_port, tuple(_action_names(b.actions))) for b in stats.buckets)
+    return stats.type, buckets
+
+
+def select_group_mod(datapath: Datapath, group_id: int, ports: tuple[int, ...], command: str) -> parser.OFPGroupMod:
+    """command: 'add' | 'modify' | 'delete'. Each bucket outputs to its port and watches it."""
+    code = {"add": ofp.OFPGC_ADD, "modify": ofp.OFPGC_MODIFY, "delete": ofp.OFPGC_DELETE}[command]
+    buckets = (
+        []
+        if command == "delete"
+        else [
+            parser.OFPBucket(weight=1, watch_port=p, watch_group=ofp.OFPG_ANY, actions=[parser.OFPActionOutput(p)])
+            for p in ports
+        ]
+    )
+    return parser.OFPGroupMod(datapath, code, ofp.OFPGT_SELECT, group_id, buckets)
+
+
+def select_group_shape(ports: tuple[int, ...]) -> GroupShape:
+    return ofp.OFPGT_SELECT, tuple((p, (f"output:{p}",)) for p in ports)
 
 
 def overlay_dump_request(datapath: Datapath) -> parser.OFPFlowStatsRequest:
@@ -65,23 +109,29 @@ def entry_from_stats(switch: str, stats: Stats) -> OverlayEntry:
         if isinstance(inst, parser.OFPInstructionMeter):
             meters.append(f"meter:{inst.meter_id}")
         elif isinstance(inst, parser.OFPInstructionActions) and inst.type == ofp.OFPIT_APPLY_ACTIONS:
-            for action in inst.actions:
-                if isinstance(action, parser.OFPActionDecNwTtl):
-                    actions.append("dec_ttl")
-                elif isinstance(action, parser.OFPActionOutput):
-                    actions.append(f"output:{action.port}")
-                elif isinstance(action, parser.OFPActionSetField) and action.key in ("eth_src", "eth_dst"):
-                    actions.append(f"set_field:{action.key}={action.value}")
-                elif isinstance(action, parser.OFPActionGroup):  # the underlay's ECMP; never Railyard's
-                    actions.append(f"group:{action.group_id}")
-                else:
-                    actions.append(f"unknown:{type(action).__name__}")
+            actions += _action_names(inst.actions)
         else:
             actions.append(f"unknown:{type(inst).__name__}")
     actions = meters + actions
     if stats.idle_timeout or stats.hard_timeout:
         actions.append(f"unknown:timeouts:{stats.idle_timeout}/{stats.hard_timeout}")
     return OverlayEntry(switch, stats.priority, match, tuple(actions), stats.cookie)
+
+
+def _action_names(actions: list[Stats]) -> list[str]:
+    out: list[str] = []
+    for action in actions:
+        if isinstance(action, parser.OFPActionDecNwTtl):
+            out.append("dec_ttl")
+        elif isinstance(action, parser.OFPActionOutput):
+            out.append(f"output:{action.port}")
+        elif isinstance(action, parser.OFPActionGroup):  # the underlay's ECMP; never the overlay's
+            out.append(f"group:{action.group_id}")
+        elif isinstance(action, parser.OFPActionSetField) and action.key in ("eth_src", "eth_dst"):
+            out.append(f"set_field:{action.key}={action.value}")
+        else:
+            out.append(f"unknown:{type(action).__name__}")
+    return out
 
 
 METER_FLAGS = ofp.OFPMF_KBPS | ofp.OFPMF_BURST

@@ -31,7 +31,12 @@ from controller.te.view import FlowKey
 COOKIE_PREFIX = 0x5259 << 48
 COOKIE_PREFIX_MASK = 0xFFFF << 48
 COOKIE_ALL = (1 << 64) - 1
-OWNER_KINDS = {"pin": 1, "job": 2, "te": 3}
+# The overlay's kinds have bit 2 of the owner kind clear; the underlay the
+# controller installs (--underlay) has it set. An overlay dump masks that bit
+# too, so the overlay and the underlay never see, or delete, each other's entries.
+OWNER_KINDS = {"pin": 1, "job": 2, "te": 3, "underlay": 4}
+OVERLAY_COOKIE_MASK = COOKIE_PREFIX_MASK | 4 << 40
+OWNER_KIND_MASK = COOKIE_PREFIX_MASK | 0xFF << 40
 
 # Above every underlay priority (max 3000). A 5-tuple pin beats a NIC-pair
 # pin; a job's flows are NIC pairs at PRIORITY_PIN_PAIR too.

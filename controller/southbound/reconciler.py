@@ -16,7 +16,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
@@ -51,6 +51,7 @@ from controller.southbound.reconcile import (
 )
 from controller.southbound.switches import SWITCH_ERROR_REASONS, CallTable, SwitchError, SwitchSession
 from controller.southbound.tables import KnownTables
+from controller.southbound.underlay_sync import UnderlaySync
 from controller.te.engine import Meter, Move
 
 if TYPE_CHECKING:  # os-ken's controller module imports half of os-ken; annotations only
@@ -111,6 +112,7 @@ class Reconciler:
         reply_timeout_s: float = 5.0,
         audit_every: int = 6,
         max_in_flight: int = 64,
+        underlay: bool = False,
     ) -> None:
         self.fabric = fabric
         self.intent = intent
@@ -121,6 +123,8 @@ class Reconciler:
         # queues on the controller's connections and the switches' buffers.
         self.max_in_flight = max_in_flight
         self.tables = KnownTables(metrics, audit_every, max_in_flight)  # only the reconciler thread touches it
+        # --underlay: the ECMP underlay is this controller's to install and keep (its own cookie owner).
+        self.underlay = UnderlaySync(fabric, metrics, audit_every, max_in_flight) if underlay else None
         self.calls = CallTable()
         self.connections = SwitchConnections(
             fabric,
@@ -140,6 +144,8 @@ class Reconciler:
         for phase in ("dump", "plan", "commit"):
             metrics.reconcile_phase.labels(phase)
         self.te: TePlanner | None = None  # the TE runner, when adaptive TE is on (set by the daemon)
+        # (switch, port, link down?) from port-status messages: the statistics poller, when on.
+        self.on_port_status: Callable[[str, int, bool], None] | None = None
         for name in fabric.switches:
             for kind in SWITCH_ERROR_REASONS:
                 metrics.switch_errors.labels(name, kind)
@@ -160,6 +166,16 @@ class Reconciler:
 
     def connected(self) -> set[str]:
         return self.connections.names()
+
+    def sessions(self) -> dict[str, SwitchSession]:
+        """The live session of each connected switch (statistics polling shares them)."""
+        return self.connections.sessions()
+
+    def port_changed(self, datapath: Datapath, port: int, link_down: bool) -> None:
+        """A switch's port-status message: handed to whoever watches link state."""
+        name = self.connections.name_of(datapath.id)
+        if name is not None and self.on_port_status is not None:
+            self.on_port_status(name, port, link_down)
 
     # --- worker thread --------------------------------------------------------
     def start(self) -> None:
@@ -243,14 +259,24 @@ class Reconciler:
             claimed, reclaimed = self.connections.claim(sessions, role)
             for name in reclaimed:
                 self.tables.forget(name)  # another replica led since this one read it
+                if self.underlay is not None:
+                    self.underlay.forget(name)
             unclaimed, sessions = len(sessions) - len(claimed), claimed
         # A switch that would not take this leader's claim was not reconciled: the pass is not a success.
         ok = self._read(reason, sessions) and not unclaimed
+        # The underlay before the overlay: the overlay steers among next hops it must already have.
+        underlay_failed = (
+            self.underlay.sync(sessions, reason is ReconcileTrigger.PERIODIC, self._failed)
+            if self.underlay is not None
+            else set()
+        )
+        ok = ok and not underlay_failed
         dumped = time.perf_counter()
         plan = self._plan(sessions)
         planned = time.perf_counter()
         in_sync = self._apply(sessions, plan)
         ok = ok and in_sync == set(plan.deltas)
+        in_sync -= underlay_failed
         elapsed = self._record(reason, ok, started, dumped, planned)
         if ok and self.te is not None:
             self.te.applied(plan.te_generation)
@@ -312,7 +338,7 @@ class Reconciler:
                 self.tables[name].apply(deltas[name], plan.meters[name])
                 self.metrics.entries_installed.labels(name).set(len(plan.desired[name]))
             else:
-                self.tables.forget(name)
+                self.tables.forget(name)  # unknown now: read it again next pass
         return in_sync
 
     def _record(self, reason: ReconcileTrigger, ok: bool, started: float, dumped: float, planned: float) -> float:

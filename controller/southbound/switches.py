@@ -238,6 +238,12 @@ class SwitchSession:
     def start_meter_dump(self) -> Dump:
         return self.start_dump(ofcodec.meter_dump_request(self.datapath), "meter dump")
 
+    def start_underlay_dump(self) -> Dump:
+        return self.start_dump(ofcodec.underlay_dump_request(self.datapath), "underlay dump")
+
+    def start_group_dump(self) -> Dump:
+        return self.start_dump(ofcodec.group_dump_request(self.datapath), "group dump")
+
     def start_overlay_count(self) -> Dump:
         return self.start_dump(ofcodec.overlay_count_request(self.datapath), "overlay count")
 

@@ -63,6 +63,15 @@ def _oxm(field: str, value: int | str) -> bytes:
         number, packer = _OXM_FIELDS[field]
     except KeyError:
         raise EncodingError(f"no OpenFlow encoding for match field {field!r}") from None
+    if field.startswith("ipv4_") and isinstance(value, str) and "/" in value:
+        # address/netmask, as a switch reports a prefix: an OXM with its mask
+        address, _, mask = value.partition("/")
+        header = ofp.OFPXMC_OPENFLOW_BASIC << 16 | number << 9 | 1 << 8 | 2 * packer.size
+        return (
+            struct.pack("!I", header)
+            + packer.pack(int(ipaddress.IPv4Address(address)))
+            + packer.pack(int(ipaddress.IPv4Address(mask)))
+        )
     if field.startswith("ipv4_"):
         value = int(ipaddress.IPv4Address(value))
     elif field.startswith("eth_") and isinstance(value, str):
@@ -89,6 +98,8 @@ def _action(action: str) -> bytes:
         return struct.pack("!HHIH6x", ofp.OFPAT_OUTPUT, 16, int(arg), ofp.OFPCML_MAX)
     if name == "dec_ttl":
         return struct.pack("!HH4x", ofp.OFPAT_DEC_NW_TTL, 8)
+    if name == "group":
+        return struct.pack("!HHI", ofp.OFPAT_GROUP, 8, int(arg))
     field, _, value = arg.partition("=")
     if name == "set_field" and field in ("eth_src", "eth_dst"):
         body = struct.pack("!HH", ofp.OFPAT_SET_FIELD, 0) + _oxm(field, value)

@@ -212,3 +212,38 @@ def del_ssl_if(cert: Path | str) -> None:
     (ours): another owner's is left alone."""
     if ssl_certificate() == str(cert):
         run(["ovs-vsctl", "del-ssl"])
+
+
+@dataclass(frozen=True)
+class SflowExport:
+    """Open vSwitch's own sFlow agent on a bridge: where it sends, 1 in
+    `sampling` packets sampled (their first `header` bytes), port counters
+    every `polling` seconds, reported as agent address `agent`."""
+
+    target: str  # HOST:PORT of the collector
+    sampling: int
+    polling: int = 1
+    header: int = 64
+    agent: str = "127.0.0.1"
+
+
+def set_sflow(bridges: list[str], export: SflowExport) -> None:
+    """One sFlow record, shared by `bridges` (each is its own sub-agent and
+    names itself by datapath id in its counter samples)."""
+    if not bridges:
+        return
+    args = [
+        "ovs-vsctl",
+        "--",
+        "--id=@s",
+        "create",
+        "sflow",
+        f"agent={export.agent}",
+        f'targets="{export.target}"',
+        f"header={export.header}",
+        f"sampling={export.sampling}",
+        f"polling={export.polling}",
+    ]
+    for bridge in bridges:
+        args += ["--", "set", "bridge", bridge, "sflow=@s"]
+    run(args)

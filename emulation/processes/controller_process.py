@@ -23,8 +23,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from controller.api.client import Client, ClientTls
 
 
-def free_port() -> int:
-    """A loopback port free now, from below the kernel's ephemeral range:
+def free_port(kind: socket.SocketKind = socket.SOCK_STREAM) -> int:
+    """A loopback port free now (TCP, or UDP with SOCK_DGRAM), from below the kernel's ephemeral range:
     a port the kernel hands out (bind to 0) can be taken, before its user
     binds it, by any outgoing connection (OVS to a controller, a client to
     etcd), which draws from that same range."""
@@ -33,14 +33,14 @@ def free_port() -> int:
         port = random.randrange(PORT_FLOOR, low) if low > PORT_FLOOR + 1000 else 0
         if port in _ISSUED:
             continue  # handed out already in this process, perhaps not bound yet
-        with socket.socket() as s:
+        with socket.socket(socket.AF_INET, kind) as s:
             try:
                 s.bind(("127.0.0.1", port))
             except OSError:
                 continue
             _ISSUED.add(s.getsockname()[1])
             return s.getsockname()[1]
-    with socket.socket() as s:
+    with socket.socket(socket.AF_INET, kind) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 

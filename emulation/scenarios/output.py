@@ -13,16 +13,20 @@ from controller.fabric import Endpoint, Fabric
 from emulation.scenarios.runner import ModeRun, ScenarioMode
 
 
-def report_stem(scenario: str, fabric: str, seed: int) -> str:
+def report_stem(scenario: str, fabric: str, seed: int, telemetry: str = "agent", underlay: str = "fabric") -> str:
     """The files' common name: names come from YAML files, so anything but
     letters, digits, '.', '_' and '-' becomes '_' and no name climbs out of
-    the output directory ('../../x' is written as '_.._x' inside it)."""
-    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{scenario}-{fabric}-seed{seed}").lstrip(".") or "scenario"
+    the output directory ('../../x' is written as '_.._x' inside it). A run
+    on other sources than the agent and the emulation's underlay says so."""
+    sources = "" if telemetry == "agent" else f"-{telemetry}"
+    sources += "" if underlay == "fabric" else f"-{underlay}-underlay"
+    return re.sub(r"[^A-Za-z0-9._-]", "_", f"{scenario}-{fabric}-seed{seed}{sources}").lstrip(".") or "scenario"
 
 
 def write(report: dict, runs: Mapping[ScenarioMode, ModeRun], fabric: Fabric, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    stem = report_stem(report["scenario"], report["fabric"], report["seed"])
+    sources = report.get("telemetry", "agent"), report.get("underlay", "fabric")
+    stem = report_stem(report["scenario"], report["fabric"], report["seed"], *sources)
     path = out_dir / f"{stem}.json"
     path.write_text(json.dumps(report, indent=2) + "\n")
     _plots(report, runs, fabric, out_dir / f"{stem}.png")

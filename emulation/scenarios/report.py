@@ -23,7 +23,7 @@ from emulation.scenarios.judge import (
     phases,
     planned_intervals,
 )
-from emulation.scenarios.runner import ModeRun, ScenarioMode, emulation_scale
+from emulation.scenarios.runner import AGENT_AND_FABRIC, ModeRun, ScenarioMode, Sources, emulation_scale
 from emulation.scenarios.timeline import te_figures
 from emulation.traffic.records import StreamResult
 from emulation.workload import Workload
@@ -207,7 +207,13 @@ def optimum_figures(phases_: Sequence[Phase], duration_s: float) -> dict:
     }
 
 
-def build_report(fabric: Fabric, workload: Workload, seed: int, runs: Mapping[ScenarioMode, ModeRun]) -> dict:
+def build_report(
+    fabric: Fabric,
+    workload: Workload,
+    seed: int,
+    runs: Mapping[ScenarioMode, ModeRun],
+    sources: Sources = AGENT_AND_FABRIC,
+) -> dict:
     """Both runs judged against the exact optimum, phase by phase around the
     failures: the unbounded flows by goodput, each job's iterations against
     its own lower bound. Raises OptimumExceeded (with the report attached)
@@ -230,6 +236,9 @@ def build_report(fabric: Fabric, workload: Workload, seed: int, runs: Mapping[Sc
         "description": workload.description,
         "fabric": fabric.spec.name,
         "seed": seed,
+        # Where the TE run's telemetry came from, and who installed the underlay.
+        "telemetry": sources.telemetry,
+        "underlay": sources.underlay,
         "duration_s": workload.duration_s,
         "events": [{"at_s": e.at_s, e.kind: e.target} for e in workload.events],
         "optimum": optimum_figures(shown, workload.duration_s),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
+import socket
 import tempfile
 import threading
 import time
@@ -29,9 +30,9 @@ from controller.intent.drains import DrainTarget
 from controller.metrics import TE_DECISIONS
 from controller.te.jobs import JobRequest
 from emulation.agent.telemetry_agent import TelemetryAgent
-from emulation.net import netns
-from emulation.net.fabric import EmulatedFabric
-from emulation.processes.controller_process import ControllerProcess, Ports, total
+from emulation.net import netns, ovs
+from emulation.net.fabric import EmulatedFabric, sflow_sampling
+from emulation.processes.controller_process import ControllerProcess, Ports, free_port, total
 from emulation.scenarios.sampling import FabricWatch, Sample, underlay_vias
 from emulation.scenarios.timeline import Decided, read_decisions
 from emulation.traffic.iperf import FlowResult, FlowSpec, TrafficRun
@@ -54,6 +55,29 @@ class ScenarioMode(StrEnum):
 
 
 MAX_EMULATED_S = 600.0
+# Where TE's telemetry comes from: the emulation's agent process, the
+# switches' own sFlow agents, or the controller's OpenFlow statistics.
+TELEMETRY = ("agent", "sflow", "openflow")
+# Who installs the ECMP underlay: the emulation (ovs-ofctl, cookie 0), or the
+# controller (`--underlay`, on a fabric brought up bare), in both runs.
+UNDERLAYS = ("fabric", "controller")
+OPENFLOW_STATS_S = 1.0  # the controller's port-statistics period in `--telemetry openflow` runs
+
+
+@dataclass(frozen=True)
+class Sources:
+    telemetry: str = "agent"
+    underlay: str = "fabric"
+    programs: bool = True  # False: the TE run's controller is advisory (--southbound none)
+
+    def __post_init__(self) -> None:
+        if self.telemetry not in TELEMETRY:
+            raise WorkloadError("--telemetry", f"{self.telemetry!r}", ", ".join(TELEMETRY))
+        if self.underlay not in UNDERLAYS:
+            raise WorkloadError("--underlay", f"{self.underlay!r}", ", ".join(UNDERLAYS))
+
+
+AGENT_AND_FABRIC = Sources()  # what every run used before there was a choice
 
 
 @dataclass
@@ -192,12 +216,26 @@ def run_mode(
     workdir: Path,
     progress: Callable[[str], None],
     raw_dir: Path | None = None,
+    sources: Sources = AGENT_AND_FABRIC,
 ) -> ModeRun:
     """ECMP: the fabric alone (its underlay), no controller; jobs placed by
     the same placement code in-process, so both runs carry the same flows.
-    TE: the daemon and the telemetry agent attached, placement through the API."""
+    TE: the daemon and its telemetry attached (the agent process, the
+    switches' sFlow, or the daemon's OpenFlow statistics), placement through
+    the API. With the controller's underlay both runs start a daemon, the
+    ECMP run's with TE off."""
     te = mode is ScenarioMode.TE
     ports = Ports.pick()
+    extra: list[str] = ["--underlay"] if sources.underlay == "controller" else []
+    if te and not sources.programs:
+        extra += ["--southbound", "none"]
+    sflow = None
+    if te and sources.telemetry == "sflow":
+        target = f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}"
+        extra += ["--sflow-listen", target]
+        sflow = ovs.SflowExport(target, sflow_sampling(fabric))
+    elif te and sources.telemetry == "openflow":
+        extra += ["--openflow-stats-interval", f"{OPENFLOW_STATS_S:g}"]
     decisions = workdir / f"decisions-{mode}.jsonl"
     ctl = ControllerProcess(
         spec_path,
@@ -205,19 +243,26 @@ def run_mode(
         ports,
         workdir / f"controller-{mode}.log",
         reconcile_interval_s=2.0,
-        extra_args=("--te-decisions", str(decisions)),
+        te=te,
+        extra_args=("--te-decisions", str(decisions), *extra),
     )
     run = None
     duration = workload.duration_s
     scale = emulation_scale(fabric)
-    with EmulatedFabric(fabric, controller=ports.controller_target) as emu:
+    bare = sources.underlay == "controller"
+    with EmulatedFabric(fabric, controller=ports.controller_target, bare=bare, sflow=sflow) as emu:
         agent = None
         client = None
         try:
-            if te:
+            if te or bare:
                 ctl.start()
-                ctl.wait_ready(len(fabric.switches), timeout_s=60)
-                agent = TelemetryAgent(fabric, f"127.0.0.1:{ports.grpc}").start()
+                if sources.programs or not te:
+                    ctl.wait_ready(len(fabric.switches), timeout_s=60)
+                else:
+                    ctl.wait_serving_api(timeout_s=60)  # advisory: no switch connects
+            if te:
+                if sources.telemetry == "agent":
+                    agent = TelemetryAgent(fabric, f"127.0.0.1:{ports.grpc}").start()
                 client = ctl.client()
                 plan = expand(fabric, workload, seed, api_placer(client))
             else:
@@ -249,8 +294,8 @@ def run_mode(
             run.policed = watch.policed.total
             if not te:
                 return run
-            assert agent is not None  # started above whenever te is on
-            agent.stop()
+            if agent is not None:
+                agent.stop()
             samples = ctl.metrics()
             run.te_decisions = {k: total(samples, "railyard_te_decisions_total", kind=k) for k in TE_DECISIONS}
             run.flow_mods = total(samples, "railyard_flow_mods_total")
@@ -325,6 +370,7 @@ def run_scenario(
     seed: int,
     progress: Callable[[str], None] = lambda _: None,
     raw_dir: Path | None = None,
+    sources: Sources = AGENT_AND_FABRIC,
 ) -> dict[ScenarioMode, ModeRun]:
     """`raw_dir`: keep iperf3's own JSON reports there, one folder per mode."""
     # Refusals (an event that is no uplink, what the emulation cannot run) stop here, before Mininet.
@@ -334,7 +380,15 @@ def run_scenario(
     with tempfile.TemporaryDirectory(prefix="railyard-scenario-") as tmp:
         return {
             mode: run_mode(
-                fabric, spec_path, workload, seed, mode, Path(tmp), progress, raw_dir / mode if raw_dir else None
+                fabric,
+                spec_path,
+                workload,
+                seed,
+                mode,
+                Path(tmp),
+                progress,
+                raw_dir / mode if raw_dir else None,
+                sources,
             )
             for mode in ScenarioMode
         }

@@ -90,7 +90,10 @@ def table(report: dict) -> str:
             ),
         ]
     optimum = report["optimum"]
-    lines = [f"{report['scenario']} on {report['fabric']}, seed {report['seed']}"]
+    lines = [
+        f"{report['scenario']} on {report['fabric']}, seed {report['seed']}; TE's telemetry: "
+        f"{report.get('telemetry', 'agent')}; underlay installed by: {report.get('underlay', 'fabric')}"
+    ]
     for phase in optimum["phases"]:
         down = f" ({', '.join(phase['dead_links'])} down)" if phase["dead_links"] else ""
         single = "unknown" if phase["single_path_mbps"] is None else f"{phase['single_path_mbps']:.1f} Mb/s"

@@ -28,9 +28,6 @@ PAGES = sorted((ROOT / "docs").glob("*.md"))
 # The pages a user follows: the front page, docs/, and the other guides.
 DOCS = [README, *PAGES, ROOT / "ARCHITECTURE.md", ROOT / "CONTRIBUTING.md", ROOT / "deploy/slurm/README.md"]
 MAX_README_LINES = 250
-# Pages other branches are writing, linked from here before they merge (issue
-# 32's). Remove a name once docs/ has its page.
-ARRIVING = {"docs/real-fabrics.md"}
 # Paths the docs name as places a command writes, not files of the repository.
 OUTPUTS = ("bench/results/", "reports/")
 # Flags of other programs that the docs name on their own (etcd's).
@@ -210,7 +207,7 @@ def path_problems(path: Path) -> Iterator[str]:
     for number, line in enumerate(lines_of(path), 1):
         for ref in REPO_PATH.findall(line):
             file, _, anchor = ref.partition("#")
-            if file in ARRIVING or file.startswith(OUTPUTS):
+            if file.startswith(OUTPUTS):
                 continue
             found = list(ROOT.glob(file)) if "*" in file else [ROOT / file] if (ROOT / file).exists() else []
             if not found:
@@ -238,7 +235,7 @@ def test_the_readme_is_a_front_page_and_lists_every_page():
     listed = set(re.findall(r"^\| (docs/[\w.-]+\.md) \|", README.read_text(), re.MULTILINE))
     pages = {str(p.relative_to(ROOT)) for p in PAGES}
     assert pages <= listed, f"pages the README's table of contents leaves out: {pages - listed}"
-    assert listed <= pages | ARRIVING, f"pages the README lists that do not exist: {listed - pages - ARRIVING}"
+    assert listed <= pages, f"pages the README lists that do not exist: {listed - pages}"
 
 
 def test_every_alerts_runbook_url_lands_on_a_section_of_the_docs():

@@ -22,7 +22,8 @@ from controller.southbound.overlay import (
     pin_entries,
     te_entries,
 )
-from controller.southbound.switches import CallTable, SwitchSession
+from controller.southbound.switches import CallTable, SwitchSession, overlay_table
+from controller.southbound.underlay import PRIORITY_LOCAL_HOST, UNDERLAY_COOKIE, build_underlay, underlay_entries
 from controller.te.engine import Meter, Move
 from tests.fakes import FakeSwitch
 from tests.fakes.fake_switch import decode_meter_mod, parse
@@ -40,7 +41,12 @@ def _overlay_entries() -> dict[str, OverlayEntry]:
     meters = [Meter(remote, A, C, 100e9, 1.0), Meter(local, B, C, 100e9, 1.0)]
     te = te_entries(FABRIC, [Move(remote, A, C, "rys1", 1.0, 1.0)], meters)  # UDP: no ACK entry
     metered_move, local_delivery = sorted(te, key=lambda e: e.switch)  # at ryl0r0, at ryl1r0
+    underlay = underlay_entries(build_underlay(FABRIC)["ryl0r0"]).values()
+    prefix_route = next(e for e in underlay if "group:" in e.actions[-1])
+    host_route = next(e for e in underlay if e.priority == PRIORITY_LOCAL_HOST)
     return {
+        "prefix route to a select group (underlay)": prefix_route,
+        "host route, last hop (underlay)": host_route,
         "nic pair (pin)": pin_entries(FABRIC, FlowPin("pair", FlowMatch(A, B), "rys0", symmetric=False))[0],
         "5-tuple tcp (pin)": pin_entries(FABRIC, FlowPin("tcp", FlowMatch(A, B, "tcp", 40000, 5201), "rys1"))[0],
         "tcp dst port only (pin)": pin_entries(FABRIC, FlowPin("dst", FlowMatch(A, B, "tcp", 0, 22), "rys0"))[0],
@@ -71,10 +77,17 @@ def _osken_instructions(entry: OverlayEntry) -> list:
             actions.append(parser.OFPActionDecNwTtl())
         elif name == "output":
             actions.append(parser.OFPActionOutput(int(arg)))
+        elif name == "group":
+            actions.append(parser.OFPActionGroup(int(arg)))
         else:
             field, _, value = arg.partition("=")
             actions.append(parser.OFPActionSetField(**{field: value}))
     return [*meters, parser.OFPInstructionActions(ofp.OFPIT_APPLY_ACTIONS, actions)]
+
+
+def _osken_match(entry: OverlayEntry) -> parser.OFPMatch:
+    fields = {k: tuple(v.split("/")) if isinstance(v, str) and "/" in v else v for k, v in entry.match}
+    return parser.OFPMatch(**fields)
 
 
 def osken_add_flow(entry: OverlayEntry) -> parser.OFPFlowMod:
@@ -84,7 +97,7 @@ def osken_add_flow(entry: OverlayEntry) -> parser.OFPFlowMod:
         table_id=wire.OVERLAY_TABLE,
         command=ofp.OFPFC_ADD,
         priority=entry.priority,
-        match=parser.OFPMatch(**dict(entry.match)),
+        match=_osken_match(entry),
         instructions=_osken_instructions(entry),
     )
 
@@ -97,7 +110,7 @@ def osken_delete_flow(entry: OverlayEntry) -> parser.OFPFlowMod:
         table_id=wire.OVERLAY_TABLE,
         command=ofp.OFPFC_DELETE_STRICT,
         priority=entry.priority,
-        match=parser.OFPMatch(**dict(entry.match)),
+        match=_osken_match(entry),
         out_port=ofp.OFPP_ANY,
         out_group=ofp.OFPG_ANY,
     )
@@ -122,7 +135,7 @@ def test_bundle_messages_are_byte_for_byte_what_os_ken_sends():
 
 def test_the_cases_cover_every_action_the_codec_knows():
     kinds = {action.partition(":")[0] for entry in ENTRIES.values() for action in entry.actions}
-    assert kinds == {"meter", "dec_ttl", "set_field", "output"}
+    assert kinds == {"meter", "dec_ttl", "set_field", "output", "group"}
     fields = {name for entry in ENTRIES.values() for name, _ in entry.match}
     assert fields == {"eth_type", "ipv4_src", "ipv4_dst", "ip_proto", "tcp_src", "tcp_dst", "udp_src", "udp_dst"}
 
@@ -158,8 +171,14 @@ def test_entries_round_trip_through_a_switch_table_and_its_flow_stats():
         session = session_on(FakeSwitch(name, 1))
         meters = [OverlayMeter(name, int(a[6:]), 1000, 288) for e in entries for a in e.actions if a[:6] == "meter:"]
         session.send_confirmed([ofcodec.meter_mod(session.datapath, m, "add") for m in meters], "meters")
+        # The underlay's select groups before the routes that name them (a switch refuses a missing group).
+        groups = sorted({int(a[6:]) for e in entries for a in e.actions if a[:6] == "group:"})
+        session.send_confirmed([ofcodec.select_group_mod(session.datapath, g, (1, 2), "add") for g in groups], "groups")
         session.commit_bundle([wire.add_flow(e) for e in entries])
-        assert session.dump_overlay() == {e.key: e for e in entries}
+        # Each owner reads its own: an overlay dump never shows the underlay, nor the other way round.
+        assert session.dump_overlay() == {e.key: e for e in entries if e.cookie != UNDERLAY_COOKIE}
+        underlay = overlay_table(name, session.start_underlay_dump().result())
+        assert underlay == {e.key: e for e in entries if e.cookie == UNDERLAY_COOKIE}
 
 
 def test_the_dump_asks_only_for_railyard_cookies():
@@ -207,8 +226,8 @@ def test_meters_round_trip_through_meter_config_stats_and_foreign_ids_are_ignore
 def test_what_the_codec_cannot_read_never_equals_a_desired_entry():
     entry = ENTRIES["nic pair (pin)"]
     parsed = parse(DP, wire.with_xid(wire.add_flow(entry), 1))
-    parsed.instructions[-1].actions.append(parser.OFPActionSetQueue(5))
-    assert ofcodec.entry_from_stats(entry.switch, parsed).actions[-1] == "unknown:OFPActionSetQueue"
+    parsed.instructions[-1].actions.append(parser.OFPActionPopVlan())
+    assert ofcodec.entry_from_stats(entry.switch, parsed).actions[-1] == "unknown:OFPActionPopVlan"
     # A group action (the underlay's ECMP) is read as one, and no desired entry has one either.
     parsed = parse(DP, wire.with_xid(wire.add_flow(entry), 1))
     parsed.instructions[-1].actions.append(parser.OFPActionGroup(5))
