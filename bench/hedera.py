@@ -159,14 +159,18 @@ def main() -> None:
     if emulate:
         ovs.check_running()
     chosen = [p for p in PATTERNS if not args.pattern or p.name in args.pattern]
-    patterns = [run_pattern(p, args.seeds, emulate) for p in chosen]
-    result = {
-        "benchmark": "hedera",
-        "host": platform.node(),
-        "seeds": args.seeds,
-        "summary": summary(patterns, emulate),
-        "patterns": patterns,
-    }
+    patterns: list[dict[str, Any]] = []
+    for pattern in chosen:
+        patterns.append(run_pattern(pattern, args.seeds, emulate))
+        result = {
+            "benchmark": "hedera",
+            "host": platform.node(),
+            "seeds": args.seeds,
+            "patterns_run": f"{len(patterns)} of {len(chosen)}",  # written after each: a cut run keeps what it ran
+            "summary": summary(patterns, emulate),
+            "patterns": patterns,
+        }
+        write_result(args.out, result)
     print(table(patterns, emulate))
     print(result["summary"])
     print(f"wrote {write_result(args.out, result)}")

@@ -255,7 +255,8 @@ class Client:
         return [job for reply in replies for job in reply.jobs], replies[0].intent_revision
 
     def watch_decisions(self, include_recent: bool = False, timeout_s: float | None = None):
-        """TE's decisions as they are made (advisory: its recommendations); the stream's iterator."""
+        """TE's decisions as they are made (advisory: its recommendations): a stream of
+        WatchDecisionsResponse, each with one `decision`; `.cancel()` ends it."""
         return self.te.WatchDecisions(tepb.WatchDecisionsRequest(include_recent=include_recent), timeout=timeout_s)
 
     def watch_jobs(

@@ -108,7 +108,7 @@ class TeServicer(pb_grpc.TeServiceServicer):
         try:
             if request.include_recent:
                 for event in recent:
-                    yield decision_to_proto(event)
+                    yield pb.WatchDecisionsResponse(decision=decision_to_proto(event))
             while context.is_active():
                 if overflow.is_set():
                     context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"watcher fell {WATCH_QUEUE} decisions behind")
@@ -118,7 +118,7 @@ class TeServicer(pb_grpc.TeServiceServicer):
                     continue
                 if next_event is None:
                     return
-                yield decision_to_proto(next_event)
+                yield pb.WatchDecisionsResponse(decision=decision_to_proto(next_event))
         finally:
             self.feed.unsubscribe(listener)
             self._watchers.release()

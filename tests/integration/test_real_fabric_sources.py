@@ -197,7 +197,7 @@ def _first_move(fabric, workdir: Path, *args: str) -> dict:
         try:
             with ctl.client() as client:
                 stream = client.watch_decisions(include_recent=True, timeout_s=8.0)
-                move = next(d for d in stream if d.kind == "reroute")
+                move = next(r.decision for r in stream if r.decision.kind == "reroute")
                 stream.cancel()
             if advisory:
                 time.sleep(1.0)  # a second more of TE: still nothing on the switches

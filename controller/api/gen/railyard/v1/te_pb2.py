@@ -26,19 +26,22 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from controller.api.gen.railyard.v1 import common_pb2 as railyard_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14railyard/v1/te.proto\x12\x0brailyard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18railyard/v1/common.proto\"\x7f\n\x06TeFlow\x12\x13\n\x0bsrc_address\x18\x01 \x01(\t\x12\x13\n\x0b\x64st_address\x18\x02 \x01(\t\x12\'\n\x08protocol\x18\x03 \x01(\x0e\x32\x15.railyard.v1.Protocol\x12\x10\n\x08src_port\x18\x04 \x01(\r\x12\x10\n\x08\x64st_port\x18\x05 \x01(\r\"\xca\x01\n\nTeDecision\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07subject\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12&\n\x02\x61t\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12!\n\x04\x66low\x18\x05 \x01(\x0b\x32\x13.railyard.v1.TeFlow\x12\x0c\n\x04link\x18\x06 \x01(\t\x12\x10\n\x08\x66rom_via\x18\x07 \x01(\t\x12\x0e\n\x06to_via\x18\x08 \x01(\t\x12\x12\n\nprogrammed\x18\t \x01(\x08\"/\n\x15WatchDecisionsRequest\x12\x16\n\x0einclude_recent\x18\x01 \x01(\x08\x32\\\n\tTeService\x12O\n\x0eWatchDecisions\x12\".railyard.v1.WatchDecisionsRequest\x1a\x17.railyard.v1.TeDecision0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14railyard/v1/te.proto\x12\x0brailyard.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18railyard/v1/common.proto\"\x7f\n\x06TeFlow\x12\x13\n\x0bsrc_address\x18\x01 \x01(\t\x12\x13\n\x0b\x64st_address\x18\x02 \x01(\t\x12\'\n\x08protocol\x18\x03 \x01(\x0e\x32\x15.railyard.v1.Protocol\x12\x10\n\x08src_port\x18\x04 \x01(\r\x12\x10\n\x08\x64st_port\x18\x05 \x01(\r\"\xca\x01\n\nTeDecision\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0f\n\x07subject\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12&\n\x02\x61t\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12!\n\x04\x66low\x18\x05 \x01(\x0b\x32\x13.railyard.v1.TeFlow\x12\x0c\n\x04link\x18\x06 \x01(\t\x12\x10\n\x08\x66rom_via\x18\x07 \x01(\t\x12\x0e\n\x06to_via\x18\x08 \x01(\t\x12\x12\n\nprogrammed\x18\t \x01(\x08\"C\n\x16WatchDecisionsResponse\x12)\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0b\x32\x17.railyard.v1.TeDecision\"/\n\x15WatchDecisionsRequest\x12\x16\n\x0einclude_recent\x18\x01 \x01(\x08\x32h\n\tTeService\x12[\n\x0eWatchDecisions\x12\".railyard.v1.WatchDecisionsRequest\x1a#.railyard.v1.WatchDecisionsResponse0\x01\x42<Z:github.com/railyard/railyard/gen/go/railyard/v1;railyardv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'railyard.v1.te_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
-  DESCRIPTOR._loaded_options = None
+  _globals['DESCRIPTOR']._loaded_options = None
+  _globals['DESCRIPTOR']._serialized_options = b'Z:github.com/railyard/railyard/gen/go/railyard/v1;railyardv1'
   _globals['_TEFLOW']._serialized_start=96
   _globals['_TEFLOW']._serialized_end=223
   _globals['_TEDECISION']._serialized_start=226
   _globals['_TEDECISION']._serialized_end=428
-  _globals['_WATCHDECISIONSREQUEST']._serialized_start=430
-  _globals['_WATCHDECISIONSREQUEST']._serialized_end=477
-  _globals['_TESERVICE']._serialized_start=479
-  _globals['_TESERVICE']._serialized_end=571
+  _globals['_WATCHDECISIONSRESPONSE']._serialized_start=430
+  _globals['_WATCHDECISIONSRESPONSE']._serialized_end=497
+  _globals['_WATCHDECISIONSREQUEST']._serialized_start=499
+  _globals['_WATCHDECISIONSREQUEST']._serialized_end=546
+  _globals['_TESERVICE']._serialized_start=548
+  _globals['_TESERVICE']._serialized_end=652
 # @@protoc_insertion_point(module_scope)

@@ -45,6 +45,12 @@ class TeDecision(_message.Message):
     programmed: bool
     def __init__(self, kind: _Optional[str] = ..., subject: _Optional[str] = ..., reason: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., flow: _Optional[_Union[TeFlow, _Mapping]] = ..., link: _Optional[str] = ..., from_via: _Optional[str] = ..., to_via: _Optional[str] = ..., programmed: _Optional[bool] = ...) -> None: ...
 
+class WatchDecisionsResponse(_message.Message):
+    __slots__ = ("decision",)
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    decision: TeDecision
+    def __init__(self, decision: _Optional[_Union[TeDecision, _Mapping]] = ...) -> None: ...
+
 class WatchDecisionsRequest(_message.Message):
     __slots__ = ("include_recent",)
     INCLUDE_RECENT_FIELD_NUMBER: _ClassVar[int]

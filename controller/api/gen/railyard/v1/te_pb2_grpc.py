@@ -38,7 +38,7 @@ class TeServiceStub:
         self.WatchDecisions = channel.unary_stream(
                 '/railyard.v1.TeService/WatchDecisions',
                 request_serializer=railyard_dot_v1_dot_te__pb2.WatchDecisionsRequest.SerializeToString,
-                response_deserializer=railyard_dot_v1_dot_te__pb2.TeDecision.FromString,
+                response_deserializer=railyard_dot_v1_dot_te__pb2.WatchDecisionsResponse.FromString,
                 _registered_method=True)
 
 
@@ -66,7 +66,7 @@ def add_TeServiceServicer_to_server(servicer, server):
             'WatchDecisions': grpc.unary_stream_rpc_method_handler(
                     servicer.WatchDecisions,
                     request_deserializer=railyard_dot_v1_dot_te__pb2.WatchDecisionsRequest.FromString,
-                    response_serializer=railyard_dot_v1_dot_te__pb2.TeDecision.SerializeToString,
+                    response_serializer=railyard_dot_v1_dot_te__pb2.WatchDecisionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -96,7 +96,7 @@ class TeService:
             target,
             '/railyard.v1.TeService/WatchDecisions',
             railyard_dot_v1_dot_te__pb2.WatchDecisionsRequest.SerializeToString,
-            railyard_dot_v1_dot_te__pb2.TeDecision.FromString,
+            railyard_dot_v1_dot_te__pb2.WatchDecisionsResponse.FromString,
             options,
             channel_credentials,
             insecure,
