@@ -46,12 +46,12 @@ test: setup lint
 	$(PY) -m pytest --cov --cov-report= --cov-fail-under=$(COVERAGE_FLOOR) $(PYTEST_ARGS)
 
 # mypy --strict where the code is typed through: the pure core but for the
-# engine and the simulator (controller/te, emulation/model and emulation/simulate
-# come next), and the southbound but for its os-ken shim (app.py subclasses
-# os-ken's untyped OSKenApp). A module added to a package named here is strict
+# simulator (emulation/model and emulation/simulate come next), and the
+# southbound but for its os-ken shim (app.py subclasses os-ken's untyped
+# OSKenApp). A module added to a package named here is strict
 # from its first line. What they import is checked by the plain mypy run, not
 # held to strict here (--follow-imports=silent).
-MYPY_STRICT := controller/fabric controller/schedulers emulation/workload \
+MYPY_STRICT := controller/fabric controller/te controller/schedulers emulation/workload \
 	controller/intent/model.py controller/intent/drains.py controller/intent/events.py controller/intent/retries.py \
 	$(filter-out controller/southbound/app.py,$(wildcard controller/southbound/*.py))
 

@@ -59,6 +59,44 @@ class Metrics:
         Gauge("railyard_build_info", "Railyard version running", ["version"], registry=r).labels(
             railyard_version()
         ).set(1)
+        self._southbound(r)
+        self._intent(r)
+        self._api(r)
+        self._te(r)
+        self._real_fabric(r)
+        self.errors = Counter("railyard_errors", "Errors by component and reason", ["component", "reason"], registry=r)
+        self.listener_refused = Counter(
+            "railyard_listener_refused",
+            "Connections to an HTTP listener dropped before a request: a failed TLS handshake, or over the "
+            "connection caps (a peer's, or all peers')",
+            ["listener", "reason"],
+            registry=r,
+        )
+        for listener in LISTENERS:
+            for reason in ("handshake", "too_many"):
+                self.listener_refused.labels(listener, reason)
+        self.switch_errors = Counter(
+            "railyard_switch_errors",
+            "Failed OpenFlow exchanges with a switch by kind (timeout, disconnected, refused, unexpected_reply)",
+            ["switch", "reason"],
+            registry=r,
+        )
+
+        for switch in switches:
+            self.switch_up.labels(switch).set(0)
+            self.entries_desired.labels(switch).set(0)
+            self.entries_installed.labels(switch).set(0)
+            for mod_kind in FLOW_MOD_KINDS:
+                self.flow_mods.labels(switch, mod_kind)
+            for result in RESULTS:
+                self.bundles.labels(switch, result)
+        for component, reason in KNOWN_ERRORS:
+            self.errors.labels(component, reason)
+        for result in ("accepted", "dropped", "rejected", "clamped"):
+            self.telemetry_records.labels(result)
+
+    def _southbound(self, r: CollectorRegistry) -> None:
+        """The switches: connections, flow, meter and group mods, reconcile passes, entries."""
         self.switches_connected = Gauge(
             "railyard_switches_connected", "OpenFlow switches of the fabric with a live connection", registry=r
         )
@@ -124,6 +162,9 @@ class Metrics:
             "Placed jobs whose entries are not yet on every switch they use (accepted, not yet PROGRAMMED)",
             registry=r,
         )
+
+    def _intent(self, r: CollectorRegistry) -> None:
+        """The intent and its store, leadership."""
         self.intent_objects = Gauge("railyard_intent_objects", "Objects in the intent store", ["kind"], registry=r)
         self.leader = Gauge(
             "railyard_leader",
@@ -166,6 +207,9 @@ class Metrics:
         for op in ("range", "txn", "lease"):  # exported from the start, also by a lone controller
             self.store_latency.labels(op)
             self.store_errors.labels(op)
+
+    def _api(self, r: CollectorRegistry) -> None:
+        """The API: requests, refusals, latency, telemetry, jobs."""
         self.api_requests = Counter(
             "railyard_api_requests", "gRPC requests by method and status code", ["method", "code"], registry=r
         )
@@ -203,6 +247,9 @@ class Metrics:
             "Max link utilization the placed jobs' demands predict",
             registry=r,
         )
+
+    def _te(self, r: CollectorRegistry) -> None:
+        """Adaptive TE: decisions, moves, meters, caches, cycle and reaction time."""
         self.te_decisions = Counter(
             "railyard_te_decisions",
             "Adaptive TE decisions by kind (collision found, elephant rerouted, incast found, move expired)",
@@ -243,6 +290,9 @@ class Metrics:
             ["via"],
             registry=r,
         )
+
+    def _real_fabric(self, r: CollectorRegistry) -> None:
+        """Telemetry from the switches (sFlow, OpenFlow statistics) and advisory mode."""
         self.southbound_programs = Gauge(
             "railyard_southbound_programs",
             "1 when the controller programs the switches; 0 in advisory mode (--southbound none): TE's moves are "
@@ -298,36 +348,6 @@ class Metrics:
             ["switch"],
             registry=r,
         )
-        self.errors = Counter("railyard_errors", "Errors by component and reason", ["component", "reason"], registry=r)
-        self.listener_refused = Counter(
-            "railyard_listener_refused",
-            "Connections to an HTTP listener dropped before a request: a failed TLS handshake, or over the "
-            "connection caps (a peer's, or all peers')",
-            ["listener", "reason"],
-            registry=r,
-        )
-        for listener in LISTENERS:
-            for reason in ("handshake", "too_many"):
-                self.listener_refused.labels(listener, reason)
-        self.switch_errors = Counter(
-            "railyard_switch_errors",
-            "Failed OpenFlow exchanges with a switch by kind (timeout, disconnected, refused, unexpected_reply)",
-            ["switch", "reason"],
-            registry=r,
-        )
-
-        for switch in switches:
-            self.switch_up.labels(switch).set(0)
-            self.entries_desired.labels(switch).set(0)
-            self.entries_installed.labels(switch).set(0)
-            for mod_kind in FLOW_MOD_KINDS:
-                self.flow_mods.labels(switch, mod_kind)
-            for result in RESULTS:
-                self.bundles.labels(switch, result)
-        for component, reason in KNOWN_ERRORS:
-            self.errors.labels(component, reason)
-        for result in ("accepted", "dropped", "rejected", "clamped"):
-            self.telemetry_records.labels(result)
 
     def watch_links(self, fabric, ports) -> None:
         """Exports the live link view at scrape time: `ports()` returns fresh

@@ -279,7 +279,7 @@ def _config_value(key: str, value: Any, action: argparse.Action) -> Any:
 
 
 def _tls_files(args):
-    from controller.runtime.daemon import ConfigError, Listen, TlsFiles
+    from controller.runtime.config import ConfigError, Listen, TlsFiles
 
     given = all_or_none(args, ("tls-cert", "tls-key", "tls-ca", "policy"), ConfigError)
     if given is None:
@@ -293,7 +293,7 @@ def _tls_files(args):
 
 def _etcd_tls(args):
     from controller.intent.etcd_store import EtcdTls
-    from controller.runtime.daemon import ConfigError
+    from controller.runtime.config import ConfigError
 
     if not args.etcd_ca:
         if args.etcd_cert or args.etcd_key:
@@ -308,7 +308,7 @@ def _etcd_tls(args):
 
 def daemon_config(args):
     from controller.intent.etcd_store import EtcdUrl
-    from controller.runtime.daemon import DaemonConfig, Listen
+    from controller.runtime.config import DaemonConfig, Listen
 
     return DaemonConfig(
         store=EtcdUrl.parse(args.store) if args.store.startswith("etcd://") else Path(args.store),

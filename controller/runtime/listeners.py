@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from controller.runtime.daemon import DaemonConfig
+    from controller.runtime.config import DaemonConfig
 
 
 def listeners(config: DaemonConfig) -> list[tuple[str, str]]:

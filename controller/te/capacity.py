@@ -128,7 +128,8 @@ def free_masks(fabric: Fabric, usage: Usage, drains: Drains, exclusive_request: 
             for nic in server.nics:
                 if free[row] >> nic.rail & 1 and drained(fabric, drains, [fabric.nic_egress(nic)]):
                     free[row] &= ~(1 << nic.rail)
-    return free
+    out: np.ndarray = free
+    return out
 
 
 @dataclass(frozen=True)

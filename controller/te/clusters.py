@@ -27,6 +27,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -73,7 +74,7 @@ class ClusterPlan:
     # cluster, all of its candidates (placement still chooses among them);
     # across clusters, exactly the job's servers.
     members: tuple[int, ...]
-    key: tuple  # lower is better: to weigh one rail set's plan against another's
+    key: tuple[Any, ...]  # lower is better: to weigh one rail set's plan against another's
 
 
 def plan_clusters(
@@ -138,7 +139,7 @@ class _PodRuns:
 
 def _spread(
     view: ClusterView, runs: _PodRuns, chosen: Sequence[int], m: int, max_pods: int
-) -> tuple[tuple, list[tuple[int, int]]] | None:
+) -> tuple[tuple[Any, ...], list[tuple[int, int]]] | None:
     """The job across `chosen` clusters as (plan key, servers taken per pod),
     or None if they cannot hold it: the cluster with the most room first,
     taken whole, then the next; each cluster's largest pods first, and each

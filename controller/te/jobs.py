@@ -13,6 +13,7 @@ import enum
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from controller.errors import NAME_RULE, FieldError, shown, valid_name
 from controller.fabric import Fabric, NicId
@@ -144,7 +145,7 @@ def validate_request(fabric: Fabric, req: JobRequest) -> None:
 # --- durable form ---------------------------------------------------------------
 
 
-def job_to_doc(job: Job) -> dict:
+def job_to_doc(job: Job) -> dict[str, Any]:
     r = job.request
     return {
         "request": {
@@ -166,7 +167,7 @@ def job_to_doc(job: Job) -> dict:
     }
 
 
-def job_from_doc(job_id: str, doc: Mapping) -> Job:
+def job_from_doc(job_id: str, doc: Mapping[str, Any]) -> Job:
     r = doc["request"]
     request = JobRequest(
         job_id,

@@ -19,7 +19,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from controller.errors import RailyardError
 from controller.fabric import Endpoint, Fabric, NicId
@@ -128,7 +128,9 @@ def assign_greedy(fabric: Fabric, drains: Drains, base: Loads, flows: Sequence[J
             # all-to-all runs its uplinks full while the others idle.
             common = max((layer.bps(e) + demand) / capacity[e] for e in ends)
 
-            def key(option: tuple[str, tuple[Endpoint, ...]], common=common, demand=demand) -> tuple[float, float, str]:
+            def key(
+                option: tuple[str, tuple[Endpoint, ...]], common: Any = common, demand: Any = demand
+            ) -> tuple[float, float, str]:
                 middle = max(((layer.bps(e) + demand) / capacity[e] for e in option[1]), default=0.0)
                 return max(common, middle), middle, option[0]
 

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import itertools
 from collections import defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -182,7 +183,7 @@ def _choose(
         sets = list(itertools.combinations(range(rails), k))
         if len(sets) > RAIL_SET_LIMIT:
             sets = [tuple(range(s, s + k)) for s in range(rails - k + 1)]
-    best: tuple[tuple, tuple[int, ...], np.ndarray, tuple[int, ...]] | None = None
+    best: tuple[tuple[Any, ...], tuple[int, ...], np.ndarray, tuple[int, ...]] | None = None
     for chosen in sets:
         want = sum(1 << r for r in chosen)
         fits = np.flatnonzero((free & want) == want)
@@ -196,7 +197,7 @@ def _choose(
         clusters: tuple[int, ...] = ()
         if view is None:
             # Tightest fit first: the free GPUs the job's m best servers would leave.
-            score: tuple = (int(np.sort(count[fits])[:m].sum()), not aligned, chosen)
+            score: tuple[Any, ...] = (int(np.sort(count[fits])[:m].sum()), not aligned, chosen)
         else:
             # Fewest clusters first (the rails that keep the job in one), then as for pods.
             plan = plan_clusters(view, pods[fits], count[fits], m, request.max_pods)
@@ -267,7 +268,7 @@ def _candidates(
     return allowed, first_fit if first_fit in allowed else None
 
 
-def _routings(fabric: Fabric, drains: Drains, base: Loads, flows: list[JobFlow], hashed_too: bool):
+def _routings(fabric: Fabric, drains: Drains, base: Loads, flows: list[JobFlow], hashed_too: bool) -> Iterator[Any]:
     """Yields (flows with their spines, predicted peak on the links they touch)
     for min-max routing, and also for ECMP-hash routing if asked. Flows inside
     one leaf have no choice, so their load is laid down once and shared."""
@@ -386,7 +387,7 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
     return Job(request, gpus, tuple(flows), peak, now, cross_cluster_share(fabric.spec, flows))
 
 
-def _may_win(best: tuple | None, lowest: float, rest: tuple) -> bool:
+def _may_win(best: tuple[Any, ...] | None, lowest: float, rest: tuple[Any, ...]) -> bool:
     """Once the best is at the floor (no placement is predicted below the peak
     already there), a candidate can only win on the rest of the score, which
     is known before routing: what cannot win is not routed."""

@@ -8,7 +8,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from controller.api.client import ClientTls
-from controller.runtime.daemon import ConfigError, DaemonConfig, Listen, TlsFiles
+from controller.runtime.config import ConfigError, DaemonConfig, Listen, TlsFiles
 from controller.security import certs
 from controller.security.policy import (
     PLACEMENT,

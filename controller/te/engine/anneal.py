@@ -60,7 +60,7 @@ class _State:
         self.scale = float(np.mean(fleet.bps[free, 0])) or 1.0
 
     def cost(self, h: int, load: float) -> float:
-        return max(load - self.cap[h], 0.0) ** 2 / self.scale
+        return float(max(load - self.cap[h], 0.0) ** 2 / self.scale)
 
     def delta(self, k: int, new: int) -> float:
         """What moving elephant k from its route to `new` changes of the cost."""

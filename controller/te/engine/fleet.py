@@ -124,7 +124,8 @@ class Fleet:
         sources = np.bincount(link, minlength=len(self.capacity))
         own = np.zeros(len(self.capacity), dtype=bool)
         own[link[leaf == catalog.link_leaf(self.index)[link]]] = True
-        return (self.count[links] > 0) & (own[links] | (sources[links] >= 2))
+        out: np.ndarray = (self.count[links] > 0) & (own[links] | (sources[links] >= 2))
+        return out
 
     def limiting(self) -> np.ndarray:
         """Per egress: the bottleneck, by demand, of some placed elephant (ties
@@ -151,7 +152,8 @@ class Fleet:
         return bool((peak <= self.utilization(link) * (1 + TOLERANCE)).any())
 
     def over_mask(self) -> np.ndarray:
-        return self.both[0] > self.capacity * (1 + TOLERANCE)
+        out: np.ndarray = self.both[0] > self.capacity * (1 + TOLERANCE)
+        return out
 
     def over(self, link: int) -> bool:
         return bool(self.both[0, link] > self.capacity[link] * (1 + TOLERANCE))
@@ -250,7 +252,8 @@ class Fleet:
         other = np.where(first == here, second, first)
         others = np.where(self._dead_row[np.minimum(other, len(block) - 1)] & (other < len(block)), np.inf, peak[other])
         raised = self.bps[members, 0] / self._widest[b]
-        return ~self.disjoint[members] | (peak[here] - others - raised >= cfg.min_gain)
+        out: np.ndarray = ~self.disjoint[members] | (peak[here] - others - raised >= cfg.min_gain)
+        return out
 
     def best_move_now(self, i: int, cfg: EngineConfig, metered: bool) -> tuple[int, float, float] | None:
         """(route, gain, the route's peak with it there) of elephant i's best

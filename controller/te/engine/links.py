@@ -133,7 +133,8 @@ class LinkIndex:
 
     def _code(self, base: np.ndarray, ingress: np.ndarray, transit: np.ndarray) -> np.ndarray:
         width = self.pad + 3  # ids UNKNOWN .. pad
-        return (base * width + (ingress + 2)) * width + (transit + 2)
+        out: np.ndarray = (base * width + (ingress + 2)) * width + (transit + 2)
+        return out
 
     def _find_rows(self, codes: np.ndarray) -> np.ndarray:
         width = self.pad + 3
@@ -203,7 +204,8 @@ class LinkIndex:
         self._grow_reverse()
         for row, back in found.items():
             self._reverse[row] = back
-        return self._reverse[rows]
+        out: np.ndarray = self._reverse[rows]
+        return out
 
     def _grow_reverse(self) -> None:
         if len(self._reverse) < len(self._rows):

@@ -121,7 +121,8 @@ class Planner:
     def route_bound(self) -> np.ndarray:
         """Per elephant: frozen, in the model, by a link a route chooses (a move may help it)."""
         b = self.bottleneck
-        return (b >= 0) & (b != self.ends[:, 0]) & (b != self.ends[:, 1])
+        out: np.ndarray = (b >= 0) & (b != self.ends[:, 0]) & (b != self.ends[:, 1])
+        return out
 
     def members(self, links: np.ndarray) -> np.ndarray:
         """The placed elephants on any of `links` now."""
@@ -210,7 +211,8 @@ class Planner:
         rows = np.arange(base, base + int(fleet.nroutes[i]))
         hops = fleet.index.table()[rows]
         live = ~fleet.dead[hops].any(axis=1) & (rows != here)
-        return (rows[live] - base).tolist()
+        out: list[int] = (rows[live] - base).tolist()
+        return out
 
     def _blocking(self, i: int, row: int) -> np.ndarray:
         """The links of route `row`, not on elephant i's path now, where
@@ -219,7 +221,10 @@ class Planner:
         hops = self.fleet.route_hops(i, row)
         hops = hops[~np.isin(hops, self.paths[i])]
         spare = self.capacity[hops] - self.load[hops]
-        return hops[(self.fleet.count[hops] > 0) & (spare < self.x[i] + self.cfg.min_gain * self.capacity[hops])]
+        out: np.ndarray = hops[
+            (self.fleet.count[hops] > 0) & (spare < self.x[i] + self.cfg.min_gain * self.capacity[hops])
+        ]
+        return out
 
     def congested(self, link: int) -> bool:
         """The measurements agree that the link holds its elephants back: two

@@ -269,7 +269,7 @@ class Pass:
             self.stuck.add(link)
         return loaded, unloaded
 
-    def _queue(self, queued: dict[int, float], heap: list, link: int, loaded: bool) -> None:
+    def _queue(self, queued: dict[int, float], heap: list[tuple[float, int]], link: int, loaded: bool) -> None:
         """A link whose load a move changed: queued if over capacity and it
         took load (its elephants may gain from a move now), or queued
         already (at its new utilization). One that only gave load up has
