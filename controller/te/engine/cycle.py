@@ -40,6 +40,7 @@ import numpy as np
 
 from controller.fabric import Endpoint, Fabric, NicId
 from controller.fabric import addressing as ad
+from controller.te.engine import lately
 from controller.te.engine.catalog import FlowCatalog
 from controller.te.engine.elephants import find_elephants
 from controller.te.engine.frames import FlowFrame, PortFrame, frames
@@ -49,10 +50,8 @@ from controller.te.engine.rebalance import Inputs, Outcome, rebalance
 from controller.te.engine.state import (
     Decision,
     DecisionKind,
-    Elephants,
     EngineConfig,
     Move,
-    Recent,
     TeState,
     describe_flow,
 )
@@ -179,7 +178,7 @@ class _Cycle:
         self.found, last = find_elephants(
             catalog, self.flows, self.cat, self.moves, before, self.now, cfg, self.snap.jobs
         )
-        self.recent, self.kept = _recent(before, self.found, last, self.now, cfg, catalog, self.snap.jobs)
+        self.recent, self.kept = lately.recent(before, self.found, last, self.now, cfg, catalog, self.snap.jobs)
         self.traffic = hash((frozenset(self.recent.keys), self.down))
 
     def expire(self) -> None:
@@ -202,7 +201,7 @@ class _Cycle:
         cfg, index = self.cfg, self.index
         self.tx = np.where(self.fresh, self.ports.tx_bps, 0.0)
         self.port_at = np.where(self.fresh, self.ports.observed_at, -np.inf)
-        self.explained, self.folded_at = _explained(self.catalog, self.found, self.port_at, self.state, cfg)
+        self.explained, self.folded_at = lately.explained(self.catalog, self.found, self.port_at, self.state, cfg)
         # Background is believed only once smoothed: the residual's EWMA starts
         # from nothing, not from its first sample, which is two independent
         # noisy readings' difference (up to 60% of a full link under ±30% noise).
@@ -215,8 +214,10 @@ class _Cycle:
         self.loads = np.where(self.residual > cfg.background_floor * index.capacity, self.residual, 0.0)
 
     def settle(self) -> None:
-        self.decisions += _settle(self.index, self.catalog, self.dead, self.found, self.moves, self.now, self.cfg)
-        self.starved, self.dormant = _absent(self.index, self.catalog, self.dead, self.recent, self.kept, self.moves)
+        self.decisions += lately.settle(self.index, self.catalog, self.dead, self.found, self.moves, self.now, self.cfg)
+        self.starved, self.dormant = lately.absent(
+            self.index, self.catalog, self.dead, self.recent, self.kept, self.moves
+        )
 
     def incast(self) -> None:
         catalog, cfg, now = self.catalog, self.cfg, self.now
@@ -308,164 +309,3 @@ def path_changed(before: TeState, after: TeState) -> bool:
         or any(after.moves[k].via != before.moves[k].via for k in after.moves)
         or {k: m.rate_bps for k, m in before.meters.items()} != {k: m.rate_bps for k, m in after.meters.items()}
     )
-
-
-def _recent(
-    before: Recent,
-    elephants: Elephants,
-    last: np.ndarray,
-    now: float,
-    cfg: EngineConfig,
-    catalog: FlowCatalog,
-    jobs: Collection[tuple[NicId, NicId]],
-) -> tuple[Recent, int]:
-    """The elephants seen lately: those of this cycle, and those seen before
-    and not for `expire_after_s` (a placed job's, for as long as the job is
-    placed: it iterates); and how many of the latter (they come first)."""
-    kept = np.ones(len(before), dtype=bool)
-    kept[last[last >= 0]] = False
-    lately = now - before.at <= cfg.expire_after_s
-    if jobs and len(before):
-        lately |= catalog.among(before.cat, jobs)
-    kept &= lately
-    old = np.flatnonzero(kept)
-    recent = Recent(
-        [before.keys[i] for i in old.tolist()] + elephants.keys,
-        np.concatenate([before.rate_bps[old], elephants.rate_bps]),
-        np.concatenate([before.demand_bps[old], elephants.demand_bps]),
-        np.concatenate([before.at[old], np.full(len(elephants), now)]),
-        np.concatenate([before.row[old], elephants.row]),
-        np.concatenate([before.cat[old], elephants.cat]),
-        catalog.owner,
-    )
-    return recent, len(old)
-
-
-def _absent(
-    index: LinkIndex,
-    catalog: FlowCatalog,
-    dead: np.ndarray,
-    recent: Recent,
-    kept: int,
-    moves: Mapping[FlowKey, Move],
-) -> tuple[Elephants, Elephants]:
-    """Elephants seen lately and not now, where they are (where we moved
-    them, or where they were last seen), in two kinds:
-    - starved: those whose path crosses a dead link. A flow black-holed by
-      a failure measures ~0 at once and stops looking like an elephant; it
-      is exactly the one to move;
-    - dormant: the others, seen within `expire_after_s` (a placed job's
-      flow for as long as the job is placed: between two iterations). They
-      send nothing now, or less than an elephant (TCP under contention
-      dips below the threshold and comes back), and will send again: they
-      count as load by demand where they are, and are not moved, so a plan
-      does not change with who crossed a threshold this cycle, and nothing
-      is planned onto their paths meanwhile."""
-    row, cat = recent.row[:kept].copy(), recent.cat[:kept]
-    for r, move in zip(recent.find(catalog.rows(list(moves))).tolist(), moves.values()):
-        if 0 <= r < kept and cat[r] >= 0:
-            row[r] = index.row_of(int(catalog.base[cat[r]]), move.via)  # where it is now: we moved it
-    row = np.where(row < len(index), row, -1)  # a row of a route index that started over
-    known = np.flatnonzero((row >= 0) & (cat >= 0))
-    on_dead = dead[index.table()[row[known]]].any(axis=1)
-    starved = known[on_dead]
-    dormant = known[~on_dead]
-
-    def elephants(i: np.ndarray, measured: bool) -> Elephants:
-        """A starved flow keeps its last rate (a move is checked against it); a dormant one sends nothing."""
-        rate = recent.rate_bps[i] if measured else np.zeros(len(i))
-        return Elephants(
-            [recent.keys[k] for k in i.tolist()],
-            np.full(len(i), -1),
-            cat[i],
-            rate,
-            np.zeros(len(i)),
-            recent.demand_bps[i],
-            row[i],
-        )
-
-    return elephants(starved, True), elephants(dormant, False)
-
-
-def _explained(
-    catalog: FlowCatalog,
-    elephants: Elephants,
-    port_at: np.ndarray,
-    state: TeState,
-    cfg: EngineConfig,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per egress, the load its elephants' records explain, smoothed as the
-    port's own rate was (`port_smoothing`, the LinkView's EWMA: seeded with
-    the first sample, then one step per new port sample, not per cycle: a
-    cycle may run between two batches); and the time of the port sample
-    each egress last folded in.
-
-    The difference from the port's rate is background (mice, flows TE does
-    not see). It is one only if both sides went through the same filter.
-    Records arrive raw, port rates smoothed: subtracting the one from the
-    other, every flow that stops leaves its port's EWMA tail (half its rate,
-    then a quarter, ...) as load nobody sends, and every flow that starts a
-    hole as deep. Steady traffic never shows it; a collective that
-    iterates (send, compute, send) does at every iteration: the tail peaks
-    in the compute gap, the residual's EWMA carries it into the next
-    iteration, and on a link its one elephant fills exactly, that phantom
-    background reads as a collision. Smoothed alike, a flow's tail is
-    explained by its own. Every elephant's record explains its share of
-    its NIC's link and of its receiver's, located or not."""
-    index = catalog.index
-    located = elephants.row >= 0
-    # This sample's rates, not the smoothed ones: the same instant as the port counters.
-    now_load = index.loads(elephants.row[located], elephants.raw_bps[located])
-    ends = np.concatenate([catalog.nic_tx[catalog.src[elephants.cat]], catalog.nic_rx[catalog.dst[elephants.cat]]])
-    now_load += np.bincount(ends, np.tile(elephants.raw_bps, 2), len(now_load))
-    fresh = np.isfinite(port_at)
-    if state.explained is None or state.port_at is None or len(state.explained) != len(now_load):
-        return np.where(fresh, now_load, 0.0), port_at
-    a = cfg.port_smoothing
-    new = port_at > state.port_at  # a port sample the LinkView has folded in since the last cycle
-    first = new & ~np.isfinite(state.port_at)
-    explained = np.where(first, now_load, np.where(new, a * now_load + (1 - a) * state.explained, state.explained))
-    # A port with no fresh sample keeps its filter's state, as the LinkView keeps its last rate.
-    return explained, np.where(fresh, port_at, state.port_at)
-
-
-def _settle(
-    index: LinkIndex,
-    catalog: FlowCatalog,
-    dead: np.ndarray,
-    elephants: Elephants,
-    moves: dict[FlowKey, Move],
-    now: float,
-    cfg: EngineConfig,
-) -> list[Decision]:
-    """Once a move has had `hysteresis_s` to take effect, it is checked once
-    against the rate the flow had before: a flow that measures worse goes
-    back where it was and is held there. TE never leaves a flow worse off
-    than the hash did."""
-    out = []
-    for (key, move), i in zip(list(moves.items()), elephants.find(catalog.rows(list(moves))).tolist()):
-        if i < 0 or move.settled or now - move.moved_at < cfg.hysteresis_s:
-            continue
-        rate = float(elephants.rate_bps[i])
-        back = index.row_of(int(catalog.base[elephants.cat[i]]), move.from_via) if move.from_via else -1
-        before = min(move.rate_before, move.rate_expected) if move.rate_expected > 0 else move.rate_before
-        worse = before > 0 and rate < before * (1 - cfg.revert_margin)
-        if worse and back >= 0 and not dead[index.hops(back)].any():
-            moves[key] = Move(
-                key, move.src, move.dst, move.from_via, now, now, from_via=move.via, settled=True, held=True
-            )
-            out.append(
-                Decision(
-                    DecisionKind.REVERT,
-                    describe_flow(key),
-                    f"{move.via} -> {move.from_via}: measured {rate / 1e9:.2f} Gb/s after the move, "
-                    f"{before / 1e9:.2f} before (or planned); held",
-                    now,
-                    flow=key,
-                    from_via=move.via,
-                    to_via=move.from_via,
-                )
-            )
-        else:
-            moves[key] = replace(move, settled=True)
-    return out

@@ -39,6 +39,7 @@ from controller.fabric import NicId
 from controller.te.engine.anneal import anneal
 from controller.te.engine.catalog import FlowCatalog
 from controller.te.engine.fleet import Fleet
+from controller.te.engine.fruitless import alike_within, fingerprint, searched_before
 from controller.te.engine.gains import ONE_BY_ONE, Turn, any_gain
 from controller.te.engine.links import LinkIndex
 from controller.te.engine.plan import Plan, Planner
@@ -58,7 +59,6 @@ from controller.te.view import FlowKey
 # arrays, fabric-wide), and plans take what they leave.
 PLANNED_ONLY = 512
 ANNEALING_RESTARTS = 3  # seeds an annealing search tries before it gives up for the pass
-SEARCHES = 3  # searches of the same inputs, hysteresis_s apart, before they are left alone
 
 
 @dataclass(frozen=True)
@@ -288,8 +288,10 @@ class Pass:
         inputs = self.inputs
         if self.planner() is None:
             return
-        key = self._key(_caps(inputs.elephants, self.metered))
-        searches = self._searches(key)
+        step = alike_within(inputs.cfg, self.fleet.capacity)
+        caps = _caps(inputs.elephants, self.metered)
+        key = fingerprint(self.fleet.rows, inputs.elephants.cat, self.free, caps, inputs.dead, step)
+        searches = searched_before(inputs.fruitless, key, inputs.background, inputs.now, inputs.cfg, step)
         planner = self.planner()
         assert planner is not None
         planner.refresh()
@@ -351,42 +353,6 @@ class Pass:
                     fleet, ends, caps, inputs.background, inputs.port_load, self.free, held_back, inputs.cfg
                 )
         return self._planner
-
-    def _step(self) -> float:
-        """min_gain of the narrowest link: measurements closer than this are alike."""
-        capacity = self.fleet.capacity
-        return self.inputs.cfg.min_gain * float(capacity[np.isfinite(capacity)].min())
-
-    def _key(self, caps: np.ndarray) -> int:
-        """A fingerprint of what the joint search works on but the
-        background: the routes, the flows, what may move, the caps in
-        steps (Fruitless)."""
-        inputs, fleet = self.inputs, self.fleet
-        quantized = np.round(np.where(np.isfinite(caps), caps, -1.0) / self._step())
-        return hash(
-            (
-                fleet.rows.tobytes(),
-                inputs.elephants.cat.tobytes(),
-                self.free.tobytes(),
-                quantized.tobytes(),
-                inputs.dead.tobytes(),
-            )
-        )
-
-    def _searches(self, key: int) -> int:
-        """How often these inputs were searched and nothing found (0: new);
-        -1: leave them alone now (searched under hysteresis_s ago, or
-        SEARCHES times with the background as it is)."""
-        inputs = self.inputs
-        last = inputs.fruitless
-        if last is None or last.key != key or len(last.background) != len(inputs.background):
-            return 0
-        if inputs.now - last.at < inputs.cfg.hysteresis_s:
-            return -1
-        alike = np.abs(last.background - inputs.background).max(initial=0.0) <= self._step()
-        if not alike:
-            return 0
-        return -1 if last.searches >= SEARCHES else last.searches
 
     @staticmethod
     def _confirmed(planner: Planner) -> list[int]:
