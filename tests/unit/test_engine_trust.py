@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.fabric import NicId, build_fabric, parse_spec
-from controller.te.engine import EngineConfig, FlowFrame, TeState
+from controller.te.engine import Engine, EngineConfig, FlowFrame, Snapshot, TeState
 from controller.te.engine.elephants import find_elephants
 from controller.te.engine.state import Elephants, Recent
 from controller.te.view import FlowSample, LinkView, PortSample
@@ -472,3 +472,32 @@ def test_a_known_elephant_stays_one_until_it_falls_below_half_the_threshold():
     assert found(0.08 * nic, Recent()) == []  # new, under the threshold: a mouse
     assert found(0.08 * nic, seen_at(0.12 * nic)) == [key]  # smoothed to 0.10 of the NIC: still one
     assert found(0.0 * nic, seen_at(0.08 * nic)) == []  # 0.04: gone
+
+
+def _run(engines, worlds, cycles=12):
+    """Steps each (engine, world) pair in turn, cycle by cycle: their
+    decisions, per world."""
+    states = [TeState() for _ in worlds]
+    seen: list[list] = [[] for _ in worlds]
+    for c in range(cycles):
+        now = 100.0 + 0.2 * c
+        for k, (eng, world) in enumerate(zip(engines, worlds)):
+            flows, ports = world.telemetry(now, states[k].moves)
+            states[k], decisions = eng.step(states[k], Snapshot(flows, ports, now))
+            seen[k].append([(d.kind, d.subject, d.to_via) for d in decisions])
+    return seen
+
+
+def test_two_engines_on_one_fabric_in_one_process_decide_as_each_alone():
+    """An engine's caches are its own (Engine owns its LinkIndex and
+    FlowCatalog): two engines on the same Fabric object, stepped in turn on
+    different traffic, decide exactly what each decides alone."""
+    first = collided_world()
+    a, b, c, d = NicId(1, 0, 0), NicId(1, 0, 1), NicId(1, 1, 0), NicId(1, 1, 1)
+    other = {flow_key(a, c, 50001): (a, c, "rys1"), flow_key(b, d, 50002): (b, d, "rys1")}
+    other |= {flow_key(c, a, 50003): (c, a, "rys0")}
+    second = World(FABRIC, other)
+    alone = [_run([Engine(FABRIC)], [w])[0] for w in (first, second)]
+    together = _run([Engine(FABRIC), Engine(FABRIC)], [first, second])
+    assert together == alone
+    assert all(any(any(cycle) for cycle in decided) for decided in alone)  # each engine had something to decide
