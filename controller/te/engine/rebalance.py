@@ -311,7 +311,9 @@ class Pass:
                 plan = planner.plans_for(link, self.allowed)
                 if plan is not None:
                     break
-            if plan is None and not annealed:
+            if plan is None and not annealed and len(inputs.elephants) <= PLANNED_ONLY:
+                # Annealing is for fabrics small enough that every move is a plan:
+                # its steps are scalar, and a large fabric's single moves came first.
                 annealed = True
                 plan = self._annealed(planner)
             if plan is None:
