@@ -61,7 +61,7 @@ from controller.te.view import FlowKey, FlowSample, PortSample
 
 # The caches start over when they hold this many times what the live view
 # needs (and at least MIN_CACHE entries): bounded by the live view, not by history.
-CACHE_SLACK = 4
+CACHE_SLACK = 2
 MIN_CACHE = 1 << 16
 
 
@@ -107,14 +107,20 @@ class Engine:
         self.catalog = FlowCatalog(self.index)
 
     def step(self, state: TeState, snapshot: Snapshot) -> tuple[TeState, list[Decision]]:
-        live = len(snapshot.flows) + len(state.recent)
-        if len(self.catalog) > max(CACHE_SLACK * live, MIN_CACHE) or len(self.index) > max(
-            CACHE_SLACK * live, MIN_CACHE
-        ):
+        cycle = _Cycle(self, state, snapshot)
+        result = cycle.run()
+        self.caches.routes, self.caches.flow_keys = len(self.index), len(self.catalog)
+        # What the live view needs, in each cache's own unit: flow keys, and
+        # the route-table rows of the leaf pairs its flows join. A restart
+        # costs the next cycle one lookup per live key and leaf pair.
+        keys = len(snapshot.flows) + len(state.recent)
+        known = cycle.cat[cycle.cat >= 0]
+        _, first = np.unique(self.catalog.base[known], return_index=True)
+        rows = int(self.catalog.nroutes[known[first]].sum())
+        over = len(self.catalog) > max(CACHE_SLACK * keys, MIN_CACHE)
+        if over or len(self.index) > max(CACHE_SLACK * rows, MIN_CACHE):
             self._fresh()  # the state's rows are found again by key (TeState.recent)
             self.caches.restarts += 1
-        result = _Cycle(self, state, snapshot).run()
-        self.caches.routes, self.caches.flow_keys = len(self.index), len(self.catalog)
         return result
 
 

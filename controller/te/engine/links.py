@@ -45,7 +45,10 @@ class LinkIndex:
         self.egresses = egresses
         self.pad = len(egresses)
         self.capacity = np.array([*(fabric.capacity_bps[e] for e in egresses), np.inf], dtype=float)
-        self._rows: list[np.ndarray] = []  # every known route's hops, in table order
+        # Every known route's hops, in table order, padded with `pad`: a
+        # buffer that doubles, so a new leaf pair appends its rows in O(its rows).
+        self._buf = np.zeros((0, 0), dtype=np.int64)
+        self._n = 0
         self.via_at: list[str] = []  # every known route's via, in table order
         self._table: np.ndarray | None = None
         self._table_by_hop: np.ndarray | None = None
@@ -63,7 +66,7 @@ class LinkIndex:
 
     def __len__(self) -> int:
         """Route-table rows: every leaf pair's routes asked for so far."""
-        return len(self._rows)
+        return self._n
 
     def routes(self, src: NicId, dst: NicId) -> Routes:
         found = self._pairs.get((src, dst))
@@ -83,9 +86,9 @@ class LinkIndex:
             widest = float(self.capacity[hops].min(axis=1).max()) if len(vias) else 0.0
             disjoint = len(np.unique(hops)) == hops.size
             found = Routes(
-                vias, hops, self.capacity[hops], {v: i for i, v in enumerate(vias)}, widest, disjoint, len(self._rows)
+                vias, hops, self.capacity[hops], {v: i for i, v in enumerate(vias)}, widest, disjoint, self._n
             )
-            self._rows.extend(hops)
+            self._append(hops)
             self.via_at.extend(vias)
             self._table = self._blocks = self._through = None
             self._routes[(a, b)] = found
@@ -93,6 +96,19 @@ class LinkIndex:
             self._row_block.extend([len(self._at)] * len(vias))
             self._at.append((found, src, dst))
         return found
+
+    def _append(self, hops: np.ndarray) -> None:
+        count, width = hops.shape
+        if not count:
+            return
+        if width > self._buf.shape[1]:
+            self._buf = np.pad(self._buf, ((0, 0), (0, width - self._buf.shape[1])), constant_values=self.pad)
+        if self._n + count > len(self._buf):
+            grown = np.full((max(2 * len(self._buf), self._n + count, 64), self._buf.shape[1]), self.pad, np.int64)
+            grown[: self._n] = self._buf[: self._n]
+            self._buf = grown
+        self._buf[self._n : self._n + count, :width] = hops
+        self._n += count
 
     def routes_at(self, base: int) -> Routes:
         """The routes whose block starts at row `base`."""
@@ -153,22 +169,19 @@ class LinkIndex:
         """(known routes, longest route) of link ids, padded with `pad`: the
         links of many flows in one fancy index, `table[routes.base + row]`."""
         if self._table is None:
-            width = max((len(r) for r in self._rows), default=0)
-            table = np.full((len(self._rows), width), self.pad, dtype=np.int64)
-            for i, row in enumerate(self._rows):
-                table[i, : len(row)] = row
-            self._table = table
+            self._table = self._buf[: self._n]
         return self._table
 
     def table_by_hop(self) -> np.ndarray:
         """`table`, transposed: (longest route, known routes)."""
-        if self._table_by_hop is None or self._table_by_hop.shape[1] != len(self._rows):
+        if self._table_by_hop is None or self._table_by_hop.shape[1] != self._n:
             self._table_by_hop = np.ascontiguousarray(self.table().T)
         return self._table_by_hop
 
     def hops(self, row: int) -> np.ndarray:
         """The links of the route on route-table row `row`, unpadded."""
-        return self._rows[row]
+        hops: np.ndarray = self._buf[row]
+        return hops[hops != self.pad]
 
     def blocks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(the first row and the size of every block that has rows, in table
@@ -208,8 +221,8 @@ class LinkIndex:
         return out
 
     def _grow_reverse(self) -> None:
-        if len(self._reverse) < len(self._rows):
-            self._reverse = np.append(self._reverse, np.full(len(self._rows) - len(self._reverse), -2))
+        if len(self._reverse) < self._n:
+            self._reverse = np.append(self._reverse, np.full(self._n - len(self._reverse), -2))
 
     def loads(self, rows: np.ndarray, bps: np.ndarray) -> np.ndarray:
         """Per egress (and pad), the sum of `bps` of flows on route-table `rows`."""
