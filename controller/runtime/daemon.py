@@ -50,6 +50,7 @@ from controller.southbound.overlay import meter_ids
 from controller.southbound.reconciler import Reconciler, ReconcileTrigger
 from controller.southbound.stats import StatsPoller
 from controller.telemetry.ingest import Batch, Overloaded, TelemetryIngest
+from controller.telemetry.link_view import LinkViewCollector
 from controller.telemetry.sflow_agents import load_agents
 from controller.telemetry.sflow_collector import SflowCollector
 from controller.telemetry.sflow_fold import AgentPolicy
@@ -96,7 +97,9 @@ class Daemon:
             etcd = None
             self.store = SqliteIntentStore(config.store)
         self.ingest = TelemetryIngest(self.metrics)
-        self.metrics.watch_links(fabric, self.ingest.fresh_ports)
+        # Exports the live link view at scrape time, labelled by the fabric's own
+        # switch, port, tier and plane (bounded by its size).
+        self.metrics.registry.register(LinkViewCollector(fabric, self.ingest.fresh_ports))
         self.sflow = self._sflow_collector(config) if config.sflow is not None else None
         self.intent = IntentService(
             fabric, self.store, self.metrics, live_load=self.ingest.fresh_load, watch_history=config.watch_history
