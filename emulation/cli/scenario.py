@@ -33,10 +33,11 @@ def scenario_list(args) -> int:
 def scenario_run(args) -> int:
     needs_sim_extra("scenario run")
     from emulation.net import ovs
+    from emulation.scenarios.emulable import check_emulable
     from emulation.scenarios.judge import RunInvalid
     from emulation.scenarios.output import report_stem, write
     from emulation.scenarios.report import build_report
-    from emulation.scenarios.runner import Sources, check_emulable, run_scenario
+    from emulation.scenarios.runner import Sources, run_scenario
     from emulation.scenarios.table import table
     from emulation.workload import load_workload, spec_file
     from emulation.workload.events import check_events
