@@ -14,7 +14,7 @@ times a second throughout (the mutation limit lifted):
 Accepted is railyard_telemetry_records_total{result="accepted"} over the
 flood, per second, against the budget; PlaceJob p99 is the nearest-rank
 percentile of the client's timings in each phase. Telemetry comes from a
-child process (bench.soak.Sender).
+child process (bench.telemetry_streams.Sender).
 
     make bench-budget  ->  bench/results/budget.json
     (targets: accepted <= 1.1 x budget; PlaceJob p99 in the flood within the
@@ -33,7 +33,8 @@ import time
 from pathlib import Path
 
 from bench import write_result
-from bench.soak import SPEC, Placer, Sender, place_figures
+from bench.soak import SPEC, Placer, place_figures
+from bench.telemetry_streams import Sender
 from controller.api.limits import TELEMETRY_RECORDS_PER_S
 from emulation.processes.controller_process import ControllerProcess, Ports, total
 

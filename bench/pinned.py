@@ -35,8 +35,8 @@ from emulation.agent.telemetry_agent import TelemetryAgent, read_queues
 from emulation.net import ovs
 from emulation.net.fabric import EmulatedFabric
 from emulation.processes.controller_process import ControllerProcess, Ports
+from emulation.scenarios.emulable import steady_flows
 from emulation.scenarios.judge import judge, phases
-from emulation.scenarios.runner import steady_flows
 from emulation.traffic.iperf import FlowSpec, TrafficRun
 from emulation.workload import load_workload, spec_file
 from emulation.workload.expand import expand

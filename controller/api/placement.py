@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import queue
-import threading
-
-import grpc
-
 from controller.api.errors import rpc, stream_guard
 from controller.api.gen.railyard.v1 import placement_pb2 as pb
 from controller.api.gen.railyard.v1 import placement_pb2_grpc as pb_grpc
 from controller.api.paging import encode_token, page
+from controller.api.watch import BoundedWatch, WatchSlots
 from controller.errors import FieldError, NotFound, shown
 from controller.fabric import Fabric
 from controller.fabric import addressing as ad
@@ -132,7 +128,7 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
         self.service = service
         self.hosts = hosts or HostMap.identity(service.fabric)
         self.metrics = metrics
-        self._watchers = threading.BoundedSemaphore(MAX_WATCHERS)
+        self._watchers = WatchSlots(MAX_WATCHERS, f"at most {MAX_WATCHERS} concurrent WatchJobs streams")
         self.reply_bytes = message_bytes - REPLY_MARGIN_BYTES  # what a reply's message may take
 
     def _job(self, job: Job) -> pb.Job:
@@ -265,50 +261,30 @@ class PlacementServicer(pb_grpc.PlacementServiceServicer):
 
     @stream_guard
     def WatchJobs(self, request, context):
-        if not self._watchers.acquire(blocking=False):
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"at most {MAX_WATCHERS} concurrent WatchJobs streams")
-        events: queue.Queue[JobEvent | None] = queue.Queue(maxsize=WATCH_QUEUE)
-        overflow = threading.Event()
+        with self._watchers.held(context):
+            watch: BoundedWatch[JobEvent] = BoundedWatch(WATCH_QUEUE)
+            wanted = set(JobEventKind) - (set() if request.include_programmed else {JobEventKind.PROGRAMMED})
 
-        wanted = set(JobEventKind) - (set() if request.include_programmed else {JobEventKind.PROGRAMMED})
+            def listener(_intent, new_events):
+                for event in new_events:
+                    if event.kind in wanted:
+                        watch.put(event)
 
-        def listener(_intent, new_events):
-            for event in new_events:
-                if event.kind not in wanted:
-                    continue
-                try:
-                    events.put_nowait(event)
-                except queue.Full:
-                    overflow.set()  # a watcher that cannot keep up is cut off, not buffered forever
-
-        try:
             if request.HasField("since_revision"):
                 replay = self.service.watch_from(request.since_revision, listener)
             else:
                 replay = []
                 self.service.subscribe(listener)
-        except BaseException:
-            self._watchers.release()
-            raise
-        context.add_callback(lambda: events.put(None) if not events.full() else overflow.set())
-        try:
-            for past in replay:
-                if past.kind in wanted:
-                    yield self._event(past)
-            while context.is_active():
-                if overflow.is_set():
-                    context.abort(
-                        grpc.StatusCode.RESOURCE_EXHAUSTED,
-                        f"watcher fell {WATCH_QUEUE} events behind; watch again since the last revision it saw "
-                        "(or list again, if that is gone)",
-                    )
-                try:
-                    event = events.get(timeout=1.0)
-                except queue.Empty:
-                    continue
-                if event is None:
-                    return
-                yield self._event(event)
-        finally:
-            self.service.unsubscribe(listener)
-            self._watchers.release()
+            watch.end_with(context)
+            try:
+                for past in replay:
+                    if past.kind in wanted:
+                        yield self._event(past)
+                behind = (
+                    f"watcher fell {WATCH_QUEUE} events behind; watch again since the last revision it saw "
+                    "(or list again, if that is gone)"
+                )
+                for event in watch.follow(context, behind):
+                    yield self._event(event)
+            finally:
+                self.service.unsubscribe(listener)

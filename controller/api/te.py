@@ -2,7 +2,7 @@
 
 `DecisionFeed` keeps the last decisions (bounded) and hands each new one to
 every watcher's bounded queue; a watcher that falls behind is cut off, not
-buffered forever (as WatchJobs). A decision arrives here in the shape of
+buffered forever (api/watch.py, as WatchJobs). A decision arrives here in the shape of
 the engine's `Decision` with its typed fields (flow, link, from_via,
 to_via); runtime/te_feed.py fills them from the TE runner.
 """
@@ -10,17 +10,15 @@ to_via); runtime/te_feed.py fills them from the TE runner.
 from __future__ import annotations
 
 import collections
-import queue
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-
-import grpc
 
 from controller.api.errors import stream_guard
 from controller.api.fabric import PROTOCOL_NAMES
 from controller.api.gen.railyard.v1 import te_pb2 as pb
 from controller.api.gen.railyard.v1 import te_pb2_grpc as pb_grpc
+from controller.api.watch import BoundedWatch, WatchSlots
 from controller.te.view import FlowKey
 
 HISTORY = 1024
@@ -88,37 +86,19 @@ def decision_to_proto(event: TeEvent) -> pb.TeDecision:
 class TeServicer(pb_grpc.TeServiceServicer):
     def __init__(self, feed: DecisionFeed) -> None:
         self.feed = feed
-        self._watchers = threading.BoundedSemaphore(MAX_WATCHERS)
+        self._watchers = WatchSlots(MAX_WATCHERS, f"at most {MAX_WATCHERS} concurrent WatchDecisions")
 
     @stream_guard
     def WatchDecisions(self, request, context):
-        if not self._watchers.acquire(blocking=False):
-            context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"at most {MAX_WATCHERS} concurrent WatchDecisions")
-        events: queue.Queue[TeEvent | None] = queue.Queue(maxsize=WATCH_QUEUE)
-        overflow = threading.Event()
-
-        def listener(event: TeEvent) -> None:
+        with self._watchers.held(context):
+            watch: BoundedWatch[TeEvent] = BoundedWatch(WATCH_QUEUE)
+            recent = self.feed.subscribe(watch.put)
+            watch.end_with(context)
             try:
-                events.put_nowait(event)
-            except queue.Full:
-                overflow.set()
-
-        recent = self.feed.subscribe(listener)
-        context.add_callback(lambda: events.put(None) if not events.full() else overflow.set())
-        try:
-            if request.include_recent:
-                for event in recent:
+                if request.include_recent:
+                    for event in recent:
+                        yield pb.WatchDecisionsResponse(decision=decision_to_proto(event))
+                for event in watch.follow(context, f"watcher fell {WATCH_QUEUE} decisions behind"):
                     yield pb.WatchDecisionsResponse(decision=decision_to_proto(event))
-            while context.is_active():
-                if overflow.is_set():
-                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, f"watcher fell {WATCH_QUEUE} decisions behind")
-                try:
-                    next_event = events.get(timeout=1.0)
-                except queue.Empty:
-                    continue
-                if next_event is None:
-                    return
-                yield pb.WatchDecisionsResponse(decision=decision_to_proto(next_event))
-        finally:
-            self.feed.unsubscribe(listener)
-            self._watchers.release()
+            finally:
+                self.feed.unsubscribe(watch.put)

@@ -44,12 +44,13 @@ from controller.runtime.metrics_listener import MetricsListener
 from controller.runtime.reload import reload_tls
 from controller.runtime.te_feed import moves_by_via, publisher
 from controller.runtime.te_runner import TeRunner
-from controller.schedulers.hosts import load_hosts
+from controller.schedulers.hosts import HostMap, load_hosts
 from controller.southbound.app import OpenFlowTls, start_openflow
 from controller.southbound.overlay import meter_ids
 from controller.southbound.reconciler import Reconciler, ReconcileTrigger
 from controller.southbound.stats import StatsPoller
 from controller.telemetry.ingest import Batch, Overloaded, TelemetryIngest
+from controller.telemetry.link_view import LinkViewCollector
 from controller.telemetry.sflow_agents import load_agents
 from controller.telemetry.sflow_collector import SflowCollector
 from controller.telemetry.sflow_fold import AgentPolicy
@@ -78,6 +79,10 @@ def listening(flag: str, listen: Listen, open_it: Callable[..., T], *args, **kwa
 
 
 class Daemon:
+    """Built in stages whose order is the start-up's: anything that can refuse
+    the configuration (the hosts map, a store, a file, a port) does so before
+    the OpenFlow listener opens, and a refusal changes nothing."""
+
     def __init__(self, fabric: Fabric, config: DaemonConfig) -> None:
         self.fabric = fabric
         self.config = config
@@ -88,21 +93,51 @@ class Daemon:
         # hundreds of thousands of objects) off the API's latency tail.
         gc.freeze()
         self.metrics = Metrics(sorted(fabric.switches))
-        self.store: IntentStore
-        if isinstance(config.store, EtcdUrl):
-            kv = EtcdKv(config.store, config.etcd_tls, observe=self._observe_store)
-            self.store = etcd = EtcdIntentStore(kv)
-        else:
-            etcd = None
-            self.store = SqliteIntentStore(config.store)
+        etcd = self._open_store(config)
         self.ingest = TelemetryIngest(self.metrics)
-        self.metrics.watch_links(fabric, self.ingest.fresh_ports)
+        # Exports the live link view at scrape time, labelled by the fabric's own
+        # switch, port, tier and plane (bounded by its size).
+        self.metrics.registry.register(LinkViewCollector(fabric, self.ingest.fresh_ports))
         self.sflow = self._sflow_collector(config) if config.sflow is not None else None
         self.intent = IntentService(
             fabric, self.store, self.metrics, live_load=self.ingest.fresh_load, watch_history=config.watch_history
         )
+        self._southbound(config)
+        self._adaptive_te(config)
+        self._listeners(config, hosts)
+        self.replication: Replication | None = None
+        if etcd is None:
+            self.metrics.leader.set(1)  # a lone controller leads
+            self.api.set_leader(True)
+        else:
+            address = config.advertise or str(config.grpc)
+            self.replication = Replication(etcd, address, self.intent, self.reconciler, self.te, self.metrics, self.api)
+        if config.insecure:
+            for name, listen in (("gRPC", config.grpc), ("OpenFlow", config.openflow), ("metrics", config.metrics)):
+                if not listen.loopback and config.tls is None:
+                    log.warning("INSECURE (--insecure): %s listens on %s in the clear", name, listen)
+        self._stop = threading.Event()
+        self._reload = threading.Event()
+        self._apps: app_manager.AppManager | None = None
+        # Likewise what was just built: the intent loaded from the store, the
+        # metrics' label sets. Full passes then walk only what placements add
+        # later; at 16k GPUs each pass is a PlaceJob that waits for it.
+        gc.freeze()
+
+    def _open_store(self, config: DaemonConfig) -> EtcdIntentStore | None:
+        """The intent store; the etcd one, if that is it (replicas elect a leader on it)."""
+        self.store: IntentStore
+        if isinstance(config.store, EtcdUrl):
+            kv = EtcdKv(config.store, config.etcd_tls, observe=self._observe_store)
+            self.store = etcd = EtcdIntentStore(kv)
+            return etcd
+        self.store = SqliteIntentStore(config.store)
+        return None
+
+    def _southbound(self, config: DaemonConfig) -> None:
+        """The reconciler, and the OpenFlow statistics poller that shares its sessions."""
         self.reconciler = Reconciler(
-            fabric,
+            self.fabric,
             self.intent,
             self.metrics,
             config.reconcile_interval_s,
@@ -113,9 +148,13 @@ class Daemon:
         self.stats: StatsPoller | None = None
         if config.openflow_stats_s:
             self.stats = StatsPoller(
-                fabric, self.reconciler.sessions, self.metrics, self._port_samples, config.openflow_stats_s
+                self.fabric, self.reconciler.sessions, self.metrics, self._port_samples, config.openflow_stats_s
             )
             self.reconciler.on_port_status = self.stats.port_status
+
+    def _adaptive_te(self, config: DaemonConfig) -> None:
+        """The TE runner, wired to the reconciler (unless advisory), the decision feed and the metrics."""
+        fabric = self.fabric
         self.programs = config.southbound != "none"
         try:
             self.te = TeRunner(
@@ -146,9 +185,13 @@ class Daemon:
         self.metrics.southbound_programs.set(1 if self.programs else 0)
         if self.stats is not None:
             self.stats.metered = lambda: {leaf for leaf, _ in meter_ids(fabric, self.te.plan()[2]).values()}
+
+    def _listeners(self, config: DaemonConfig, hosts: HostMap) -> None:
+        """The gRPC API, the scheduler extender and the metrics endpoint, each
+        on its port; the OpenFlow port is only checked here (it opens in start)."""
         tls = config.tls.load() if config.tls is not None else None
         if tls is not None:
-            tls.policy.check_switches(frozenset(fabric.switches))
+            tls.policy.check_switches(frozenset(self.fabric.switches))
         try:
             audit = AuditLog.open(config.audit_log) if config.audit_log else None
         except OSError as exc:
@@ -203,24 +246,6 @@ class Daemon:
         problem = bind_problem(config.openflow.host, config.openflow.port)
         if problem:
             raise ConfigError("openflow-listen", f"cannot listen on {config.openflow}: {problem}", LISTEN_ALLOWED)
-        self.replication: Replication | None = None
-        if etcd is None:
-            self.metrics.leader.set(1)  # a lone controller leads
-            self.api.set_leader(True)
-        else:
-            address = config.advertise or str(config.grpc)
-            self.replication = Replication(etcd, address, self.intent, self.reconciler, self.te, self.metrics, self.api)
-        if config.insecure:
-            for name, listen in (("gRPC", config.grpc), ("OpenFlow", config.openflow), ("metrics", config.metrics)):
-                if not listen.loopback and config.tls is None:
-                    log.warning("INSECURE (--insecure): %s listens on %s in the clear", name, listen)
-        self._stop = threading.Event()
-        self._reload = threading.Event()
-        self._apps: app_manager.AppManager | None = None
-        # Likewise what was just built: the intent loaded from the store, the
-        # metrics' label sets. Full passes then walk only what placements add
-        # later; at 16k GPUs each pass is a PlaceJob that waits for it.
-        gc.freeze()
 
     def _port_samples(self, samples) -> None:
         with contextlib.suppress(Overloaded):  # the ingest counts it; the next poll is newer

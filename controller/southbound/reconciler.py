@@ -11,7 +11,6 @@ is already right receives nothing.
 
 from __future__ import annotations
 
-import functools
 import logging
 import queue
 import threading
@@ -26,11 +25,9 @@ from controller.intent.events import JobEvent, JobEventKind
 from controller.intent.model import Intent
 from controller.intent.service import IntentService
 from controller.metrics import RESULTS, Metrics
-from controller.southbound import ofcodec, wire
+from controller.southbound.commit import OverlayCommit, OverlayPlan
 from controller.southbound.connections import SwitchConnections
-from controller.southbound.fanout import fan_out
 from controller.southbound.overlay import (
-    EntryKey,
     OverlayEntry,
     OverlayMemo,
     OverlayMeter,
@@ -39,15 +36,11 @@ from controller.southbound.overlay import (
 )
 from controller.southbound.programmed import JobProgress, programmed_now
 from controller.southbound.reconcile import (
-    FlowModKind,
     MeterDelta,
     SwitchDelta,
     changes,
     diff_meters,
     diff_table,
-    order_for_adds,
-    order_for_deletes,
-    tiers,
 )
 from controller.southbound.switches import SWITCH_ERROR_REASONS, CallTable, SwitchError, SwitchSession
 from controller.southbound.tables import KnownTables
@@ -78,18 +71,6 @@ class Trigger:
 
 
 _STOP = Trigger(None)
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """One pass's plan: the overlay wanted on each switch whose table is known, and the difference."""
-
-    te_generation: int  # of the TE moves and meters planned for (TePlanner.applied)
-    intent: Intent
-    desired: dict[str, dict[EntryKey, OverlayEntry]]  # switch -> the overlay entries it should hold
-    meters: dict[str, dict[int, OverlayMeter]]  # switch -> its meters
-    deltas: dict[str, SwitchDelta]
-    meter_deltas: dict[str, MeterDelta]
 
 
 class TePlanner(Protocol):
@@ -125,6 +106,7 @@ class Reconciler:
         self.tables = KnownTables(metrics, audit_every, max_in_flight)  # only the reconciler thread touches it
         # --underlay: the ECMP underlay is this controller's to install and keep (its own cookie owner).
         self.underlay = UnderlaySync(fabric, metrics, audit_every, max_in_flight) if underlay else None
+        self.commit = OverlayCommit(fabric, metrics, max_in_flight)
         self.calls = CallTable()
         self.connections = SwitchConnections(
             fabric,
@@ -274,7 +256,7 @@ class Reconciler:
         dumped = time.perf_counter()
         plan = self._plan(sessions)
         planned = time.perf_counter()
-        in_sync = self._apply(sessions, plan)
+        in_sync = self.commit.apply(sessions, plan, self.tables, self._failed)
         ok = ok and in_sync == set(plan.deltas)
         in_sync -= underlay_failed
         elapsed = self._record(reason, ok, started, dumped, planned)
@@ -299,7 +281,7 @@ class Reconciler:
                 self.te.adopt(list(self.tables[name].entries.values()), self.tables[name].meters)
         return ok
 
-    def _plan(self, sessions: Mapping[str, SwitchSession]) -> _Plan:
+    def _plan(self, sessions: Mapping[str, SwitchSession]) -> OverlayPlan:
         """What each switch whose table is known should hold, and the difference."""
         te_generation, te_moves, te_meters = self.te.plan() if self.te is not None else (0, [], [])
         intent = self.intent.snapshot()
@@ -312,34 +294,7 @@ class Reconciler:
                 self.metrics.entries_desired.labels(name).set(len(desired[name]))
                 deltas[name] = diff_table(name, desired[name], self.tables[name].entries)
                 meter_deltas[name] = diff_meters(meters[name], self.tables[name].meters)
-        return _Plan(te_generation, intent, desired, meters, deltas, meter_deltas)
-
-    def _apply(self, sessions: Mapping[str, SwitchSession], plan: _Plan) -> set[str]:
-        """Sends the plan; the switches that ended in sync (the others' tables
-        are unknown now, and read again next pass).
-
-        Meters exist before the entries that use them and go after them (a
-        switch refuses an entry naming a missing meter, and deleting a meter
-        deletes every entry that uses it). Each step is in flight on every
-        switch at once; across switches only the tiers' order matters."""
-        deltas, meter_deltas = plan.deltas, plan.meter_deltas
-        in_sync = set(deltas)
-        upserts = {
-            n: [("add", m) for m in d.adds] + [("modify", m) for m in d.changes] for n, d in meter_deltas.items()
-        }
-        in_sync -= self._send_meters(sessions, upserts)
-        for tier_group in tiers(self.fabric, order_for_adds(self.fabric, in_sync)):
-            in_sync -= self._commit(sessions, {n: deltas[n].adds for n in tier_group}, FlowModKind.ADD)
-        for tier_group in tiers(self.fabric, order_for_deletes(self.fabric, in_sync)):
-            in_sync -= self._commit(sessions, {n: deltas[n].deletes for n in tier_group}, FlowModKind.DELETE)
-        in_sync -= self._send_meters(sessions, {n: [("delete", m) for m in meter_deltas[n].deletes] for n in in_sync})
-        for name in deltas:
-            if name in in_sync:
-                self.tables[name].apply(deltas[name], plan.meters[name])
-                self.metrics.entries_installed.labels(name).set(len(plan.desired[name]))
-            else:
-                self.tables.forget(name)  # unknown now: read it again next pass
-        return in_sync
+        return OverlayPlan(te_generation, intent, desired, meters, deltas, meter_deltas)
 
     def _record(self, reason: ReconcileTrigger, ok: bool, started: float, dumped: float, planned: float) -> float:
         """Counts and times the pass; its duration."""
@@ -371,49 +326,7 @@ class Reconciler:
         self.metrics.errors.labels("southbound", error).inc()
         return False
 
-    def _log_changes(self, reason: ReconcileTrigger, plan: _Plan, elapsed: float) -> None:
+    def _log_changes(self, reason: ReconcileTrigger, plan: OverlayPlan, elapsed: float) -> None:
         count, shown = changes(plan.deltas, plan.meter_deltas)
         if count:
             log.info("reconcile (%s): %d switches in %.1f ms: %s", reason, count, elapsed * 1e3, shown)
-
-    def _send_meters(
-        self, sessions: Mapping[str, SwitchSession], mods: dict[str, list[tuple[str, OverlayMeter]]]
-    ) -> set[str]:
-        """Meter mods on every switch at once; the switches that failed."""
-        starts = {
-            n: functools.partial(
-                sessions[n].start_confirmed,
-                [ofcodec.meter_mod(sessions[n].datapath, m, k) for k, m in ms],
-                "meter mods",
-            )
-            for n, ms in mods.items()
-            if ms
-        }
-        failed = set()
-        for name, result in fan_out(starts, self.max_in_flight).items():
-            if isinstance(result, SwitchError):
-                self._failed(name, result, "meter_mod_failed")
-                failed.add(name)
-                continue
-            for kind, _ in mods[name]:
-                self.metrics.meter_mods.labels(name, kind).inc()
-        return failed
-
-    def _commit(
-        self, sessions: Mapping[str, SwitchSession], entries: dict[str, tuple[OverlayEntry, ...]], kind: FlowModKind
-    ) -> set[str]:
-        """One bundle per switch, all in flight at once; the switches that failed."""
-        encode = wire.add_flow if kind is FlowModKind.ADD else wire.delete_flow
-        starts = {
-            n: functools.partial(sessions[n].start_bundle, [encode(e) for e in es]) for n, es in entries.items() if es
-        }
-        failed = set()
-        for name, result in fan_out(starts, self.max_in_flight).items():
-            if isinstance(result, SwitchError):
-                self._failed(name, result, "bundle_failed")
-                self.metrics.bundles.labels(name, "failed").inc()
-                failed.add(name)
-                continue
-            self.metrics.bundles.labels(name, "ok").inc()
-            self.metrics.flow_mods.labels(name, kind).inc(len(entries[name]))
-        return failed

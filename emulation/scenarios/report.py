@@ -11,6 +11,7 @@ from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
 from emulation.model.optimum import OptimumKind
 from emulation.model.stats import percentile
+from emulation.scenarios.emulable import emulation_scale
 from emulation.scenarios.iterations import burst_figures, job_figures, on_off_figures
 from emulation.scenarios.judge import (
     OPTIMUM_NOTE,
@@ -23,7 +24,7 @@ from emulation.scenarios.judge import (
     phases,
     planned_intervals,
 )
-from emulation.scenarios.runner import AGENT_AND_FABRIC, ModeRun, ScenarioMode, Sources, emulation_scale
+from emulation.scenarios.runner import AGENT_AND_FABRIC, ModeRun, ScenarioMode, Sources
 from emulation.scenarios.timeline import te_figures
 from emulation.traffic.records import StreamResult
 from emulation.workload import Workload

@@ -12,7 +12,6 @@ time in the file means the same here as in the simulator.
 from __future__ import annotations
 
 import logging
-import math
 import socket
 import tempfile
 import threading
@@ -33,15 +32,15 @@ from emulation.agent.telemetry_agent import TelemetryAgent
 from emulation.net import netns, ovs
 from emulation.net.fabric import EmulatedFabric, sflow_sampling
 from emulation.processes.controller_process import ControllerProcess, Ports, free_port, total
+from emulation.scenarios.emulable import check_emulable, emulation_scale, steady_flows, transfer_engine
 from emulation.scenarios.sampling import FabricWatch, Sample, underlay_vias
 from emulation.scenarios.timeline import Decided, read_decisions
 from emulation.traffic.iperf import FlowResult, FlowSpec, TrafficRun
-from emulation.traffic.records import Iteration, Schedule, Stream, StreamResult
-from emulation.traffic.transfers import TransferEngine
+from emulation.traffic.records import Iteration, StreamResult
 from emulation.workload import Workload, WorkloadError
 from emulation.workload.events import check_events
-from emulation.workload.expand import Placed, Placer, Plan, Transfer, expand
-from emulation.workload.model import Event, FlowsItem, Item, JobItem, JobMixItem, PatternItem, Window
+from emulation.workload.expand import Placed, Placer, Plan, expand
+from emulation.workload.model import Event
 from emulation.workload.placers import railyard_placer
 
 log = logging.getLogger(__name__)
@@ -54,7 +53,6 @@ class ScenarioMode(StrEnum):
     TE = "te"  # Railyard's controller with adaptive TE
 
 
-MAX_EMULATED_S = 600.0
 # Where TE's telemetry comes from: the emulation's agent process, the
 # switches' own sFlow agents, or the controller's OpenFlow statistics.
 TELEMETRY = ("agent", "sflow", "openflow")
@@ -109,50 +107,6 @@ class ModeRun:
         return dict(zip((i for i, t in enumerate(self.plan.transfers) if not t.unbounded), self.streams))
 
 
-def emulation_scale(fabric: Fabric) -> float:
-    """Emulated bits per real bit: sizes and rates shrink by it, times stay."""
-    return fabric.spec.rates.emulated_nic_mbps * 1e6 / (fabric.spec.rates.nic_gbps * 1e9)
-
-
-def check_emulable(workload: Workload) -> None:
-    """What the emulation cannot run, refused before a fabric is built."""
-    if workload.duration_s > MAX_EMULATED_S:
-        raise WorkloadError(
-            "duration_s", f"got {workload.duration_s:g}", f"at most {MAX_EMULATED_S:g} s in the emulation"
-        )
-    for i, item in enumerate(workload.traffic):
-        for where, window in _steady_windows(item, f"traffic[{i}]"):
-            length = window.stop(workload.duration_s) - window.start_s
-            if abs(length - round(length)) > 1e-9 or length < 1:
-                raise WorkloadError(
-                    f"{where}.stop_s",
-                    f"a steady flow sending {length:g} s",
-                    "whole seconds, at least one (iperf3 runs and reports steady flows by the second)",
-                )
-    for i, job in enumerate(workload.traffic):
-        if isinstance(job, JobItem | JobMixItem) and job.iterations and job.protocol == "udp":
-            raise WorkloadError(
-                f"traffic[{i}].protocol",
-                "udp iterations cannot finish in the emulation: it has no PFC, so a lost datagram is never resent",
-                "tcp for a job with iterations (udp for unbounded jobs)",
-            )
-
-
-def _steady_windows(item: Item, where: str) -> list[tuple[str, Window]]:
-    """The windows of an item's unbounded, always-on flows (those iperf3 runs)."""
-    if isinstance(item, PatternItem) and not item.bytes and not item.window.on_s:
-        return [(where, item.window)]
-    if isinstance(item, FlowsItem):
-        return [
-            (f"{where}.flows[{j}]", f.window) for j, f in enumerate(item.flows) if not f.bytes and not f.window.on_s
-        ]
-    if isinstance(item, JobItem) and not item.iterations:
-        return [(where, Window(item.start_s, item.stop_s))]
-    if isinstance(item, JobMixItem) and not item.iterations:
-        return [(where, Window())]
-    return []
-
-
 def api_placer(client) -> Placer:
     """Jobs placed through the PlacementService, as a scheduler would."""
 
@@ -180,33 +134,6 @@ def api_placer(client) -> Placer:
     return place_one
 
 
-def flow_spec(t: Transfer, scale: float, duration_s: float) -> FlowSpec:
-    rate = t.rate_bps * scale if math.isfinite(t.rate_bps) else 0.0
-    return FlowSpec(t.src, t.dst, t.protocol, t.src_port, t.dst_port, rate, t.window.start_s, t.window.stop(duration_s))
-
-
-def steady_flows(fabric: Fabric, plan: Plan, duration_s: float) -> list[FlowSpec]:
-    """The plan's unbounded flows, as iperf3 runs them (emulated units), in plan order."""
-    scale = emulation_scale(fabric)
-    return [flow_spec(t, scale, duration_s) for t in plan.transfers if t.unbounded]
-
-
-def stream(emu: EmulatedFabric, t: Transfer, scale: float, duration_s: float) -> Stream:
-    return Stream(
-        f"{ad.nic_ip(t.src)}:{t.src_port} -> {ad.nic_ip(t.dst)}:{t.dst_port}/{t.protocol}",
-        emu.pid_of(t.src),
-        emu.pid_of(t.dst),
-        ad.nic_ip(t.src),
-        ad.nic_ip(t.dst),
-        t.protocol,
-        t.src_port,
-        t.dst_port,
-        t.rate_bps * scale,
-        math.ceil(t.bytes * scale) if t.bytes else 0,
-        () if t.job else tuple(t.window.bursts(duration_s)),
-    )
-
-
 def run_mode(
     fabric: Fabric,
     spec_path,
@@ -225,32 +152,11 @@ def run_mode(
     the API. With the controller's underlay both runs start a daemon, the
     ECMP run's with TE off."""
     te = mode is ScenarioMode.TE
-    ports = Ports.pick()
-    extra: list[str] = ["--underlay"] if sources.underlay == "controller" else []
-    if te and not sources.programs:
-        extra += ["--southbound", "none"]
-    sflow = None
-    if te and sources.telemetry == "sflow":
-        target = f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}"
-        extra += ["--sflow-listen", target]
-        sflow = ovs.SflowExport(target, sflow_sampling(fabric))
-    elif te and sources.telemetry == "openflow":
-        extra += ["--openflow-stats-interval", f"{OPENFLOW_STATS_S:g}"]
-    decisions = workdir / f"decisions-{mode}.jsonl"
-    ctl = ControllerProcess(
-        spec_path,
-        workdir / f"{mode}.db",
-        ports,
-        workdir / f"controller-{mode}.log",
-        reconcile_interval_s=2.0,
-        te=te,
-        extra_args=("--te-decisions", str(decisions), *extra),
-    )
+    daemon = _daemon(fabric, spec_path, mode, workdir, sources)
+    ctl, ports = daemon.process, daemon.process.ports
     run = None
-    duration = workload.duration_s
-    scale = emulation_scale(fabric)
     bare = sources.underlay == "controller"
-    with EmulatedFabric(fabric, controller=ports.controller_target, bare=bare, sflow=sflow) as emu:
+    with EmulatedFabric(fabric, controller=ports.controller_target, bare=bare, sflow=daemon.sflow) as emu:
         agent = None
         client = None
         try:
@@ -267,43 +173,15 @@ def run_mode(
                 plan = expand(fabric, workload, seed, api_placer(client))
             else:
                 plan = expand(fabric, workload, seed, railyard_placer(fabric))
-            run = ModeRun(mode, plan, steady_flows(fabric, plan, duration))
+            run = ModeRun(mode, plan, steady_flows(fabric, plan, workload.duration_s))
             if not te:
                 run.underlay_vias = underlay_vias(fabric, plan)
-            engine = _transfer_engine(emu, plan, scale, duration)
-            watch = FabricWatch(fabric)
-            traffic = TrafficRun(emu.popen, run.flows, duration, raw_dir).start() if run.flows else None
-            engine.start()
-            start = time.time()
-            watch.start(start)
-            timers = _schedule(fabric, workload.events, client, run.skipped_events)
-            while time.time() - start < duration:
-                time.sleep(1.0)
-                progress(f"{workload.name} [{mode}] {min(time.time() - start, duration):4.1f}/{duration:g} s")
-            # Bounded: a flow whose path died may never finish on its own.
-            run.results = traffic.wait(grace_s=5.0) if traffic else []
-            engine.wait()
-            run.streams, run.iterations = engine.results, engine.iterations
-            for timer in timers:
-                timer.join()
-            watch.stop()
-            # The run's own seconds: after them, traffic is only winding down.
-            run.samples = [s for s in watch.samples if s.t <= duration]
-            run.drops_by_port = watch.drops_by_port
-            run.drops = sum(run.drops_by_port.values())
-            run.policed = watch.policed.total
+            start = _drive(emu, fabric, workload, run, client, raw_dir, progress)
             if not te:
                 return run
             if agent is not None:
                 agent.stop()
-            samples = ctl.metrics()
-            run.te_decisions = {k: total(samples, "railyard_te_decisions_total", kind=k) for k in TE_DECISIONS}
-            run.flow_mods = total(samples, "railyard_flow_mods_total")
-            run.reconcile_failures = total(samples, "railyard_reconcile_runs_total", result="failed")
-            commits = total(samples, "railyard_te_reaction_seconds_count")
-            if commits:
-                run.commit_s = total(samples, "railyard_te_reaction_seconds_sum") / commits
-            run.decisions = read_decisions(decisions, start)
+            _te_figures(run, ctl.metrics(), daemon.decisions, start)
         finally:
             if agent is not None:
                 agent.stop()
@@ -311,27 +189,94 @@ def run_mode(
                 client.close()
             ctl.stop()
             if te and run is not None:
-                run.controller_log = (workdir / f"controller-{mode}.log").read_text(errors="replace")
+                run.controller_log = daemon.log.read_text(errors="replace")
     return run
 
 
-def _transfer_engine(emu: EmulatedFabric, plan: Plan, scale: float, duration: float) -> TransferEngine:
-    """The plan's bounded transfers (finite, on/off, jobs' iterations) on one
-    engine, its connections opened if it has any."""
-    others = [i for i, t in enumerate(plan.transfers) if not t.unbounded]
-    position = {index: k for k, index in enumerate(others)}
-    engine = TransferEngine(
-        [stream(emu, plan.transfers[i], scale, duration) for i in others],
-        [
-            Schedule(j.job_id, tuple(position[i] for i in j.transfers), j.iterations, j.compute_gap_s, j.start_s)
-            for j in plan.jobs
-            if j.iterations and j.transfers  # a one-server job talks over NVLink, not the fabric
-        ],
-        duration,
+@dataclass(frozen=True)
+class _Daemon:
+    """The controller a run starts (not yet started), and what it writes."""
+
+    process: ControllerProcess
+    sflow: ovs.SflowExport | None  # the switches' own sFlow, exported to it (TE on sFlow)
+    decisions: Path  # its TE decision records
+    log: Path
+
+
+def _daemon(fabric: Fabric, spec_path, mode: ScenarioMode, workdir: Path, sources: Sources) -> _Daemon:
+    """The run's controller, its options from the mode and the sources."""
+    te = mode is ScenarioMode.TE
+    extra: list[str] = ["--underlay"] if sources.underlay == "controller" else []
+    if te and not sources.programs:
+        extra += ["--southbound", "none"]
+    sflow = None
+    if te and sources.telemetry == "sflow":
+        target = f"127.0.0.1:{free_port(socket.SOCK_DGRAM)}"
+        extra += ["--sflow-listen", target]
+        sflow = ovs.SflowExport(target, sflow_sampling(fabric))
+    elif te and sources.telemetry == "openflow":
+        extra += ["--openflow-stats-interval", f"{OPENFLOW_STATS_S:g}"]
+    decisions = workdir / f"decisions-{mode}.jsonl"
+    log = workdir / f"controller-{mode}.log"
+    ctl = ControllerProcess(
+        spec_path,
+        workdir / f"{mode}.db",
+        Ports.pick(),
+        log,
+        reconcile_interval_s=2.0,
+        te=te,
+        extra_args=("--te-decisions", str(decisions), *extra),
     )
-    if others:
-        engine.open()
-    return engine
+    return _Daemon(ctl, sflow, decisions, log)
+
+
+def _drive(
+    emu: EmulatedFabric,
+    fabric: Fabric,
+    workload: Workload,
+    run: ModeRun,
+    client,
+    raw_dir: Path | None,
+    progress: Callable[[str], None],
+) -> float:
+    """The run's traffic and the scenario's events for its duration, the
+    fabric watched meanwhile; what they measured goes into `run`. The wall
+    time traffic started at."""
+    duration = workload.duration_s
+    engine = transfer_engine(emu, run.plan, emulation_scale(fabric), duration)
+    watch = FabricWatch(fabric)
+    traffic = TrafficRun(emu.popen, run.flows, duration, raw_dir).start() if run.flows else None
+    engine.start()
+    start = time.time()
+    watch.start(start)
+    timers = _schedule(fabric, workload.events, client, run.skipped_events)
+    while time.time() - start < duration:
+        time.sleep(1.0)
+        progress(f"{workload.name} [{run.mode}] {min(time.time() - start, duration):4.1f}/{duration:g} s")
+    # Bounded: a flow whose path died may never finish on its own.
+    run.results = traffic.wait(grace_s=5.0) if traffic else []
+    engine.wait()
+    run.streams, run.iterations = engine.results, engine.iterations
+    for timer in timers:
+        timer.join()
+    watch.stop()
+    # The run's own seconds: after them, traffic is only winding down.
+    run.samples = [s for s in watch.samples if s.t <= duration]
+    run.drops_by_port = watch.drops_by_port
+    run.drops = sum(run.drops_by_port.values())
+    run.policed = watch.policed.total
+    return start
+
+
+def _te_figures(run: ModeRun, samples, decisions: Path, start: float) -> None:
+    """What the TE run's controller counted (`samples`: its metrics at the end) and decided since `start`."""
+    run.te_decisions = {k: total(samples, "railyard_te_decisions_total", kind=k) for k in TE_DECISIONS}
+    run.flow_mods = total(samples, "railyard_flow_mods_total")
+    run.reconcile_failures = total(samples, "railyard_reconcile_runs_total", result="failed")
+    commits = total(samples, "railyard_te_reaction_seconds_count")
+    if commits:
+        run.commit_s = total(samples, "railyard_te_reaction_seconds_sum") / commits
+    run.decisions = read_decisions(decisions, start)
 
 
 def _schedule(fabric: Fabric, events: Sequence[Event], client, skipped: list[str]) -> list[threading.Timer]:

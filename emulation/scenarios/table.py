@@ -14,10 +14,93 @@ def _pair(a: float | None, b: float | None, fmt: str) -> str:
     return "-" if a is None else f"{a:{fmt}} / {b:{fmt}}" if b is not None else f"{a:{fmt}} / -"
 
 
+Row = tuple[str, Callable[[dict], str]]  # a label, and how a mode's figures show in it
+
+# Queues, losses and what TE did: rows every report has.
+_RUN_ROWS: list[Row] = [
+    ("Jain's fairness", lambda m: f"{m['jain_fairness']:.3f}"),
+    ("spine-tier utilization (mean peak)", lambda m: f"{m['max_spine_tier_utilization']['mean_of_peaks']:.2f}"),
+    (
+        "bottleneck queue p50/p99 (KB, steady)",
+        lambda m: f"{m['bottleneck_queue']['p50_bytes'] / 1e3:.0f} / {m['bottleneck_queue']['p99_bytes'] / 1e3:.0f}",
+    ),
+    (
+        "queue peak, any port, any time (KB)",
+        lambda m: f"{m['bottleneck_queue']['peak_bytes_any_port_any_time'] / 1e3:.0f}",
+    ),
+    ("drops at queues (packets)", lambda m: f"{m['drops']}"),
+    ("policed by meters (packets)", lambda m: f"{m['policed']}"),
+    ("reroutes", lambda m: f"{m['te_decisions'].get('reroute', 0):.0f}" if m["te_decisions"] else "-"),
+    (
+        "collision-to-fix median / p99 (s)",
+        lambda m: _pair(m["collision_to_fix_s"]["median"], m["collision_to_fix_s"]["p99"], ".2f"),
+    ),
+    ("collisions never fixed", lambda m: f"{m['collision_to_fix_s']['unfixed']}" if m["te_decisions"] else "-"),
+    (
+        "moves per flow (mean / max)",
+        lambda m: f"{m['moves_per_flow']['mean']:.2f} / {m['moves_per_flow']['max']}" if m["te_decisions"] else "-",
+    ),
+    (
+        "moves > 2 s after a change / last move (s)",
+        lambda m: (
+            f"{m['moves_in_steady_traffic']} / " + ("-" if m["last_move_s"] is None else f"{m['last_move_s']:.2f}")
+            if m["te_decisions"]
+            else "-"
+        ),
+    ),
+    (
+        "path changes per flow (mean / max)",
+        lambda m: (
+            f"{m['path_changes_per_flow']['mean']:.2f} / {m['path_changes_per_flow']['max']}"
+            if m["te_decisions"]
+            else "-"
+        ),
+    ),
+]
+
+# A scenario with an incast: its converging leaf, its senders, its bystander.
+_INCAST_ROWS: list[Row] = [
+    (
+        "incast: queue p50/p99 into its leaf (KB)",
+        lambda m: (
+            f"{m['incast']['converging_queue_p50_bytes'] / 1e3:.0f} / "
+            f"{m['incast']['converging_queue_p99_bytes'] / 1e3:.0f}"
+        ),
+    ),
+    ("incast: drops into its leaf", lambda m: f"{m['incast']['converging_drops']}"),
+    ("incast senders: Jain's fairness", lambda m: f"{m['incast']['senders_jain']:.3f}"),
+    (
+        "bystander: share of its fair rate",
+        lambda m: "-" if m["incast"]["bystander_share"] is None else f"{m['incast']['bystander_share']:.1%}",
+    ),
+]
+
+
 def table(report: dict) -> str:
     modes = report["modes"]
     first = next(iter(modes.values()))
-    rows: list[tuple[str, Callable[[dict], str]]] = [
+    rows = _rows(first)
+    lines = _heading(report)
+    width = max(len(r[0]) for r in rows)
+    lines.append(f"{'':{width}}  " + "  ".join(f"{m.upper():>14}" for m in modes))
+    for label, fmt in rows:
+        lines.append(f"{label:{width}}  " + "  ".join(f"{fmt(modes[m]):>14}" for m in modes))
+    lines += _job_lines(modes)
+    if first["flows"]:
+        lines.append("")
+        lines.append(
+            "per flow (Mb/s): "
+            + "; ".join(
+                f"{f['flow']}: " + " / ".join(f"{modes[m]['flows'][i]['goodput_mbps']:.1f}" for m in modes)
+                for i, f in enumerate(first["flows"])
+            )
+        )
+    return "\n".join(lines)
+
+
+def _rows(first: dict) -> list[Row]:
+    """The table's rows for the report's scenario (`first`: one mode's figures, for its shape)."""
+    rows: list[Row] = [
         ("aggregate goodput (Mb/s)", lambda m: f"{m['aggregate_mbps']:.1f}"),
         ("fraction of optimum", lambda m: f"{m['fraction_of_optimum']:.1%}"),
     ]
@@ -31,64 +114,14 @@ def table(report: dict) -> str:
             lambda m: "-" if m["fraction_of_single_path"] is None else f"{m['fraction_of_single_path']:.1%}",
         )
     )
-    rows += [
-        ("Jain's fairness", lambda m: f"{m['jain_fairness']:.3f}"),
-        ("spine-tier utilization (mean peak)", lambda m: f"{m['max_spine_tier_utilization']['mean_of_peaks']:.2f}"),
-        (
-            "bottleneck queue p50/p99 (KB, steady)",
-            lambda m: (
-                f"{m['bottleneck_queue']['p50_bytes'] / 1e3:.0f} / {m['bottleneck_queue']['p99_bytes'] / 1e3:.0f}"
-            ),
-        ),
-        (
-            "queue peak, any port, any time (KB)",
-            lambda m: f"{m['bottleneck_queue']['peak_bytes_any_port_any_time'] / 1e3:.0f}",
-        ),
-        ("drops at queues (packets)", lambda m: f"{m['drops']}"),
-        ("policed by meters (packets)", lambda m: f"{m['policed']}"),
-        ("reroutes", lambda m: f"{m['te_decisions'].get('reroute', 0):.0f}" if m["te_decisions"] else "-"),
-        (
-            "collision-to-fix median / p99 (s)",
-            lambda m: _pair(m["collision_to_fix_s"]["median"], m["collision_to_fix_s"]["p99"], ".2f"),
-        ),
-        ("collisions never fixed", lambda m: f"{m['collision_to_fix_s']['unfixed']}" if m["te_decisions"] else "-"),
-        (
-            "moves per flow (mean / max)",
-            lambda m: f"{m['moves_per_flow']['mean']:.2f} / {m['moves_per_flow']['max']}" if m["te_decisions"] else "-",
-        ),
-        (
-            "moves > 2 s after a change / last move (s)",
-            lambda m: (
-                f"{m['moves_in_steady_traffic']} / " + ("-" if m["last_move_s"] is None else f"{m['last_move_s']:.2f}")
-                if m["te_decisions"]
-                else "-"
-            ),
-        ),
-        (
-            "path changes per flow (mean / max)",
-            lambda m: (
-                f"{m['path_changes_per_flow']['mean']:.2f} / {m['path_changes_per_flow']['max']}"
-                if m["te_decisions"]
-                else "-"
-            ),
-        ),
-    ]
+    rows += _RUN_ROWS
     if "incast" in first:
-        rows += [
-            (
-                "incast: queue p50/p99 into its leaf (KB)",
-                lambda m: (
-                    f"{m['incast']['converging_queue_p50_bytes'] / 1e3:.0f} / "
-                    f"{m['incast']['converging_queue_p99_bytes'] / 1e3:.0f}"
-                ),
-            ),
-            ("incast: drops into its leaf", lambda m: f"{m['incast']['converging_drops']}"),
-            ("incast senders: Jain's fairness", lambda m: f"{m['incast']['senders_jain']:.3f}"),
-            (
-                "bystander: share of its fair rate",
-                lambda m: "-" if m["incast"]["bystander_share"] is None else f"{m['incast']['bystander_share']:.1%}",
-            ),
-        ]
+        rows += _INCAST_ROWS
+    return rows
+
+
+def _heading(report: dict) -> list[str]:
+    """What ran, and the optimum each phase is judged against."""
     optimum = report["optimum"]
     lines = [
         f"{report['scenario']} on {report['fabric']}, seed {report['seed']}; TE's telemetry: "
@@ -106,21 +139,7 @@ def table(report: dict) -> str:
         f"{optimum['tolerance']:.0%} fails as a bug)",
         "",
     ]
-    width = max(len(r[0]) for r in rows)
-    lines.append(f"{'':{width}}  " + "  ".join(f"{m.upper():>14}" for m in modes))
-    for label, fmt in rows:
-        lines.append(f"{label:{width}}  " + "  ".join(f"{fmt(modes[m]):>14}" for m in modes))
-    lines += _job_lines(modes)
-    if first["flows"]:
-        lines.append("")
-        lines.append(
-            "per flow (Mb/s): "
-            + "; ".join(
-                f"{f['flow']}: " + " / ".join(f"{modes[m]['flows'][i]['goodput_mbps']:.1f}" for m in modes)
-                for i, f in enumerate(first["flows"])
-            )
-        )
-    return "\n".join(lines)
+    return lines
 
 
 def _job_lines(modes: dict) -> list[str]:

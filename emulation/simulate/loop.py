@@ -109,6 +109,32 @@ class _Landed:
     meter: np.ndarray | None = None  # per flow: its meter's rate, inf where none
 
 
+Pending = tuple[float, dict[FlowKey, str], dict[FlowKey, float]]  # (lands at, moves' vias, meters' rates)
+
+
+@dataclass
+class _InFlight:
+    """What the switches carry from one cycle to the next: the TE entries
+    landed, those on their way (a pass's flow-mods land `latency_s` after
+    its cycle), and the route each flow was last on."""
+
+    landed: _Landed
+    pending: list[Pending]
+    route: np.ndarray
+
+
+@dataclass(frozen=True)
+class _Interval:
+    """The fluid model through one interval: where it ended, and what it carried."""
+
+    condition: int  # of the fabric at the interval's end
+    routing: Routing
+    route: np.ndarray
+    link_bits: np.ndarray
+    flow_bits: np.ndarray
+    moved: np.ndarray  # per flow: its path changed in the interval
+
+
 class ClosedLoop:
     def __init__(
         self,
@@ -124,6 +150,7 @@ class ClosedLoop:
         self.network = prep.network
         self.flows = prep.arm.flows
         self.conditions = list(conditions)
+        self.starts = [c.start_s for c in self.conditions]
         self.settings = settings
         self.intent = intent or Intent()
         self.index = {f.key: i for i, f in enumerate(self.flows)}
@@ -171,59 +198,41 @@ class ClosedLoop:
         network = self.network
         n = len(self.flows)
         rng = np.random.default_rng(s.seed)
-        cycles_total = s.cycles
         timeline = Timeline(self.flows, self.prep.arm.jobs, s.simulated_s, s.resolve_s)
         engine = Engine(self.fabric, s.engine)  # this loop's own: two loops in a process share nothing
         sensor = Sensor(network, self.routes, [f.key for f in self.flows], s.noise, engine.index)
-        starts = [c.start_s for c in self.conditions]
 
         state = TeState()
-        landed = _Landed(np.full(n, -1, dtype=np.int64))
-        pending: list[tuple[float, dict[FlowKey, str], dict[FlowKey, float]]] = []
+        flight = _InFlight(_Landed(np.full(n, -1, dtype=np.int64)), [], np.full(n, -1, dtype=np.int64))
         counter = FlowModCounter(self.fabric, self.intent)
-        current_route = np.full(n, -1, dtype=np.int64)
         changes = np.zeros(n, dtype=np.int64)
         cycles: list[Cycle] = []
         rates = np.zeros(n)
         started_wall = time.perf_counter()
 
-        for k in range(1, cycles_total + 1):
+        for k in range(1, s.cycles + 1):
             now = k * s.interval_s
             t0 = time.perf_counter()
             # 1. the fluid model through the interval, stretch by stretch
-            link_bits = np.zeros(network.size)
-            flow_bits = np.zeros(n)
-            moved_now = np.zeros(n, dtype=bool)
-            while True:
-                while pending and pending[0][0] <= timeline.t + 1e-9:
-                    landed = self._land(*pending.pop(0)[1:])
-                c = at(self.conditions, timeline.t)
-                routing, route = self._routing_at(c, landed)
-                moved_now |= (route != current_route) & (current_route >= 0)
-                current_route = route
-                if timeline.t >= now - 1e-9:
-                    break
-                later = [t for t in (*starts, *(p[0] for p in pending)) if t > timeline.t + 1e-9]
-                timeline.advance(min([now, *later]), routing)
-                moved = timeline.take_moved()
-                flow_bits += moved
-                link_bits += link_loads(routing.shares, moved)
-            changes += moved_now
+            interval = self._fluid(timeline, flight, now)
+            changes += interval.moved
             timeline.fire()
-            rates = timeline.rates(routing)
+            rates = timeline.rates(interval.routing)
             sending = timeline.on
-            capacity = routing.capacity
+            capacity = interval.routing.capacity
             natural = natural_demand(self.routes, self.flows, sending)
-            collided = collided_uplinks(routing.shares, natural, network.is_uplink, capacity)
+            collided = collided_uplinks(interval.routing.shares, natural, network.is_uplink, capacity)
             t1 = time.perf_counter()
 
             # 2. telemetry
-            flows, ports = sensor.sample(now, s.interval_s, flow_bits, sending, link_bits, route, capacity <= 0, rng)
+            flows, ports = sensor.sample(
+                now, s.interval_s, interval.flow_bits, sending, interval.link_bits, interval.route, capacity <= 0, rng
+            )
             t2 = time.perf_counter()
 
             # 3. the engine
             before = state
-            drains = self.conditions[c].drains
+            drains = self.conditions[interval.condition].drains
             cpu = time.process_time()
             state, decisions = engine.step(
                 before, Snapshot(flows, ports, now, drains, self.intent.pinned_pairs, self.intent.job_pairs)
@@ -232,22 +241,13 @@ class ClosedLoop:
             cpu = time.process_time() - cpu
 
             # 4. the overlay and what reconciling it would send
-            flow_mods = meter_mods = 0
-            if path_changed(before, state):
-                flow_mods, meter_mods = counter.update(state.moves, state.meters)
-                pending.append(
-                    (
-                        now + s.latency_s,
-                        {key: m.via for key, m in state.moves.items()},
-                        {key: m.rate_bps for key, m in state.meters.items()},
-                    )
-                )
+            flow_mods, meter_mods = self._overlay(counter, flight, before, state, now)
             t4 = time.perf_counter()
 
             kinds = Counter(d.kind.value for d in decisions)
             cycle = Cycle(
                 t=now,
-                phase=c,
+                phase=interval.condition,
                 aggregate_bps=float(rates.sum()),
                 collided_uplinks=collided,
                 engine_collisions=len(state.collisions),
@@ -256,7 +256,7 @@ class ClosedLoop:
                 meters_active=len(state.meters),
                 flow_mods=flow_mods,
                 meter_mods=meter_mods,
-                path_changes=int(moved_now.sum()),
+                path_changes=int(interval.moved.sum()),
                 step_s=t3 - t2,
                 step_cpu_s=cpu,
                 fluid_s=t1 - t0,
@@ -270,6 +270,39 @@ class ClosedLoop:
             if k % GC_EVERY_CYCLES == 0:
                 gc.collect(1)
         return LoopResult(cycles, counter.placement_mods, changes, rates, time.perf_counter() - started_wall, timeline)
+
+    def _overlay(
+        self, counter: FlowModCounter, flight: _InFlight, before: TeState, state: TeState, now: float
+    ) -> tuple[int, int]:
+        """The flow-mods and meter-mods the step's reconcile pass sends, if
+        its moves or meters changed; they land `latency_s` from now."""
+        if not path_changed(before, state):
+            return 0, 0
+        mods = counter.update(state.moves, state.meters)
+        moved = {key: m.via for key, m in state.moves.items()}
+        flight.pending.append((now + self.settings.latency_s, moved, {k: m.rate_bps for k, m in state.meters.items()}))
+        return mods
+
+    def _fluid(self, timeline: Timeline, flight: _InFlight, now: float) -> _Interval:
+        """Runs the timeline up to `now`, re-solved at every event and landing on the way."""
+        n = len(self.flows)
+        link_bits = np.zeros(self.network.size)
+        flow_bits = np.zeros(n)
+        moved_now = np.zeros(n, dtype=bool)
+        while True:
+            while flight.pending and flight.pending[0][0] <= timeline.t + 1e-9:
+                flight.landed = self._land(*flight.pending.pop(0)[1:])
+            c = at(self.conditions, timeline.t)
+            routing, route = self._routing_at(c, flight.landed)
+            moved_now |= (route != flight.route) & (flight.route >= 0)
+            flight.route = route
+            if timeline.t >= now - 1e-9:
+                return _Interval(c, routing, route, link_bits, flow_bits, moved_now)
+            later = [t for t in (*self.starts, *(p[0] for p in flight.pending)) if t > timeline.t + 1e-9]
+            timeline.advance(min([now, *later]), routing)
+            moved = timeline.take_moved()
+            flow_bits += moved
+            link_bits += link_loads(routing.shares, moved)
 
     def _land(self, moved: dict[FlowKey, str], metered: dict[FlowKey, float]) -> _Landed:
         """The switches' TE entries once a pass's flow-mods are in."""

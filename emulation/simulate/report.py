@@ -21,62 +21,71 @@ def table(result: dict) -> str:
     if "arms" in result:
         return iteration_table(result)
     unit = _unit(result)
-
-    def rate(bps: float | None) -> str:
-        return _rate(bps, unit)
-
-    te = result["te"]
-    cycles = result["cycles"]
     lines = [header(result)]
     placement = result.get("placement") or {}
     if placement:
         lines.append(placement_line(placement))
+    lines += _optimum_lines(result, unit)
+    lines.append("")
+    lines += _arm_lines(result, unit, bool(placement))
+    lines.append("")
+    lines += _te_lines(result)
+    lines += loop_lines(result)
+    return "\n".join(lines)
+
+
+def _optimum_lines(result: dict, unit: str) -> list[str]:
+    """Each phase's optimum, and the bounds it was weighed against."""
+    lines = []
     for phase in result["phases"]:
         opt = phase["optimum"]
-        extra = [f"single-path {rate(opt['single_path_bps'])}"] if opt.get("single_path_bps") is not None else []
+        extra = [f"single-path {_rate(opt['single_path_bps'], unit)}"] if opt.get("single_path_bps") is not None else []
         if opt.get("throughput_bound_bps") is not None:
-            extra.append(f"throughput bound {rate(opt['throughput_bound_bps'])}")
+            extra.append(f"throughput bound {_rate(opt['throughput_bound_bps'], unit)}")
         dead = f", links down: {', '.join(phase['dead_links'])}" if phase["dead_links"] else ""
         lines.append(
-            f"from {phase['start_s']:g} s ({phase['flows']} flows{dead}): optimum {rate(opt['aggregate_bps'])} {unit} "
+            f"from {phase['start_s']:g} s ({phase['flows']} flows{dead}): optimum "
+            f"{_rate(opt['aggregate_bps'], unit)} {unit} "
             f"(splittable max-min; {'; '.join(extra)}), {opt['method']}, {opt['solve_s']:.2f} s"
         )
-    lines.append("")
-    lines.append(f"{'':28s}{'ECMP':>10s}{'spraying':>10s}{'TE first':>10s}{'TE final':>10s}")
+    return lines
+
+
+def _arm_row(name: str, ecmp: str, spray: str, te_first: str, te_last: str) -> str:
+    return f"{name:28s}{ecmp:>10s}{spray:>10s}{te_first:>10s}{te_last:>10s}"
+
+
+def _arm_lines(result: dict, unit: str, placed: bool) -> list[str]:
+    """ECMP and spraying (static) beside TE's first and last cycle."""
+    cycles = result["cycles"]
     first_phase, last_phase = result["phases"][0], result["phases"][-1]
+    ecmp, spray = last_phase["ecmp"], last_phase["spray"]
     first, last = (cycles[0], cycles[-1]) if cycles else ({}, {})
-    base_note = " (baseline placement)" if placement else ""
-
-    def row(name: str, ecmp: str, spray: str, te_first: str, te_last: str) -> str:
-        return f"{name:28s}{ecmp:>10s}{spray:>10s}{te_first:>10s}{te_last:>10s}"
-
-    lines.append(
-        row(
+    base_note = " (baseline placement)" if placed else ""
+    lines = [
+        f"{'':28s}{'ECMP':>10s}{'spraying':>10s}{'TE first':>10s}{'TE final':>10s}",
+        _arm_row(
             "fraction of optimum",
-            pct(last_phase["ecmp"]["fraction_of_optimum"]),
-            pct(last_phase["spray"]["fraction_of_optimum"]),
+            pct(ecmp["fraction_of_optimum"]),
+            pct(spray["fraction_of_optimum"]),
             pct(first.get("fraction_of_optimum")),
             pct(last.get("fraction_of_optimum")),
-        )
-    )
-    lines.append(
-        row(
+        ),
+        _arm_row(
             f"aggregate ({unit})",
-            rate(last_phase["ecmp"]["aggregate_bps"]),
-            rate(last_phase["spray"]["aggregate_bps"]),
-            rate(first.get("aggregate_bps")),
-            rate(last.get("aggregate_bps")),
-        )
-    )
-    lines.append(
-        row(
+            _rate(ecmp["aggregate_bps"], unit),
+            _rate(spray["aggregate_bps"], unit),
+            _rate(first.get("aggregate_bps"), unit),
+            _rate(last.get("aggregate_bps"), unit),
+        ),
+        _arm_row(
             "collided uplinks",
-            str(last_phase["ecmp"]["collided_uplinks"]),
-            str(last_phase["spray"]["collided_uplinks"]),
+            str(ecmp["collided_uplinks"]),
+            str(spray["collided_uplinks"]),
             str(first.get("collided_uplinks", "-")),
             str(last.get("collided_uplinks", "-")),
-        )
-    )
+        ),
+    ]
     if len(result["phases"]) > 1:
         lines.append(
             f"(ECMP and spraying in the last phase{base_note}; in the first: "
@@ -85,7 +94,12 @@ def table(result: dict) -> str:
         )
     elif base_note:
         lines.append(f"(ECMP and spraying{base_note}; TE on Railyard's placement, each against its own optimum)")
-    lines.append("")
+    return lines
+
+
+def _te_lines(result: dict) -> list[str]:
+    """How soon TE reached its target and held it, and what it cost in moves and mods."""
+    te, cycles = result["te"], result["cycles"]
     reach = te["cycles_to_target_and_holds"]
     reached = (
         f"{te['target']:.0%} of optimum after {reach} TE cycle(s) ({cycles[reach]['t']:.2f} s) and holds"
@@ -93,15 +107,11 @@ def table(result: dict) -> str:
         else f"{te['target']:.0%} of optimum not held to the end"
         + (f" (first reached after {te['cycles_to_target']} cycles)" if te["cycles_to_target"] is not None else "")
     )
-    lines.append(f"TE: {reached}")
-    lines.append(
+    return [
+        f"TE: {reached}",
         f"    reroutes {te['reroutes_total']} (at most {te['reroutes_per_cycle_max']} in a cycle), "
         f"{te['reroutes_steady']} in the last {te['steady_cycles']} cycles; flow-mods {te['flow_mods_total']} "
-        f"({te['flow_mods_steady']} in the last {te['steady_cycles']}), meter-mods {te['meter_mods_total']}"
-    )
-    lines.append(
+        f"({te['flow_mods_steady']} in the last {te['steady_cycles']}), meter-mods {te['meter_mods_total']}",
         f"    flows moved {te['flows_moved']}, path changes per flow: max {te['path_changes_per_flow_max']}, "
-        f"mean over moved {te['path_changes_per_moved_flow_mean']:.2f}"
-    )
-    lines += loop_lines(result)
-    return "\n".join(lines)
+        f"mean over moved {te['path_changes_per_moved_flow_mean']:.2f}",
+    ]

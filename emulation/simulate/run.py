@@ -91,20 +91,7 @@ def simulate(
         seed,
         resolve_s,
     )
-    result = {
-        "workload": workload.name,
-        "description": workload.description,
-        "traffic": [type(item).__name__ for item in workload.traffic],
-        "fabric": fabric.spec.name,
-        "gpus": fabric.gpu_count,
-        "seed": seed,
-        "duration_s": settings.duration_s,
-        "flows": len(railyard.arm.flows),
-        "events": [{"at_s": e.at_s, e.kind: e.target} for e in workload.events],
-        "telemetry": {"interval_s": settings.interval_s, "noise": settings.noise, "latency_s": settings.latency_s},
-        "engine": asdict(settings.engine),
-        "resolve_s": resolve_s,
-    }
+    result = _heading(fabric, workload, seed, settings, len(railyard.arm.flows))
     iterating = any(p.arm.iterating for p in preps.values())
     if iterating:
         notify("baselines")
@@ -135,6 +122,24 @@ def simulate(
     result["placement"] = _placement(arms, loop, fabric)
     result["setup_s"] = timings
     return result
+
+
+def _heading(fabric: Fabric, workload: Workload, seed: int, settings: LoopSettings, flows: int) -> dict:
+    """What was simulated, and how: the result's first fields."""
+    return {
+        "workload": workload.name,
+        "description": workload.description,
+        "traffic": [type(item).__name__ for item in workload.traffic],
+        "fabric": fabric.spec.name,
+        "gpus": fabric.gpu_count,
+        "seed": seed,
+        "duration_s": settings.duration_s,
+        "flows": flows,
+        "events": [{"at_s": e.at_s, e.kind: e.target} for e in workload.events],
+        "telemetry": {"interval_s": settings.interval_s, "noise": settings.noise, "latency_s": settings.latency_s},
+        "engine": asdict(settings.engine),
+        "resolve_s": settings.resolve_s,
+    }
 
 
 def _closed_loop(

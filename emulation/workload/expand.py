@@ -185,22 +185,32 @@ class _Draft:
     role: str = ""
 
 
-def expand(fabric: Fabric, workload: Workload, seed: int, place: Placer) -> Plan:
-    nic_bps = fabric.spec.rates.nic_gbps * 1e9
-    drafts: list[_Draft] = []
-    jobs: list[JobPlan] = []
-    placed: dict[str, Placed] = {}
-    refused: list[str] = []
+@dataclass
+class _Expansion:
+    """What `expand` builds up, item by item."""
 
-    def rate(protocol: str, rate_gbps: float | None, where: str) -> float:
+    nic_bps: float
+    drafts: list[_Draft] = field(default_factory=list)
+    jobs: list[JobPlan] = field(default_factory=list)
+    placed: dict[str, Placed] = field(default_factory=dict)
+    refused: list[str] = field(default_factory=list)
+
+    def rate(self, protocol: str, rate_gbps: float | None, where: str) -> float:
+        """A flow's rate: what the file says (no more than a NIC sends), else
+        a NIC's for UDP and elastic (inf) for TCP."""
         if rate_gbps is not None:
-            if rate_gbps * 1e9 > nic_bps:
+            if rate_gbps * 1e9 > self.nic_bps:
                 raise WorkloadError(
-                    f"{where}.rate_gbps", f"{rate_gbps:g} Gb/s is more than a NIC sends", f"at most {nic_bps / 1e9:g}"
+                    f"{where}.rate_gbps",
+                    f"{rate_gbps:g} Gb/s is more than a NIC sends",
+                    f"at most {self.nic_bps / 1e9:g}",
                 )
             return rate_gbps * 1e9
-        return nic_bps if protocol == "udp" else math.inf
+        return self.nic_bps if protocol == "udp" else math.inf
 
+
+def expand(fabric: Fabric, workload: Workload, seed: int, place: Placer) -> Plan:
+    out = _Expansion(fabric.spec.rates.nic_gbps * 1e9)
     # Jobs first, in item order, so a flow item can name their ranks.
     for i, item in enumerate(workload.traffic):
         if isinstance(item, JobItem):
@@ -211,77 +221,77 @@ def expand(fabric: Fabric, workload: Workload, seed: int, place: Placer) -> Plan
             requests = background_requests(fabric, item, seed) + job_requests(fabric, item, seed, f"traffic[{i}]")
         else:
             continue
-        where = f"traffic[{i}]"
-        named = isinstance(item, JobItem)
         for request in requests:
-            if request.job_id in placed:
-                field = "job" if named else "jobs"
-                raise WorkloadError(f"{where}.{field}", f"job {request.job_id!r} is placed twice", "one name per job")
-            try:
-                job = place(request)
-            except FieldError as exc:  # the placement's own refusal (a server that does not exist, ...)
-                field = _REQUEST_FIELDS.get(exc.field, exc.field) if named else "jobs"
-                raise WorkloadError(f"{where}.{field}", f"{request.job_id}: {exc.problem}", exc.allowed) from None
+            job = _place(fabric, place, request, out.placed, isinstance(item, JobItem), f"traffic[{i}]")
             if job is None:
-                if named:  # a job the scenario names is part of what it means: not fitting is its error
-                    raise WorkloadError(
-                        f"{where}.gpus",
-                        f"job {request.job_id!r} does not fit fabric {fabric.spec.name!r}",
-                        "fewer GPUs",
-                    )
-                refused.append(request.job_id)  # a mix draws until the fabric is full: the last may not fit
+                out.refused.append(request.job_id)  # a mix draws until the fabric is full: the last may not fit
                 continue
-            placed[request.job_id] = job
-            k = request.per_server(fabric.rails)
-            start = item.start_s if isinstance(item, JobItem) else 0.0
-            stop = item.stop_s if isinstance(item, JobItem) else None
-            size = flow_bytes(request.pattern, item.message_bytes, request.gpu_count, k) if item.iterations else 0
-            indices = []
-            for src, dst, via in job.flows:
-                indices.append(len(drafts))
-                drafts.append(
-                    _Draft(
-                        src,
-                        dst,
-                        item.protocol,
-                        rate(item.protocol, None, where),
-                        size,
-                        Window(start, stop),
-                        i,
-                        request.job_id,
-                        via,
-                    )
-                )
-            jobs.append(
-                JobPlan(
-                    request.job_id,
-                    i,
-                    request.pattern,
-                    request.gpu_count,
-                    k,
-                    tuple(indices),
-                    item.message_bytes,
-                    size,
-                    item.iterations,
-                    item.compute_gap_s,
-                    start,
-                )
-            )
+            out.placed[request.job_id] = job
+            _add_job(fabric, out, item, i, request, job)
 
     for i, item in enumerate(workload.traffic):
         if isinstance(item, PatternItem):
-            drafts.extend(_pattern(fabric, item, i, seed, rate(item.protocol, item.rate_gbps, f"traffic[{i}]")))
+            out.drafts.extend(_pattern(fabric, item, i, seed, out.rate(item.protocol, item.rate_gbps, f"traffic[{i}]")))
         elif isinstance(item, FlowsItem):
             for j, flow in enumerate(item.flows):
                 where = f"traffic[{i}].flows[{j}]"
-                src, dst = _ends(fabric, flow, placed, where)
-                drafts.append(
-                    _Draft(
-                        src, dst, flow.protocol, rate(flow.protocol, flow.rate_gbps, where), flow.bytes, flow.window, i
-                    )
-                )
+                src, dst = _ends(fabric, flow, out.placed, where)
+                rate = out.rate(flow.protocol, flow.rate_gbps, where)
+                out.drafts.append(_Draft(src, dst, flow.protocol, rate, flow.bytes, flow.window, i))
 
-    return Plan(_with_ports(drafts, seed), tuple(jobs), tuple(refused), placed)
+    return Plan(_with_ports(out.drafts, seed), tuple(out.jobs), tuple(out.refused), out.placed)
+
+
+def _place(
+    fabric: Fabric, place: Placer, request: JobRequest, placed: dict[str, Placed], named: bool, where: str
+) -> Placed | None:
+    """`place(request)`, its refusals named by the item's field (`named`: a
+    job item's own; else a job mix's); None: a mix's job did not fit."""
+    if request.job_id in placed:
+        field = "job" if named else "jobs"
+        raise WorkloadError(f"{where}.{field}", f"job {request.job_id!r} is placed twice", "one name per job")
+    try:
+        job = place(request)
+    except FieldError as exc:  # the placement's own refusal (a server that does not exist, ...)
+        field = _REQUEST_FIELDS.get(exc.field, exc.field) if named else "jobs"
+        raise WorkloadError(f"{where}.{field}", f"{request.job_id}: {exc.problem}", exc.allowed) from None
+    if job is None and named:  # a job the scenario names is part of what it means: not fitting is its error
+        raise WorkloadError(
+            f"{where}.gpus",
+            f"job {request.job_id!r} does not fit fabric {fabric.spec.name!r}",
+            "fewer GPUs",
+        )
+    return job
+
+
+def _add_job(
+    fabric: Fabric, out: _Expansion, item: JobItem | JobMixItem, i: int, request: JobRequest, job: Placed
+) -> None:
+    """A placed job's flows, as drafts, and its iteration plan."""
+    k = request.per_server(fabric.rails)
+    start = item.start_s if isinstance(item, JobItem) else 0.0
+    stop = item.stop_s if isinstance(item, JobItem) else None
+    size = flow_bytes(request.pattern, item.message_bytes, request.gpu_count, k) if item.iterations else 0
+    rate = out.rate(item.protocol, None, f"traffic[{i}]")
+    indices = []
+    for src, dst, via in job.flows:
+        indices.append(len(out.drafts))
+        out.drafts.append(_Draft(src, dst, item.protocol, rate, size, Window(start, stop), i, request.job_id, via))
+    out.jobs.append(
+        JobPlan(
+            request.job_id,
+            i,
+            request.pattern,
+            request.gpu_count,
+            k,
+            tuple(indices),
+            item.message_bytes,
+            size,
+            item.iterations,
+            item.compute_gap_s,
+            start,
+        )
+    )
 
 
 def _pattern(fabric: Fabric, item: PatternItem, i: int, seed: int, rate_bps: float) -> list[_Draft]:

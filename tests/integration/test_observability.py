@@ -11,7 +11,7 @@ import pytest
 from emulation.agent.telemetry_agent import TelemetryAgent
 from emulation.processes.controller_process import free_port
 from emulation.processes.prometheus_local import LocalPrometheus
-from emulation.scenarios.runner import steady_flows
+from emulation.scenarios.emulable import steady_flows
 from emulation.traffic.iperf import TrafficRun
 from emulation.workload import load_workload
 from emulation.workload.expand import expand

@@ -131,7 +131,8 @@ def make_targets() -> set[str]:
 
 
 def metric_names() -> set[str]:
-    source = (ROOT / "controller/metrics.py").read_text()
+    # Metrics counts events; the link view's series are computed at scrape time from telemetry.
+    source = "".join((ROOT / p).read_text() for p in ("controller/metrics.py", "controller/telemetry/link_view.py"))
     names = set(re.findall(r'"(railyard_[a-z_]+)"', source))
     return names | {n + suffix for n in names for suffix in ("_total", "_bucket", "_sum", "_count")}
 

@@ -10,9 +10,10 @@ from controller.fabric.spec import SPECS_DIR
 from controller.te.engine import Decision, DecisionKind
 from emulation.model.pairs import incast_pairs, permutation_pairs
 from emulation.model.stats import percentile
+from emulation.scenarios.emulable import steady_flows
 from emulation.scenarios.judge import ControllerFailed, OptimumExceeded, planned_intervals
 from emulation.scenarios.report import build_report, jain, longest_zero_run_s
-from emulation.scenarios.runner import ModeRun, ScenarioMode, steady_flows
+from emulation.scenarios.runner import ModeRun, ScenarioMode
 from emulation.scenarios.table import table
 from emulation.scenarios.timeline import Decided, read_decisions, te_figures
 from emulation.traffic.iperf import FlowResult
