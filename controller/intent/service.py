@@ -123,6 +123,11 @@ class IntentService:
         return current.pins[name]
 
     # --- jobs ---------------------------------------------------------------
+    def index_load(self, measured: Mapping[Endpoint, float]) -> None:
+        """A new copy of the measured load (on the telemetry thread): the
+        ledger indexes it now, so the next placement finds it ready."""
+        self._ledger.index_measured(measured)
+
     def place_job(
         self, request: JobRequest, admit: Callable[[Job], None] | None = None, validate_only: bool = False
     ) -> tuple[Job, bool]:

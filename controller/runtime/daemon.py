@@ -102,6 +102,7 @@ class Daemon:
         self.intent = IntentService(
             fabric, self.store, self.metrics, live_load=self.ingest.fresh_load, watch_history=config.watch_history
         )
+        self.ingest.on_load(self.intent.index_load)
         self._southbound(config)
         self._adaptive_te(config)
         self._listeners(config, hosts)

@@ -114,17 +114,27 @@ class LoadLedger:
         of the jobs' demand and `measured`: what placement reads under live
         telemetry, over arrays instead of a lookup per uplink (16,384 of
         them at 16k GPUs, on every placement)."""
-        if self._measured is None or self._measured[0] is not measured:
-            rows = np.fromiter((self._row.get(e, -1) for e in measured), dtype=np.int64, count=len(measured))
-            values = np.fromiter(measured.values(), dtype=np.float64, count=len(measured))
-            known = rows >= 0
-            # Kept for the same mapping: the live load is one snapshot for many placements.
-            self._measured = (measured, rows[known], values[known])
-        _, index, values = self._measured
+        found = self._measured
+        if found is None or found[0] is not measured:
+            found = self.index_measured(measured)
+        _, index, values = found
         larger = self._bps.copy()
         np.maximum.at(larger, index, values)
         peak = float((larger / self._capacity).max()) if len(larger) else 0.0
         return peak, self._per_pod(larger)
+
+    def index_measured(
+        self, measured: Mapping[Endpoint, float]
+    ) -> tuple[Mapping[Endpoint, float], np.ndarray, np.ndarray]:
+        """`measured` as (rows, values) over the egresses, kept for the same
+        mapping: the live load is one copy for many placements, and the
+        telemetry thread indexes each new copy before a placement reads it."""
+        rows = np.fromiter((self._row.get(e, -1) for e in measured), dtype=np.int64, count=len(measured))
+        values = np.fromiter(measured.values(), dtype=np.float64, count=len(measured))
+        known = rows >= 0
+        found = (measured, rows[known], values[known])
+        self._measured = found  # one assignment: a placement reads the old copy or this one
+        return found
 
     def _per_pod(self, per_egress: np.ndarray) -> dict[int, float]:
         """Per pod, the sum of `per_egress` (an array over the egresses) over its uplinks."""

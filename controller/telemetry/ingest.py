@@ -26,7 +26,9 @@ log = logging.getLogger(__name__)
 
 QUEUE_BATCHES = 256
 FORGET_AFTER_S = 60.0
-LOAD_REFRESH_S = 0.1  # measured load is smoothed (EWMA) and good for 2 s: a 0.1 s old copy changes nothing
+# Measured load is smoothed (EWMA) and good for 2 s: a copy this old changes
+# nothing. The ingest thread makes it as batches land, off the API's path.
+LOAD_REFRESH_S = 0.5
 SWEEP_INTERVAL_S = 5.0
 
 
@@ -54,6 +56,7 @@ class TelemetryIngest:
         self._thread = threading.Thread(target=self._run, name="telemetry", daemon=True)
         self._last_sweep = 0.0
         self._load: tuple[float, dict[Endpoint, float]] | None = None
+        self._load_listeners: list[Callable[[dict[Endpoint, float]], None]] = []
         self.arrived = threading.Event()  # set after each batch is in the view: TE runs on fresh data
         # API calls go first: telemetry work, and the TE cycles it drives, wait for them (priority.py).
         self.priority = ApiFirst()
@@ -89,8 +92,27 @@ class TelemetryIngest:
                 if now - self._last_sweep > SWEEP_INTERVAL_S:
                     self.view.forget_before(now - FORGET_AFTER_S)
                     self._last_sweep = now
+                load = self._refreshed_load(now)
             self.metrics.telemetry_records.labels("accepted").inc(len(batch))
+            if load is not None:
+                for listener in self._load_listeners:
+                    listener(load)
             self.arrived.set()
+
+    def _refreshed_load(self, now: float) -> dict[Endpoint, float] | None:
+        """A new copy of the measured load, if the last is LOAD_REFRESH_S old (under the lock)."""
+        cached = self._load
+        if cached is not None and 0 <= now - cached[0] < LOAD_REFRESH_S:
+            return None
+        load = self.view.fresh_load(now)
+        self._load = (now, load)
+        return load
+
+    def on_load(self, listener: Callable[[dict[Endpoint, float]], None]) -> None:
+        """`listener(load)` on the ingest thread with each new copy of the
+        measured load (placement's own index of it is made there, not in a
+        PlaceJob)."""
+        self._load_listeners.append(listener)
 
     def snapshot(self) -> tuple[dict[FlowKey, FlowSample], dict[Endpoint, PortSample]]:
         """Every flow and port sample, with its time: the TE engine judges staleness itself."""
@@ -98,17 +120,17 @@ class TelemetryIngest:
             return dict(self.view.flows), dict(self.view.ports)
 
     def fresh_load(self) -> dict[Endpoint, float]:
-        """The measured load placement reads: one snapshot for up to
-        LOAD_REFRESH_S, so placements in a row do not each copy every
-        port's rate (thousands at 16k GPUs) under the view's lock. Not to
-        be changed by the caller."""
+        """The measured load placement reads: the ingest thread's copy, at
+        most LOAD_REFRESH_S old while telemetry flows, so a placement does
+        not copy every port's rate (thousands at 16k GPUs) under the view's
+        lock. Not to be changed by the caller."""
         now = self.clock()
         cached = self._load
         if cached is not None and 0 <= now - cached[0] < LOAD_REFRESH_S:
             return cached[1]
         with self._lock:
             load = self.view.fresh_load(now)
-        self._load = (now, load)
+            self._load = (now, load)
         return load
 
     def fresh_ports(self) -> dict[Endpoint, PortSample]:
