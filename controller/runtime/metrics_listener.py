@@ -15,12 +15,16 @@ import ssl
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler
+from typing import Any
 
 from prometheus_client.exposition import choose_encoder
+from prometheus_client.metrics_core import Metric
 
 from controller.api.listener import GuardedHttpServer
 from controller.metrics import Metrics
 from controller.telemetry.priority import ApiFirst
+
+EOF = b"# EOF\n"  # OpenMetrics' last line
 
 
 class MetricsListener:
@@ -71,6 +75,19 @@ class MetricsListener:
     def stop(self) -> None:
         self.httpd.stop()
 
+    def _render(self, encoder: Callable[[Any], bytes], content_type: str) -> bytes:
+        """Family by family, stepping aside for API calls before each: at
+        16K GPUs a scrape is ~22,000 series and 0.3 s of Python, and an API
+        call sharing the interpreter lock with all of it took that much
+        longer (make bench-soak)."""
+        parts = []
+        for family in self.registry.collect():
+            self.priority.yield_to_api()
+            parts.append(encoder(_Family(family)).removesuffix(EOF))
+        if content_type.startswith("application/openmetrics-text"):
+            parts.append(EOF)  # once, at the end
+        return b"".join(parts)
+
     def answer(self, request: BaseHTTPRequestHandler) -> None:
         path = request.path.split("?", 1)[0]
         if path == "/healthz":
@@ -82,14 +99,23 @@ class MetricsListener:
                 _reply(request, HTTPStatus.FORBIDDEN, b"a client certificate from the CA is required\n", "text/plain")
                 return
             encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
-            self.priority.yield_to_api()  # rendering every series takes a while: after the API's calls
-            body = encoder(self.registry)
+            body = self._render(encoder, content_type)
             if "gzip" in request.headers.get("Accept-Encoding", ""):
                 _reply(request, HTTPStatus.OK, gzip.compress(body), content_type, gzipped=True)
             else:
                 _reply(request, HTTPStatus.OK, body, content_type)
         else:
             _reply(request, HTTPStatus.NOT_FOUND, b"/metrics or /healthz\n", "text/plain")
+
+
+class _Family:
+    """One metric family, as a registry an encoder can render."""
+
+    def __init__(self, family: Metric) -> None:
+        self._family = family
+
+    def collect(self) -> list[Metric]:
+        return [self._family]
 
 
 def _reply(request: BaseHTTPRequestHandler, status: HTTPStatus, body: bytes, content_type: str, gzipped=False) -> None:
