@@ -28,7 +28,6 @@ import json
 import os
 import platform
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -41,10 +40,15 @@ from emulation.processes.controller_process import ControllerProcess, Ports, tot
 STREAMS = 8
 
 
-def phase(placer: Placer, seconds: float) -> list[float]:
-    start = len(placer.timings)
+def phase(seconds: float) -> tuple[float, float]:
+    """A phase's span on the monotonic clock (the placer's timings are read after it stops)."""
+    started = time.monotonic()
     time.sleep(seconds)
-    return [t for _, t in placer.timings[start:]]
+    return started, time.monotonic()
+
+
+def within(placer: Placer, span: tuple[float, float]) -> list[float]:
+    return [t for at, t in placer.timings if span[0] <= at < span[1]]
 
 
 def run(args, tmp: Path) -> dict:
@@ -52,25 +56,21 @@ def run(args, tmp: Path) -> dict:
         args.spec, tmp / "intent.db", Ports.pick(), tmp / "controller.log", 10.0,
         extra_args=("--mutations-per-second", "100000"),
     ).start()  # fmt: skip
-    stop = threading.Event()
     try:
         ctl.wait_serving_api(120)
-        placer = Placer(ctl, args.seed, stop, per_s=5.0)
-        placer.start()
-        time.sleep(5)  # warm
         target = f"127.0.0.1:{ctl.ports.grpc}"
-        quiet = phase(placer, args.seconds)
-        at_budget = [telemetry_phase(ctl, placer, target, args, 1.0, polite=True)]
-        flood = telemetry_phase(ctl, placer, target, args, args.over, polite=False)
-        at_budget.append(telemetry_phase(ctl, placer, target, args, 1.0, polite=True))
-        stop.set()
-        placer.join(timeout=10)
+        placer = Placer(target, args.seed, per_s=5.0).start()
+        time.sleep(5)  # warm
+        quiet = phase(args.seconds)
+        at_budget = [telemetry_phase(ctl, target, args, 1.0, polite=True)]
+        flood = telemetry_phase(ctl, target, args, args.over, polite=False)
+        at_budget.append(telemetry_phase(ctl, target, args, 1.0, polite=True))
+        placer.stop()
     finally:
-        stop.set()
         ctl.stop()
-    steady = [place_figures(p["timings"]) for p in at_budget]
+    steady = [place_figures(within(placer, p["span"])) for p in at_budget]
     noise = abs(steady[0]["p99_ms"] - steady[1]["p99_ms"])
-    during = place_figures(flood["timings"])
+    during = place_figures(within(placer, flood["span"]))
     return {
         "budget_records_per_s": TELEMETRY_RECORDS_PER_S,
         "offered_records_per_s": flood["offered"],
@@ -79,7 +79,7 @@ def run(args, tmp: Path) -> dict:
         "streams_cut": flood["cut"],
         "streams_opened_per_s": flood["opened_per_s"],
         "at_budget_accepted_records_per_s": [p["accepted"] for p in at_budget],
-        "place_job_quiet": place_figures(quiet),
+        "place_job_quiet": place_figures(within(placer, quiet)),
         "place_job_at_budget": steady[0],
         "place_job_flood": during,
         "place_job_at_budget_again": steady[1],
@@ -89,23 +89,23 @@ def run(args, tmp: Path) -> dict:
     }
 
 
-def telemetry_phase(ctl, placer: Placer, target: str, args, budgets: float, polite: bool) -> dict:
+def telemetry_phase(ctl, target: str, args, budgets: float, polite: bool) -> dict:
     """`budgets` times the budget over STREAMS streams for a phase: what was
-    offered and accepted per second, the streams cut, and the placements' timings."""
+    offered and accepted per second, the streams cut, and the phase's span."""
     sender = Sender(
         args.spec, target, [budgets * TELEMETRY_RECORDS_PER_S / STREAMS] * STREAMS, 1000, 0.05, args.seed, polite
     ).start()
     time.sleep(3)  # the child process imports and builds its flows
     accepted_before = total(ctl.metrics(), "railyard_telemetry_records_total", result="accepted")
     started = time.monotonic()
-    timings = phase(placer, args.seconds)
+    span = phase(args.seconds)
     accepted = total(ctl.metrics(), "railyard_telemetry_records_total", result="accepted") - accepted_before
     seconds = time.monotonic() - started
     tally = sender.stop()
     time.sleep(3)  # its last batches drain
     cut = sum(tally["cut"].values())
     return {
-        "timings": timings,
+        "span": span,
         "offered": tally["sent"] / (seconds + 3),
         "accepted": accepted / seconds,
         "cut": cut,
