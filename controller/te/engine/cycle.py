@@ -33,7 +33,7 @@ goes quiet.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -100,6 +100,10 @@ class Engine:
         self.fabric = fabric
         self.cfg = cfg
         self.caches = EngineCaches()
+        # Called between a step's stages (tens of milliseconds each at 16K
+        # GPUs): the daemon waits there while API calls run
+        # (telemetry.priority). It sees nothing of the step.
+        self.pause: Callable[[], None] = _go_on
         self._fresh()
 
     def _fresh(self) -> None:
@@ -108,6 +112,7 @@ class Engine:
 
     def step(self, state: TeState, snapshot: Snapshot) -> tuple[TeState, list[Decision]]:
         cycle = _Cycle(self, state, snapshot)
+        self.pause()
         result = cycle.run()
         self.caches.routes, self.caches.flow_keys = len(self.index), len(self.catalog)
         # What the live view needs, in each cache's own unit: flow keys, and
@@ -124,6 +129,10 @@ class Engine:
         return result
 
 
+def _go_on() -> None:
+    pass
+
+
 class _Cycle:
     """One step's working data, stage by stage (see the module docstring)."""
 
@@ -137,12 +146,15 @@ class _Cycle:
         self.moves: dict[FlowKey, Move] = dict(state.moves)
 
     def run(self) -> tuple[TeState, list[Decision]]:
+        pause = self.engine.pause
         self.links_down()
         self.elephants()
+        pause()
         self.expire()
         self.background()
         self.settle()
         self.incast()
+        pause()
         outcome = self.rebalance()
         unfixable, collisions = self.report(outcome)
         pin_metered(self.catalog, self.meters, self.moves, self.flows, self.now)
@@ -180,7 +192,10 @@ class _Cycle:
         catalog, cfg = self.catalog, self.cfg
         before = self.state.recent
         if before.owner != catalog.owner:  # another catalog's rows, or this one started over
-            before = replace(before, cat=catalog.rows(before.keys), owner=catalog.owner)
+            # Its flows are found again by key; where they were, in a route
+            # table that is gone, is unknown until they are seen again.
+            unknown = np.full(len(before.row), -1, dtype=np.int64)
+            before = replace(before, cat=catalog.rows(before.keys), row=unknown, owner=catalog.owner)
         self.found, last = find_elephants(
             catalog, self.flows, self.cat, self.moves, before, self.now, cfg, self.snap.jobs
         )
@@ -268,6 +283,7 @@ class _Cycle:
                 changes,
                 dormant,
                 self.state.fruitless,
+                self.engine.pause,
             )
         )
         self.moves = outcome.moves

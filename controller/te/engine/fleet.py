@@ -196,18 +196,26 @@ class Fleet:
     def _route_peaks(self) -> np.ndarray:
         """Per route-table row its peak utilization by demand; and, per
         block, the rows of its two lowest live peaks (may_gain). Made on
-        first use; then what the moves since changed is worked out again
-        when next asked for."""
+        first use for the blocks the elephants' routes are in (the table
+        also holds every leaf pair seen lately; no turn reads those), then
+        what the moves since changed is worked out again when next asked
+        for."""
         table = self.index.table()
-        starts, _, block = self.index.blocks()
+        block = self.index.blocks()[2]
         if len(self._peak) != len(table):
-            self._peak = (self.both[0][table] / self.capacity[table]).max(axis=1, initial=0.0)
-            self._dead_row = self.dead[table].any(axis=1)
-            widest = np.where(table == self.index.pad, 0.0, self.capacity[table]).max(axis=1, initial=0.0)
-            self._widest = np.maximum.reduceat(widest, starts) if len(starts) else np.zeros(0)
-            self._lowest = np.zeros((2, len(starts)), dtype=np.int64)
-            self._rank(np.arange(len(starts)))
+            self._peak = np.full(len(table), np.inf)
+            self._dead_row = np.zeros(len(table), dtype=bool)
+            self._widest = np.zeros(int(block[-1]) + 1 if len(block) else 0)
+            self._lowest = np.full((2, len(self._widest)), len(table), dtype=np.int64)
             self._stale.clear()
+            used = distinct(block[self.base[self.nroutes > 0]])
+            rows, offsets, _ = self._block_rows(used)
+            hops = table[rows]
+            self._peak[rows] = (self.both[0][hops] / self.capacity[hops]).max(axis=1, initial=0.0)
+            self._dead_row[rows] = self.dead[hops].any(axis=1)
+            widest = np.where(hops == self.index.pad, 0.0, self.capacity[hops]).max(axis=1, initial=0.0)
+            self._widest[used] = np.maximum.reduceat(widest, offsets) if len(used) else widest[:0]
+            self._rank(used)
         elif self._stale:
             rows = self.index.rows_through(list(self._stale))
             self._stale.clear()
@@ -215,15 +223,20 @@ class Fleet:
             self._rank(distinct(block[rows]))
         return self._peak
 
-    def _rank(self, blocks: np.ndarray) -> None:
-        """The rows of the lowest and next lowest live peak of each of `blocks` (-1: none)."""
-        if not len(blocks):
-            return
+    def _block_rows(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(the rows of `blocks`, block after block; where each block's
+        rows start in that; per row, its block's position in `blocks`)."""
         starts, sizes, _ = self.index.blocks()
         size = sizes[blocks]
         offsets = np.cumsum(size) - size
         segment = np.repeat(np.arange(len(blocks)), size)
-        rows = starts[blocks][segment] + np.arange(int(size.sum())) - offsets[segment]
+        return starts[blocks][segment] + np.arange(int(size.sum())) - offsets[segment], offsets, segment
+
+    def _rank(self, blocks: np.ndarray) -> None:
+        """The rows of the lowest and next lowest live peak of each of `blocks` (-1: none)."""
+        if not len(blocks):
+            return
+        rows, offsets, segment = self._block_rows(blocks)
         live = np.where(self._dead_row[rows], np.inf, self._peak[rows])
         lowest = np.minimum.reduceat(live, offsets)
         first = np.minimum.reduceat(np.where(live == lowest[segment], rows, len(self._peak)), offsets)

@@ -180,8 +180,9 @@ class LinkIndex:
 
     def hops(self, row: int) -> np.ndarray:
         """The links of the route on route-table row `row`, unpadded."""
-        hops: np.ndarray = self._buf[row]
-        return hops[hops != self.pad]
+        row_hops: np.ndarray = self._buf[row]
+        hops: np.ndarray = row_hops[row_hops != self.pad]
+        return hops
 
     def blocks(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(the first row and the size of every block that has rows, in table

@@ -45,6 +45,10 @@ EVALUATIONS = (300, 20, 3000)  # base, per elephant, most
 # same size as rebalance.PLANNED_ONLY: a whole fill per plan made TE cycles
 # take 3.2 s at 1,000 elephants on ft2-16k (make bench-soak).
 WHOLE = 512
+# Plans weighed per pass above WHOLE elephants, each ~0.4 ms on its
+# component at 16K GPUs: 3,000 made a pass 1.3 s (make bench-scale), and a
+# search cut short goes on in the next pass.
+LARGE_EVALUATIONS = 300
 
 
 @dataclass(frozen=True)
@@ -115,10 +119,12 @@ class Planner:
         rates again; the links they joined count as loaded by this pass."""
         before = self.paths.copy()
         self._index()
-        for i in np.flatnonzero((before != self.paths).any(axis=1)).tolist():
+        moved = np.flatnonzero((before != self.paths).any(axis=1))
+        for i in moved.tolist():
             for link in self.paths[i].tolist():
                 self._joined.setdefault(link, []).append(i)
-        self.rates()
+        if len(moved):  # else the rates stand: a whole fill is most of a large pass's time
+            self.rates()
 
     def route_bound(self) -> np.ndarray:
         """Per elephant: frozen, in the model, by a link a route chooses (a move may help it)."""
@@ -153,6 +159,8 @@ class Planner:
     def spent(self) -> bool:
         """The pass has weighed as many plans as it may."""
         base, each, most = EVALUATIONS
+        if len(self.placed) > WHOLE:
+            return self.evaluations >= LARGE_EVALUATIONS
         return self.evaluations >= min(base + each * len(self.placed), most)
 
     def evaluate(self, moves: tuple[tuple[int, int], ...]) -> tuple[float, float]:

@@ -128,7 +128,7 @@ class Recent(_ByFlow):
     at: np.ndarray = field(default_factory=lambda: np.zeros(0))
     row: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     cat: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
-    owner: object = None  # the FlowCatalog.owner its `cat` rows belong to
+    owner: str = ""  # the FlowCatalog.owner its `cat` and `row` rows belong to
 
 
 @dataclass(frozen=True)
