@@ -46,7 +46,8 @@ from controller.te.engine.elephants import find_elephants
 from controller.te.engine.frames import FlowFrame, PortFrame, frames
 from controller.te.engine.incast import find_incasts, meter_incasts, pin_metered
 from controller.te.engine.links import LinkIndex
-from controller.te.engine.rebalance import Inputs, Outcome, rebalance
+from controller.te.engine.outcome import Outcome
+from controller.te.engine.rebalance import Inputs, rebalance
 from controller.te.engine.state import (
     Decision,
     DecisionKind,

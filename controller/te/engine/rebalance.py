@@ -17,7 +17,7 @@ A pass runs in named stages over one `Inputs` record:
    whose first move alone gains nothing), plans of two moves judged by the
    max-min rates of every flow they touch (plan.Planner), on links the
    ports measure full.
-4. `outcome`: per elephant that ends the pass elsewhere than it began, one
+4. `outcome` (outcome.py): per elephant that ends the pass elsewhere than it began, one
    move (a flow moved twice in a pass changes path once; one moved back
    where it was, not at all), and the links reported collided or unfixable.
 
@@ -40,17 +40,15 @@ from controller.te.engine.anneal import anneal
 from controller.te.engine.catalog import FlowCatalog
 from controller.te.engine.fleet import Fleet
 from controller.te.engine.fruitless import alike_within, fingerprint, searched_before
-from controller.te.engine.gains import ONE_BY_ONE, Turn, any_gain
+from controller.te.engine.gains import ONE_BY_ONE, Turn
 from controller.te.engine.links import LinkIndex
+from controller.te.engine.outcome import Outcome, outcome_of
 from controller.te.engine.plan import Plan, Planner
 from controller.te.engine.state import (
-    Decision,
-    DecisionKind,
     Elephants,
     EngineConfig,
     Fruitless,
     Move,
-    describe_flow,
 )
 from controller.te.view import FlowKey
 
@@ -82,16 +80,6 @@ class Inputs:
     dormant: np.ndarray | None = None
     fruitless: Fruitless | None = None  # the last joint search, if it found no plan
     pause: Callable[[], None] = lambda: None  # between stages (Engine.pause)
-
-
-@dataclass(frozen=True)
-class Outcome:
-    moves: dict[FlowKey, Move]
-    decisions: list[Decision]
-    collisions: dict[str, str]  # link -> why: over capacity and TE can act on it
-    unfixable: dict[str, str]  # link -> why: over capacity and no move relieves it
-    relieved: frozenset[str]  # links a move of this pass took load off
-    fruitless: Fruitless | None = None  # this pass's joint search (or the one before), if it found no plan
 
 
 def rebalance(inputs: Inputs) -> Outcome:
@@ -388,83 +376,7 @@ class Pass:
         return None
 
     def outcome(self) -> Outcome:
-        return Outcome(*self._moves(), *self._collisions(), self._relieved_names(), self.fruitless)
-
-    def _moves(self) -> tuple[dict[FlowKey, Move], list[Decision]]:
-        """Per elephant that ends elsewhere than it started, one move."""
-        inputs, fleet = self.inputs, self.fleet
-        e, catalog, now = inputs.elephants, inputs.catalog, inputs.now
-        moves = dict(inputs.moves)
-        decisions: list[Decision] = []
-        for i in np.flatnonzero(fleet.rows != self.start).tolist():
-            key, c = e.keys[i], int(e.cat[i])
-            before = inputs.index.via_at[int(self.start[i])]
-            after = fleet.via(i, fleet.row(i))
-            moves[key] = Move(
-                key,
-                catalog.src_nic(c),
-                catalog.dst_nic(c),
-                after,
-                now,
-                now,
-                before,
-                float(e.rate_bps[i]),
-                rate_expected=0.0 if self.expected is None else float(self.expected[i]),
-            )
-            decisions.append(
-                Decision(
-                    DecisionKind.REROUTE,
-                    describe_flow(key),
-                    f"{before} -> {after}: {self.why[i]}",
-                    now,
-                    flow=key,
-                    from_via=before,
-                    to_via=after,
-                )
-            )
-        for i in self.acks:
-            key, c = e.keys[i], int(e.cat[i])
-            via = fleet.via(i, fleet.row(i))
-            moves[key] = Move(key, catalog.src_nic(c), catalog.dst_nic(c), via, now, now, from_via=via)
-            why = f"ACKs pinned via {via}: their hashed path may cross a dead link"
-            decisions.append(
-                Decision(DecisionKind.REROUTE, describe_flow(key), why, now, flow=key, from_via=via, to_via=via)
-            )
-        return moves, decisions
-
-    def _collisions(self) -> tuple[dict[str, str], dict[str, str]]:
-        fleet, index, cfg = self.fleet, self.inputs.index, self.inputs.cfg
-        collisions: dict[str, str] = {}
-        unfixable: dict[str, str] = {}
-        over_still: list[tuple[str, str, np.ndarray]] = []
-        report = np.array(
-            sorted(self.hot_at_start | {link for link in self.stuck if fleet.count[link] >= 2}), dtype=np.int64
-        )
-        for link in report[fleet.collided(report, self.inputs.catalog)].tolist():
-            name = _name(index, link)
-            why = f"{fleet.count[link]} elephants, demand {fleet.utilization(link):.2f} of the link"
-            if link in self.relieved or not fleet.over(link):
-                collisions[name] = why
-            else:
-                over_still.append((name, why, fleet.member_array(link)))
-        # Fixable all the same: a move would relieve it but for hysteresis or budget.
-        if over_still:
-            pool = np.unique(np.concatenate([members for _, _, members in over_still]))
-            pool = pool[self.movable[pool]]
-            maybe = np.zeros(len(self.movable), dtype=bool)
-            maybe[pool[fleet.may_gain(pool, cfg)]] = True
-            for name, why, members in over_still:
-                fixable = any_gain(fleet, members[maybe[members]], cfg, self.metered)
-                (collisions if fixable else unfixable)[name] = why
-        return collisions, unfixable
-
-    def _relieved_names(self) -> frozenset[str]:
-        return frozenset(_name(self.inputs.index, link) for link in self.relieved)
-
-
-def _name(index: LinkIndex, link: int) -> str:
-    egress = index.egresses[link]
-    return f"{egress.node}:{egress.port}"
+        return outcome_of(self)
 
 
 def _caps(elephants: Elephants, metered: np.ndarray) -> np.ndarray:
