@@ -31,9 +31,10 @@ from pathlib import Path
 import grpc
 
 from bench import write_result
-from bench.soak import percentile, process_figures
+from bench.soak import process_figures
 from controller.api.client import Client
 from controller.fabric.spec import SPECS_DIR
+from emulation.model.stats import percentile
 from emulation.processes.controller_process import ControllerProcess, Ports, total
 from emulation.processes.etcd_local import LocalEtcd
 

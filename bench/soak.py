@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import multiprocessing
 import os
 import platform
 import random
@@ -40,21 +39,15 @@ from pathlib import Path
 import grpc
 
 from bench import write_result
+from bench.child import Child
 from bench.telemetry_streams import Sender
 from controller.api.client import Client
 from controller.fabric.spec import SPECS_DIR
+from emulation.model.stats import percentile
 from emulation.processes.controller_process import ControllerProcess, Ports, Samples, total
 
 SPEC = SPECS_DIR / "ft2-16k.yaml"
 SIZES = (8, 16, 32, 64)
-
-
-def percentile(samples: list[float], q: float) -> float:
-    """Nearest rank: the smallest sample with at least q of them at or below it."""
-    if not samples:
-        return float("nan")
-    ordered = sorted(samples)
-    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def histogram_quantile(buckets: dict[float, float], q: float) -> float:
@@ -114,24 +107,16 @@ class Placer:
     in both processes, so a call's time says which phase it fell in."""
 
     def __init__(self, target: str, seed: int, per_s: float = 1.0) -> None:
-        context = multiprocessing.get_context("spawn")  # gRPC does not survive a fork
-        self._stop, self._out = context.Event(), context.Queue()
-        self._process = context.Process(target=_place, args=(target, seed, per_s, self._stop, self._out), daemon=True)
+        self._child = Child(_place, target, seed, per_s)
         self.timings: list[tuple[float, float]] = []
         self.errors: dict[str, int] = {}
 
     def start(self) -> Placer:
-        self._process.start()
+        self._child.start()
         return self
 
     def stop(self) -> None:
-        self._stop.set()
-        try:
-            self.timings, self.errors = self._out.get(timeout=60)
-        finally:
-            self._process.join(timeout=10)
-            if self._process.is_alive():
-                self._process.kill()
+        self.timings, self.errors = self._child.stop()
 
 
 def process_figures(pid: int) -> dict:

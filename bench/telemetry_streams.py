@@ -8,7 +8,6 @@ per record, not per batch.
 
 from __future__ import annotations
 
-import multiprocessing
 import random
 import threading
 import time
@@ -17,6 +16,7 @@ from pathlib import Path
 
 import grpc
 
+from bench.child import Child
 from controller.api.gen.railyard.v1 import common_pb2
 from controller.api.gen.railyard.v1 import telemetry_pb2 as tpb
 from controller.fabric import Fabric, NicId, load_fabric
@@ -158,23 +158,13 @@ class Sender:
 
     def __init__(self, spec: Path, target: str, rates: list[float], flows: int, churn: float, seed: int,
                  polite: bool = True) -> None:  # fmt: skip
-        context = multiprocessing.get_context("spawn")  # gRPC does not survive a fork
-        self._stop, self._out = context.Event(), context.Queue()
-        self._process = context.Process(
-            target=_send, args=(str(spec), target, rates, flows, churn, seed, polite, self._stop, self._out)
-        )
+        self._child = Child(_send, str(spec), target, rates, flows, churn, seed, polite)
         self.tally: dict = {"sent": 0, "cut": {}}
 
     def start(self) -> Sender:
-        self._process.start()
+        self._child.start()
         return self
 
     def stop(self) -> dict:
-        self._stop.set()
-        try:
-            self.tally = self._out.get(timeout=60)
-        finally:
-            self._process.join(timeout=10)
-            if self._process.is_alive():
-                self._process.kill()
+        self.tally = self._child.stop()
         return self.tally

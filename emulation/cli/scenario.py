@@ -81,25 +81,27 @@ def scenario_run(args) -> int:
     return 0
 
 
+def _run_arguments(parser: argparse.ArgumentParser, spec_help: str, seed: int, seed_help: str) -> None:
+    """What `demo` and `scenario run` share: the fabric, the seed, where the report goes, the sources."""
+    parser.add_argument("--spec", help=spec_help)
+    parser.add_argument("--seed", type=int, default=seed, help=seed_help)
+    parser.add_argument("--out", default="reports", help="directory for the JSON report and PNG plots")
+    parser.add_argument("--keep-raw", action="store_true", help="keep iperf3's own JSON reports under --out")
+    source_arguments(parser)
+
+
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """`railyard demo` and `railyard scenario ...`."""
     demo_parser = sub.add_parser("demo", help="the elephant scenario: ECMP, then Railyard TE, against the optimum")
-    demo_parser.add_argument("--spec", help=SPEC_HELP)
-    demo_parser.add_argument("--seed", type=int, default=3, help="seed for the elephants' source ports (3 collides)")
-    demo_parser.add_argument("--out", default="reports", help="directory for the report")
-    demo_parser.add_argument("--keep-raw", action="store_true", help="keep iperf3's own JSON reports under --out")
-    source_arguments(demo_parser)
+    _run_arguments(demo_parser, SPEC_HELP, 3, "seed for the elephants' source ports (3 collides)")
     demo_parser.set_defaults(func=demo)
 
     scenarios = sub.add_parser("scenario", help="run a traffic scenario twice (ECMP, then Railyard TE) and report")
     ssub = scenarios.add_subparsers(dest="scenario_cmd", required=True, metavar="COMMAND")
     srun = ssub.add_parser("run", help="bring up the fabric, run the scenario on ECMP then with TE, tear down")
     srun.add_argument("name", help="a shipped scenario (see `railyard scenario list`) or a YAML path")
-    srun.add_argument("--spec", help=SPEC_HELP + "; overrides the scenario's own")
-    srun.add_argument("--seed", type=int, default=1, help="seeds source ports, job draws and noise (default 1)")
-    srun.add_argument("--out", default="reports", help="directory for the JSON report and PNG plots")
-    srun.add_argument("--keep-raw", action="store_true", help="keep iperf3's own JSON reports under --out")
-    source_arguments(srun)
+    spec_help = SPEC_HELP + "; overrides the scenario's own"
+    _run_arguments(srun, spec_help, 1, "seeds source ports, job draws and noise (default 1)")
     srun.set_defaults(func=scenario_run)
     slist = ssub.add_parser("list", help="the shipped scenarios")
     slist.set_defaults(func=scenario_list)
