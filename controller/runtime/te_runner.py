@@ -69,6 +69,7 @@ class TeRunner:
         the moves, so no reaction time is waited for."""
         self.fabric = fabric
         self.engine = Engine(fabric, config)  # this runner's: its caches are nobody else's
+        self.engine.pause = ingest.priority.yield_to_api  # a cycle steps aside for API calls between stages
         self.ingest = ingest
         self.intent = intent
         self.metrics = metrics
