@@ -45,10 +45,11 @@ EVALUATIONS = (300, 20, 3000)  # base, per elephant, most
 # same size as rebalance.PLANNED_ONLY: a whole fill per plan made TE cycles
 # take 3.2 s at 1,000 elephants on ft2-16k (make bench-soak).
 WHOLE = 512
-# Plans weighed per pass above WHOLE elephants, each ~0.4 ms on its
-# component at 16K GPUs: 3,000 made a pass 1.3 s (make bench-scale), and a
-# search cut short goes on in the next pass.
-LARGE_EVALUATIONS = 300
+# Plans weighed per pass above WHOLE elephants, each 0.4 ms on its component
+# at 16K GPUs and 1 ms at 32K (a core link's component is large): 3,000 made
+# a pass 1.3 s (make bench-scale), 300 made meta-32k's 0.47 s (make
+# bench-three-tier). A search cut short goes on in the next pass.
+LARGE_EVALUATIONS = 100
 
 
 @dataclass(frozen=True)
@@ -268,11 +269,18 @@ class Planner:
             best = _better(best, self.plan(((g, row),), link))
         if best is not None and best.worth:
             return best
+        # Spent is checked before each step of the walk, not only before a
+        # plan: a core link of meta-32k has thousands of members, and walking
+        # them after the budget was spent took 6 s a pass (make bench-three-tier).
         for g, row in singles:
+            if self.spent():
+                break
             blocking = self._blocking(g, row)
             if not len(blocking):
                 continue
             for f in self.members(blocking).tolist():
+                if self.spent():
+                    break
                 if f == g or not self.movable[f] or not allowed(f):
                     continue
                 for row2 in self.alternatives(f):
