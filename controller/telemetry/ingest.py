@@ -92,21 +92,27 @@ class TelemetryIngest:
                 if now - self._last_sweep > SWEEP_INTERVAL_S:
                     self.view.forget_before(now - FORGET_AFTER_S)
                     self._last_sweep = now
-                load = self._refreshed_load(now)
+                load, new = self._refreshed_load(now)
             self.metrics.telemetry_records.labels("accepted").inc(len(batch))
-            if load is not None:
+            if new:
                 for listener in self._load_listeners:
                     listener(load)
             self.arrived.set()
 
-    def _refreshed_load(self, now: float) -> dict[Endpoint, float] | None:
-        """A new copy of the measured load, if the last is LOAD_REFRESH_S old (under the lock)."""
+    def _copy_if_fresh(self, now: float) -> dict[Endpoint, float] | None:
+        """The last copy of the measured load, unless it is LOAD_REFRESH_S old (no lock: one read)."""
         cached = self._load
-        if cached is not None and 0 <= now - cached[0] < LOAD_REFRESH_S:
-            return None
+        return cached[1] if cached is not None and 0 <= now - cached[0] < LOAD_REFRESH_S else None
+
+    def _refreshed_load(self, now: float) -> tuple[dict[Endpoint, float], bool]:
+        """(the measured load, copied anew if the last copy is LOAD_REFRESH_S
+        old; whether it was). Under the lock."""
+        load = self._copy_if_fresh(now)
+        if load is not None:
+            return load, False
         load = self.view.fresh_load(now)
         self._load = (now, load)
-        return load
+        return load, True
 
     def on_load(self, listener: Callable[[dict[Endpoint, float]], None]) -> None:
         """`listener(load)` on the ingest thread with each new copy of the
@@ -125,12 +131,10 @@ class TelemetryIngest:
         not copy every port's rate (thousands at 16k GPUs) under the view's
         lock. Not to be changed by the caller."""
         now = self.clock()
-        cached = self._load
-        if cached is not None and 0 <= now - cached[0] < LOAD_REFRESH_S:
-            return cached[1]
-        with self._lock:
-            load = self.view.fresh_load(now)
-            self._load = (now, load)
+        load = self._copy_if_fresh(now)
+        if load is None:
+            with self._lock:
+                load, _ = self._refreshed_load(now)
         return load
 
     def fresh_ports(self) -> dict[Endpoint, PortSample]:

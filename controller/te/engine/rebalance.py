@@ -17,9 +17,10 @@ A pass runs in named stages over one `Inputs` record:
    whose first move alone gains nothing), plans of two moves judged by the
    max-min rates of every flow they touch (plan.Planner), on links the
    ports measure full.
-4. `outcome` (outcome.py): per elephant that ends the pass elsewhere than it began, one
-   move (a flow moved twice in a pass changes path once; one moved back
-   where it was, not at all), and the links reported collided or unfixable.
+4. `outcome` (outcome.py): per elephant that ends the pass elsewhere than
+   it began, one move (a flow moved twice in a pass changes path once; one
+   moved back where it was, not at all), and the links reported collided or
+   unfixable.
 
 Caps are local: each leaf moves at most `max_moves_per_leaf` elephants per
 pass (by default its uplink count), a moved flow stays put for
