@@ -254,32 +254,27 @@ def _settle(world):
     return _max_min(world.fabric, settled), _max_min(world.fabric, hashed), optimum.aggregate_bps
 
 
-@pytest.mark.parametrize(
-    "per_nic, within, mean",
-    # These 200 worlds measure (satisfied 0.7, min_gain 0.05): one elephant
-    # per NIC, 94.5% within min_gain of the optimum, mean 99.1%; up to three,
-    # 95.5% within, mean 99.5%; the worst 75% in both.
-    [(1, 0.93, 0.985), (3, 0.90, 0.98)],
-    ids=["one-elephant-per-nic", "up-to-three-per-nic"],
-)
-def test_a_settled_engine_is_near_the_optimum_never_less_fair_than_the_hash_and_stays(per_nic, within, mean):
-    """Over 200 seeded random worlds: the engine settles and one more cycle
+WORLDS = 1000
+WITHIN = 0.02  # of the exact single-path optimum
+
+
+@pytest.mark.parametrize("per_nic", [1, 3], ids=["one-elephant-per-nic", "up-to-three-per-nic"])
+def test_a_settled_engine_is_near_the_optimum_never_less_fair_than_the_hash_and_stays(per_nic):
+    """Over 1,000 seeded random worlds: the engine settles and one more cycle
     moves nothing; never less fair than the hash (max-min, as the engine and
     the optimum judge; a move that lifts the slowest flow may lower the sum);
-    and most worlds end within min_gain of the exact single-path optimum.
-    Not all: a flow squeezed to 75% of its demand counts as satisfied
-    (`EngineConfig.satisfied`, which keeps noisy counters from moving flows),
-    Hedera splits a NIC evenly where the optimum would not, and a flow that
-    collides with two others on two links can only be freed by moving it so
-    that one pair shares both, which loads by demand cannot tell apart."""
-    rng, min_gain, fractions = random.Random(per_nic), EngineConfig().min_gain, []
-    for _ in range(200):
+    and at least 99% of the worlds end within 2% of the exact single-path
+    optimum. Single-flow moves alone reached 94.5% (one elephant per NIC) and
+    95.5% (up to three): a flow that collides with two others on two links is
+    freed only by a swap or a chain, which the joint search finds. Measured
+    with it: every one of the 1,000 worlds, at both densities."""
+    rng, fractions = random.Random(per_nic), []
+    for _ in range(WORLDS):
         world = random_world(rng, per_nic)
         te, hashed, optimum = _settle(world)
         assert _not_worse(te, hashed), world.flows
         fractions.append(sum(te) / optimum)
-    assert sum(f >= 1 - min_gain - 1e-9 for f in fractions) >= within * len(fractions)
-    assert sum(fractions) / len(fractions) >= mean
+    assert sum(f >= 1 - WITHIN - 1e-9 for f in fractions) >= 0.99 * WORLDS
 
 
 class Iterating:
