@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from controller.errors import FieldError
 from controller.fabric import Fabric, NicId
@@ -29,6 +29,7 @@ from controller.fabric import addressing as ad
 from controller.te.jobs import JobRequest, Pattern
 from controller.te.view import FlowKey
 from emulation.model.pairs import flow_ports, incast_pairs, permutation_pairs
+from emulation.workload.mix import background_requests, job_requests
 from emulation.workload.model import (
     ExplicitFlow,
     FlowsItem,
@@ -92,10 +93,11 @@ class JobPlan:
     per_server: int
     transfers: tuple[int, ...]  # indices into Plan.transfers
     message_bytes: int
-    flow_bytes: int  # per flow per iteration
+    flow_bytes: int  # per transfer (one QP of a flow) per iteration
     iterations: int  # 0: unbounded flows, no iterations
     compute_gap_s: float
     start_s: float
+    qps_per_connection: int = 1
 
     @property
     def busbw_factor(self) -> float:
@@ -125,48 +127,6 @@ def flow_bytes(collective: Pattern, message_bytes: int, gpus: int, per_server: i
     else:
         share = k * message_bytes / n
     return max(1, math.ceil(share))
-
-
-def background_requests(fabric: Fabric, mix: JobMixItem, seed: int) -> list[JobRequest]:
-    """One-server jobs holding `background` of the servers, drawn from the
-    seed: each names its server, so every placement puts it there."""
-    servers = sorted({(n.pod, n.server) for n in fabric.nics})
-    held = sorted(random.Random(f"background-{seed}").sample(servers, round(mix.background * len(servers))))
-    return [
-        JobRequest(f"held-{i:04d}", fabric.rails, Pattern.RING, 0.0, servers=(ad.server_name(pod, server),))
-        for i, (pod, server) in enumerate(held)
-    ]
-
-
-def job_requests(fabric: Fabric, mix: JobMixItem, seed: int, where: str) -> list[JobRequest]:
-    """Jobs drawn from the mix until `fill` of the GPUs are asked for."""
-    rails = fabric.rails
-    for size, _ in mix.sizes:
-        k = min(size, rails)
-        if size > fabric.gpu_count or size % k:
-            raise WorkloadError(
-                f"{where}.sizes.{size}",
-                f"{size} GPUs do not fit fabric {fabric.spec.name!r} as whole servers",
-                f"up to {rails} GPUs, or a multiple of {rails} up to {fabric.gpu_count}",
-            )
-    rng = random.Random(seed)
-    sizes, size_weights = zip(*mix.sizes)
-    patterns, pattern_weights = zip(*mix.collectives)
-    target = mix.fill * fabric.gpu_count
-    smallest = min(sizes)
-    out: list[JobRequest] = []
-    asked = misses = 0
-    while asked < target and fabric.gpu_count - asked >= smallest and misses < 100:
-        size = rng.choices(sizes, size_weights)[0]
-        pattern = rng.choices(patterns, pattern_weights)[0]
-        if asked + size > fabric.gpu_count:
-            misses += 1
-            continue
-        if pattern is Pattern.ALL_TO_ALL and size > mix.all_to_all_max_gpus:
-            pattern = Pattern.RING
-        out.append(JobRequest(f"job-{len(out):04d}", size, pattern, min(mix.flow_gbps, fabric.spec.rates.nic_gbps)))
-        asked += size
-    return out
 
 
 @dataclass
@@ -208,6 +168,17 @@ class _Expansion:
             return rate_gbps * 1e9
         return self.nic_bps if protocol == "udp" else math.inf
 
+    def add(self, connection: _Draft, qps: int) -> list[int]:
+        """A connection as `qps` queue pairs, as NCCL opens them
+        (NCCL_IB_QPS_PER_CONNECTION): each a transfer with its own source
+        port, so the hash (E-ECMP) and TE place each apart; the bytes, and a
+        stated rate, split evenly. -> their indices."""
+        first = len(self.drafts)
+        rate = connection.rate_bps / qps  # inf (elastic) stays inf
+        size = -(-connection.bytes // qps)
+        self.drafts.extend(replace(connection, rate_bps=rate, bytes=size) for _ in range(qps))
+        return list(range(first, first + qps))
+
 
 def expand(fabric: Fabric, workload: Workload, seed: int, place: Placer) -> Plan:
     out = _Expansion(fabric.spec.rates.nic_gbps * 1e9)
@@ -231,13 +202,14 @@ def expand(fabric: Fabric, workload: Workload, seed: int, place: Placer) -> Plan
 
     for i, item in enumerate(workload.traffic):
         if isinstance(item, PatternItem):
-            out.drafts.extend(_pattern(fabric, item, i, seed, out.rate(item.protocol, item.rate_gbps, f"traffic[{i}]")))
+            for draft in _pattern(fabric, item, i, seed, out.rate(item.protocol, item.rate_gbps, f"traffic[{i}]")):
+                out.add(draft, 1 if draft.role == BYSTANDER else item.qps_per_connection)
         elif isinstance(item, FlowsItem):
             for j, flow in enumerate(item.flows):
                 where = f"traffic[{i}].flows[{j}]"
                 src, dst = _ends(fabric, flow, out.placed, where)
                 rate = out.rate(flow.protocol, flow.rate_gbps, where)
-                out.drafts.append(_Draft(src, dst, flow.protocol, rate, flow.bytes, flow.window, i))
+                out.add(_Draft(src, dst, flow.protocol, rate, flow.bytes, flow.window, i), flow.qps_per_connection)
 
     return Plan(_with_ports(out.drafts, seed), tuple(out.jobs), tuple(out.refused), out.placed)
 
@@ -273,10 +245,11 @@ def _add_job(
     stop = item.stop_s if isinstance(item, JobItem) else None
     size = flow_bytes(request.pattern, item.message_bytes, request.gpu_count, k) if item.iterations else 0
     rate = out.rate(item.protocol, None, f"traffic[{i}]")
+    qps = item.qps_per_connection
     indices = []
     for src, dst, via in job.flows:
-        indices.append(len(out.drafts))
-        out.drafts.append(_Draft(src, dst, item.protocol, rate, size, Window(start, stop), i, request.job_id, via))
+        draft = _Draft(src, dst, item.protocol, rate, size, Window(start, stop), i, request.job_id, via)
+        indices.extend(out.add(draft, qps))
     out.jobs.append(
         JobPlan(
             request.job_id,
@@ -286,10 +259,11 @@ def _add_job(
             k,
             tuple(indices),
             item.message_bytes,
-            size,
+            -(-size // qps),
             item.iterations,
             item.compute_gap_s,
             start,
+            qps,
         )
     )
 

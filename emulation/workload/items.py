@@ -10,6 +10,7 @@ from controller.errors import NAME_RULE, valid_name
 from controller.fabric import addressing as ad
 from controller.te.jobs import Pattern
 from emulation.workload.model import (
+    MAX_QPS,
     PATTERN_KINDS,
     PROTOCOLS,
     ExplicitFlow,
@@ -34,10 +35,10 @@ MIN_PERIOD_S = 0.01  # an on/off or burst period: shorter is not a burst but a r
 MAX_BURSTS = 10_000  # per flow
 
 _WINDOW = {"start_s", "stop_s", "on_s", "off_s", "every_s"}
-_VOLUME = {"protocol", "rate_gbps", "bytes"}
+_VOLUME = {"protocol", "rate_gbps", "bytes", "qps_per_connection"}
 _FLOW = {"src", "dst"} | _VOLUME | _WINDOW
 _PATTERN = {"pattern", "fan_in", "bystander", "servers", "rail"} | _VOLUME | _WINDOW
-_COLLECTIVE = {"protocol", "flow_gbps", "message_bytes", "iterations", "compute_gap_s"}
+_COLLECTIVE = {"protocol", "flow_gbps", "message_bytes", "iterations", "compute_gap_s", "qps_per_connection"}
 _JOB = {"job", "gpus", "collective", "start_s", "stop_s", "gpus_per_server", "servers"} | _COLLECTIVE
 _MIX = {"jobs", "sizes", "collectives", "all_to_all_max_gpus", "background"} | _COLLECTIVE
 ITEM_KINDS = ("flows", "pattern", "job", "jobs")
@@ -70,6 +71,10 @@ def _protocol(value: Mapping[str, Any], where: str) -> str:
     if protocol not in PROTOCOLS:
         raise WorkloadError(f"{where}.protocol", f"got {protocol!r}", ", ".join(PROTOCOLS))
     return str(protocol)
+
+
+def _qps(value: Mapping[str, Any], where: str) -> int:
+    return integer(value, "qps_per_connection", 1, lower=1, upper=MAX_QPS, prefix=f"{where}.")
 
 
 def _volume(value: Mapping[str, Any], where: str) -> tuple[str, float | None, int]:
@@ -159,7 +164,8 @@ def _flow(value: Any, where: str, duration: float) -> ExplicitFlow:
     if src == dst:
         raise WorkloadError(f"{where}.dst", "is the flow's own source", "another NIC")
     protocol, rate, size = _volume(value, where)
-    return ExplicitFlow(src, dst, protocol, rate, size, _window(value, where, duration, bool(size)))
+    window = _window(value, where, duration, bool(size))
+    return ExplicitFlow(src, dst, protocol, rate, size, window, _qps(value, where))
 
 
 def _pattern(value: Mapping[str, Any], where: str, duration: float) -> PatternItem:
@@ -184,6 +190,7 @@ def _pattern(value: Mapping[str, Any], where: str, duration: float) -> PatternIt
         bystander,
         integer(value, "servers", 8, lower=2, upper=64, prefix=f"{where}."),
         integer(value, "rail", None, lower=0, upper=1024, prefix=f"{where}.") if "rail" in value else None,
+        _qps(value, where),
     )
 
 
@@ -208,6 +215,7 @@ def _collective_settings(value: Mapping[str, Any], where: str) -> dict[str, Any]
         "compute_gap_s": number(
             value, "compute_gap_s", lower=0.0, upper=MAX_DURATION_S, default=0.0, prefix=p, closed=True
         ),
+        "qps_per_connection": _qps(value, where),
     }
 
 

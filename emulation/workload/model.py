@@ -16,6 +16,11 @@ from controller.te.jobs import Pattern
 PATTERN_KINDS = ("permutation", "incast", "all-to-all")
 PROTOCOLS = ("tcp", "udp")
 EVENT_KINDS = ("link_down", "link_up", "switch_down", "switch_up", "drain", "undrain")
+# Queue pairs per connection, as NCCL_IB_QPS_PER_CONNECTION: each QP is a
+# transfer of its own (its own UDP source port in RoCE, TCP connection in
+# the emulation), so the hash and TE see each apart. 16 is what E-ECMP's
+# QP scaling needs for a 2-8-way split; each QP costs the emulation a process.
+MAX_QPS = 16
 
 
 class WorkloadError(FieldError):
@@ -71,6 +76,7 @@ class ExplicitFlow:
     rate_gbps: float | None = None  # udp: its rate (None: line rate); tcp: a cap (None: elastic)
     bytes: int = 0  # 0: sends until its window ends
     window: Window = field(default_factory=Window)
+    qps_per_connection: int = 1  # MAX_QPS: the bytes and a stated rate split evenly over them
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,7 @@ class PatternItem:
     bystander: bool = False  # incast: a TCP elephant into the NIC beside the receiver, from the run's start
     servers: int = 8  # all-to-all: among this many servers (across pods), on every rail
     rail: int | None = None  # only this rail (incast: else drawn from the seed)
+    qps_per_connection: int = 1
 
 
 @dataclass(frozen=True)
@@ -107,6 +114,7 @@ class JobItem:
     message_bytes: int = 0
     iterations: int = 0
     compute_gap_s: float = 0.0
+    qps_per_connection: int = 1  # each flow of the collective over this many QPs (MAX_QPS)
     start_s: float = 0.0
     stop_s: float | None = None  # unbounded jobs only
     gpus_per_server: int = 0  # 0: as many as the servers have rails, up to gpus
@@ -135,6 +143,7 @@ class JobMixItem:
     message_bytes: int = 0
     iterations: int = 0
     compute_gap_s: float = 0.0
+    qps_per_connection: int = 1
     background: float = 0.0
 
 

@@ -254,6 +254,36 @@ def _settle(world):
     return _max_min(world.fabric, settled), _max_min(world.fabric, hashed), optimum.aggregate_bps
 
 
+def _moved_then_slower(full_route: bool):
+    """The collided world settles one move; 3.5 s on, the moved flow sends
+    at a tenth of its rate, with its new route's links `full_route` (others
+    fill them) or idle but for it. -> the decisions of that cycle."""
+    world = collided_world()
+    state, now = TeState(), 100.0
+    while not state.moves:
+        flows, ports = world.telemetry(now, state.moves)
+        state, _ = step(FABRIC, state, flows, ports, now)
+        now += 0.2
+    ((key, move),) = state.moves.items()
+    now = move.moved_at + EngineConfig().hysteresis_s + 0.5
+    flows, ports = world.telemetry(now, state.moves)
+    rate = flows[key].rate_bps / 10
+    flows[key] = replace(flows[key], rate_bps=rate)
+    for hop in FABRIC.egress_path(move.src, move.dst, move.via)[1:-1]:  # its uplink and the spine's downlink
+        ports[hop] = PortSample(FABRIC.capacity_bps[hop] if full_route else rate, 0, 0, now)
+    _, decisions = step(FABRIC, state, flows, ports, now)
+    return [d.kind for d in decisions if d.kind in ("revert", "reroute")]
+
+
+def test_a_moved_flow_that_sends_less_on_a_route_with_room_stays():
+    # Its iteration ended, or its sender slowed: the route did not hold it back.
+    assert _moved_then_slower(full_route=False) == []
+
+
+def test_a_moved_flow_held_back_by_a_full_route_goes_back():
+    assert _moved_then_slower(full_route=True) == ["revert"]
+
+
 WORLDS = 1000
 WITHIN = 0.02  # of the exact single-path optimum
 

@@ -144,6 +144,10 @@ def test_the_valid_document_parses_into_every_kind():
         ("traffic.4.flows.0.dst", "ring/0", "traffic[4].flows[0].dst"),  # its own source
         ("traffic.4.flows.0.stop_s", 1, "traffic[4].flows[0].stop_s"),  # before its start
         ("traffic.4.flows.0.weight", 1, "traffic[4].flows[0].weight"),
+        ("traffic.4.flows.0.qps_per_connection", 0, "traffic[4].flows[0].qps_per_connection"),
+        ("traffic.0.qps_per_connection", 17, "traffic[0].qps_per_connection"),
+        ("traffic.1.qps_per_connection", "2", "traffic[1].qps_per_connection"),
+        ("traffic.3.qps_per_connection", 1.5, "traffic[3].qps_per_connection"),
         ("events", {"at_s": 1}, "events"),
         ("events.0", {"at_s": 1}, "events[0]"),
         ("events.0.at_s", 0, "events[0].at_s"),
@@ -211,6 +215,25 @@ def test_expansion_gives_collective_bytes_ranks_and_unique_ports():
     per_receiver = [(t.dst, t.protocol, t.dst_port) for t in plan.transfers]
     assert len(set(per_receiver)) == len(per_receiver)
     assert expand(DEMO, workload, 7, railyard_placer(DEMO)).transfers == plan.transfers  # a seed is a seed
+
+
+def test_queue_pairs_are_transfers_of_their_own_splitting_the_bytes_evenly():
+    doc = with_change("traffic.0.qps_per_connection", 4)
+    doc["traffic"][4]["flows"][0]["qps_per_connection"] = 2
+    plan = expand(DEMO, check_events(workload_from_dict(doc), DEMO), 7, railyard_placer(DEMO))
+    one = expand(DEMO, check_events(workload_from_dict(VALID), DEMO), 7, railyard_placer(DEMO))
+    ring, ring_one = plan.jobs[0], one.jobs[0]
+    assert ring.qps_per_connection == 4 and len(ring.transfers) == 4 * len(ring_one.transfers)
+    assert ring.flow_bytes == -(-ring_one.flow_bytes // 4)
+    qps = [plan.transfers[i] for i in ring.transfers]
+    for pair in {(t.src, t.dst) for t in qps}:
+        mine = [t for t in qps if (t.src, t.dst) == pair]
+        assert len(mine) == 4 and len({t.src_port for t in mine}) == 4  # each hashed apart: E-ECMP
+        assert all(t.bytes == ring.flow_bytes and t.via == mine[0].via for t in mine)
+    explicit = plan.transfers[-2:]
+    assert [t.rate_bps for t in explicit] == [25e9, 25e9] and explicit[0].src_port != explicit[1].src_port
+    keys = [t.key for t in plan.transfers]
+    assert len(set(keys)) == len(keys)
 
 
 def test_bus_bandwidth_factors_and_flow_bytes_follow_nccl():

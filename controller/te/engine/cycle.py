@@ -236,7 +236,12 @@ class _Cycle:
         self.loads = np.where(self.residual > cfg.background_floor * index.capacity, self.residual, 0.0)
 
     def settle(self) -> None:
-        self.decisions += lately.settle(self.index, self.catalog, self.dead, self.found, self.moves, self.now, self.cfg)
+        if self.state.traffic != self.traffic:  # judged under other traffic: free to move again
+            self.moves.update({k: replace(m, held=False) for k, m in self.moves.items() if m.held})
+        tx = np.where(self.fresh, self.ports.tx_bps, np.nan)
+        self.decisions += lately.settle(
+            self.index, self.catalog, self.dead, tx, self.found, self.moves, self.now, self.cfg
+        )
         self.starved, self.dormant = lately.absent(
             self.index, self.catalog, self.dead, self.recent, self.kept, self.moves
         )
