@@ -15,7 +15,7 @@ BUF := $(TOOLS)/buf-$(BUF_VERSION)/node_modules/.bin/buf
 # the check came in (there is no release tag yet). Move it to each release.
 BUF_BASELINE ?= d7f82903f2483a6979429b1b3baf8877b6b13f65
 
-.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-fabric bench-crossval bench-three-tier bench-pinned bench-soak bench-budget bench-replicas bench-telemetry bench-hedera observe fabric-down clean
+.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-training-mixes bench-fabric bench-crossval bench-three-tier bench-pinned bench-soak bench-budget bench-replicas bench-telemetry bench-hedera observe fabric-down clean
 
 setup: host venv
 
@@ -89,7 +89,7 @@ proto: venv
 controller: setup
 	$(VENV)/bin/railyard controller run --store $(CURDIR)/.state/intent.db
 
-bench: bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-crossval bench-three-tier bench-soak bench-budget bench-replicas bench-telemetry bench-hedera
+bench: bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-training-mixes bench-crossval bench-three-tier bench-soak bench-budget bench-replicas bench-telemetry bench-hedera
 
 bench-calibrate: setup
 	$(PY) -m bench.calibrate --out bench/results/calibration.json
@@ -116,6 +116,12 @@ bench-scale: venv
 # Training iterations on the 2K and 16K specs: five arms side by side against the optimum, with the targets.
 bench-training: venv
 	$(PY) -m bench.training --out bench/results/training.json
+
+# Training mixes on three rail-optimized shapes (per-rail planes, narrow uplinks,
+# shared spines), two QPs per connection, a failure and on/off background:
+# simulated and emulated, 5 seeds, against the optimum and ideal spraying (~20 min).
+bench-training-mixes: setup
+	$(PY) -m bench.training_mixes --out bench/results/training-mixes.json
 
 # Fabric model at scale: build, warm, egress_path and the daemon's RSS on the 2K and 16K specs (no OVS, no root).
 bench-fabric: venv

@@ -49,9 +49,10 @@ _RUN_ROWS: list[Row] = [
         ),
     ),
     (
-        "path changes per flow (mean / max)",
+        "path changes per flow (mean / max / max per change)",
         lambda m: (
             f"{m['path_changes_per_flow']['mean']:.2f} / {m['path_changes_per_flow']['max']}"
+            f" / {m['path_changes_per_flow_per_change_max']}"
             if m["te_decisions"]
             else "-"
         ),

@@ -20,6 +20,7 @@ A collision that no move ever relieves is counted as unfixed, not timed.
 
 from __future__ import annotations
 
+import bisect
 import json
 import statistics
 from collections import Counter
@@ -180,6 +181,11 @@ def te_figures(
         "unfixable_collisions": sum(d.kind == DecisionKind.UNFIXABLE for d in decisions),
         "moves_per_flow": _per_flow(moves, n_flows),
         "path_changes_per_flow": _per_flow(changes, n_flows),
+        # The most path changes one flow took between two changes of traffic or links.
+        "path_changes_per_flow_per_change_max": max(
+            Counter((d.subject, bisect.bisect_right(changes_s, d.at_s)) for d in decisions if changed_path(d)).values(),
+            default=0,
+        ),
         "returned_to_ecmp": sum(d.kind == DecisionKind.EXPIRE and d.nics is not None for d in decisions),
     }
 

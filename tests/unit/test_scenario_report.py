@@ -235,6 +235,11 @@ def test_collision_to_fix_runs_from_the_first_sample_showing_it_to_the_commit_re
     # With a link event at 3.0 s it is the reaction to that event instead.
     again = te_figures(FABRIC, decisions, samples, [0.0, 3.0], commit_s=0.05, n_flows=8)
     assert again["moves_in_steady_traffic"] == 0
+    # A second path change of the flow at 4.5 s: two since the change at 0.0 s, one each with a change at 3.0 s.
+    back = Decision(DecisionKind.REROUTE, "f", "back", 1004.5, flow=FLOW, from_via="rys1", to_via="rys0")
+    twice = [*decisions, Decided(back, 4.5)]
+    assert te_figures(FABRIC, twice, samples, [0.0], 0.05, 8)["path_changes_per_flow_per_change_max"] == 2
+    assert te_figures(FABRIC, twice, samples, [0.0, 3.0], 0.05, 8)["path_changes_per_flow_per_change_max"] == 1
 
 
 def test_report_names_stay_inside_the_output_directory():

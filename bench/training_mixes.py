@@ -1,0 +1,195 @@
+"""Training mixes on three rail-optimized shapes, simulated and emulated: the
+iteration time of placed jobs beside on/off background, a link failure
+and its repair, with two queue pairs per connection.
+
+- training-planes: per-rail planes (crowded-planes), an all-to-all across
+  pods, a rail-0 uplink down 8-14 s;
+- training-narrow: uplinks of 2/3 a NIC (narrow-uplinks), a ring whose
+  cross-pod flows need two spines each;
+- training-three-pod: shared spines (three-pod), a ring and an all-to-all,
+  an uplink down 6-14 s.
+
+Per mix and seed, in each world: TE's iteration time at p50 and p99 over
+the job's optimum (its own, failure-aware), ideal spraying's p99 (the
+simulator's) and E-ECMP beside it (ECMP over the QPs: each QP hashed), the
+most path changes of one flow between two changes of traffic, and TE's
+moves more than 2 s after any change (the emulation's report; the
+simulator's reroutes in cycles that far from any change). Targets: TE's
+p50 slowdown <= 1.10, TE's p99 no worse than spraying's, <= 2 path changes
+per flow per change, 0 moves in unchanged traffic.
+
+    make bench-training-mixes  ->  bench/results/training-mixes.json
+    (python -m bench.training_mixes --mix training-narrow --seeds 1 2 --no-emulation)
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+from typing import Any
+
+from bench import write_result
+from controller.fabric import load_fabric
+from emulation.model.stats import percentile
+from emulation.net import ovs
+from emulation.scenarios.report import build_report
+from emulation.scenarios.runner import run_scenario
+from emulation.scenarios.timeline import SETTLE_S
+from emulation.simulate.run import simulate
+from emulation.workload import Workload, load_workload, spec_file
+
+MIXES = ("training-planes", "training-narrow", "training-three-pod")
+NEAR_OPTIMUM = 1.10
+PATH_CHANGES = 2
+
+
+def change_times(workload: Workload, duration_s: float) -> list[float]:
+    """When the traffic changes: a background burst starting or ending, a
+    job starting, a link event (a job's iterations are the same traffic again)."""
+    out = {0.0, duration_s} | {e.at_s for e in workload.events}
+    for item in workload.traffic:
+        window = getattr(item, "window", None)
+        if window is not None:
+            out |= {t for burst in window.bursts(duration_s) for t in burst}
+        for flow in getattr(item, "flows", ()):
+            out |= {t for burst in flow.window.bursts(duration_s) for t in burst}
+        if hasattr(item, "start_s"):
+            out.add(item.start_s)
+    return sorted(out)
+
+
+def simulated(workload: Workload, seed: int) -> dict[str, Any]:
+    fabric = load_fabric(spec_file(workload))
+    result = simulate(fabric, workload, seed)
+    arms = result["arms"]
+    te, spray, e_ecmp = arms["railyard+te"]["overall"], arms["spray"]["overall"], arms["topology+ecmp"]["overall"]
+    changes = change_times(workload, result["duration_s"])
+    steady = sum(c["reroutes"] for c in result["cycles"] if c["t"] > max(x for x in changes if x <= c["t"]) + SETTLE_S)
+    return {
+        "te": {k: te[k] for k in ("p50_s", "p99_s", "slowdown_p50", "slowdown_p99", "iterations")},
+        "spray_p99_s": spray["p99_s"],
+        "e_ecmp": {k: e_ecmp[k] for k in ("p50_s", "p99_s", "slowdown_p50", "slowdown_p99")},
+        "path_changes_per_flow_max": result["te"]["path_changes_per_flow_max"],
+        "moves_in_steady_traffic": steady,
+    }
+
+
+def _pooled(jobs: list[dict], key: str) -> dict[str, float]:
+    """Over every finished iteration of every job: p50 and p99 of `key` ('times', 'slowdowns')."""
+    values = sorted(v for j in jobs for v in j[key])
+    return {"p50": percentile(values, 0.5), "p99": percentile(values, 0.99)} if values else {}
+
+
+def _iterations(report_jobs: list[dict]) -> list[dict]:
+    """Per job: its iteration times and each over the optimum of the stretches it overlapped."""
+    out = []
+    for job in report_jobs:
+        stretches = [(o["from_s"], o["to_s"], o["seconds"]) for o in job["optimum_iteration_s"]]
+        times, slowdowns = [], []
+        for start, took in job["times_s"]:
+            if took is None:
+                continue
+            bounds = [s for a, b, s in stretches if s and a < start + took and b > start]
+            times.append(took)
+            if bounds:
+                slowdowns.append(took / min(bounds))
+        out.append({"times": times, "slowdowns": slowdowns})
+    return out
+
+
+def emulated(workload: Workload, seed: int) -> dict[str, Any]:
+    spec_path = spec_file(workload)
+    fabric = load_fabric(spec_path)
+    report = build_report(fabric, workload, seed, run_scenario(fabric, spec_path, workload, seed))
+    te, ecmp = report["modes"]["te"], report["modes"]["ecmp"]
+    te_jobs, ecmp_jobs = _iterations(te["jobs"]), _iterations(ecmp["jobs"])
+    return {
+        "te": {"time_s": _pooled(te_jobs, "times"), "slowdown": _pooled(te_jobs, "slowdowns")},
+        "e_ecmp": {"time_s": _pooled(ecmp_jobs, "times"), "slowdown": _pooled(ecmp_jobs, "slowdowns")},
+        "iterations_finished": {
+            mode: sum(j["iterations_finished"] for j in report["modes"][mode]["jobs"]) for mode in ("ecmp", "te")
+        },
+        "path_changes_per_flow_max": te["path_changes_per_flow"]["max"],
+        "path_changes_per_flow_per_change_max": te["path_changes_per_flow_per_change_max"],
+        "moves_in_steady_traffic": te["moves_in_steady_traffic"],
+        "reroutes": te["te_decisions"].get("reroute", 0),
+        "flow_errors": sum(1 for m in report["modes"].values() for f in m["flows"] if f["error"]),
+    }
+
+
+def judged(run: dict[str, Any]) -> dict[str, bool]:
+    sim, emu = run["simulated"], run.get("emulated")
+    spray_p99 = sim["spray_p99_s"]
+    out = {
+        "simulated_p50": sim["te"]["slowdown_p50"] <= NEAR_OPTIMUM,
+        "simulated_p99_vs_spray": sim["te"]["p99_s"] <= spray_p99,
+        "simulated_path_changes": sim["path_changes_per_flow_max"] <= PATH_CHANGES,
+        "simulated_steady": sim["moves_in_steady_traffic"] == 0,
+    }
+    if emu is not None and emu["te"]["slowdown"]:
+        out |= {
+            "emulated_p50": emu["te"]["slowdown"]["p50"] <= NEAR_OPTIMUM,
+            "emulated_p99_vs_spray": emu["te"]["time_s"]["p99"] <= spray_p99,
+            "emulated_path_changes": emu["path_changes_per_flow_per_change_max"] <= PATH_CHANGES,
+            "emulated_steady": emu["moves_in_steady_traffic"] == 0,
+        }
+    return out
+
+
+def line(mix: str, seed: int, run: dict[str, Any]) -> str:
+    sim, emu = run["simulated"], run.get("emulated")
+    text = (
+        f"{mix:19} seed {seed}  simulated: TE p50 x{sim['te']['slowdown_p50']:.2f} p99 {sim['te']['p99_s']:.2f} s"
+        f" (spray {sim['spray_p99_s']:.2f}, E-ECMP p50 x{sim['e_ecmp']['slowdown_p50']:.2f}"
+        f" p99 {sim['e_ecmp']['p99_s']:.2f}), path changes {sim['path_changes_per_flow_max']},"
+        f" steady moves {sim['moves_in_steady_traffic']}"
+    )
+    if emu is not None and emu["te"]["slowdown"]:
+        te, ee = emu["te"], emu["e_ecmp"]
+        text += (
+            f"\n{'':27}emulated:  TE p50 x{te['slowdown']['p50']:.2f} p99 {te['time_s']['p99']:.2f} s"
+            f" (E-ECMP p50 x{ee['slowdown'].get('p50', float('nan')):.2f}"
+            f" p99 {ee['time_s'].get('p99', float('nan')):.2f}), path changes per change"
+            f" {emu['path_changes_per_flow_per_change_max']}, steady moves {emu['moves_in_steady_traffic']}"
+        )
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mix", action="append", choices=MIXES, help="repeatable; default: all three")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    parser.add_argument("--no-emulation", action="store_true", help="the simulator only")
+    parser.add_argument("--out", default="bench/results/training-mixes.json")
+    args = parser.parse_args()
+    if not args.no_emulation:
+        ovs.check_running()
+    runs: list[dict[str, Any]] = []
+    for mix in args.mix or MIXES:
+        workload = load_workload(mix)
+        for seed in args.seeds:
+            run: dict[str, Any] = {"mix": mix, "seed": seed, "simulated": simulated(workload, seed)}
+            if not args.no_emulation:
+                run["emulated"] = emulated(workload, seed)
+            run["targets"] = judged(run)
+            runs.append(run)
+            print(line(mix, seed, run), flush=True)
+    keys = sorted({k for r in runs for k in r["targets"]})
+    summary = {
+        k: f"{sum(r['targets'].get(k, False) for r in runs)}/{sum(k in r['targets'] for r in runs)}" for k in keys
+    }
+    print("targets met (runs): " + ", ".join(f"{k} {v}" for k, v in summary.items()))
+    write_result(
+        args.out,
+        {
+            "benchmark": "training-mixes",
+            "host": platform.node(),
+            "targets": {"slowdown_p50": NEAR_OPTIMUM, "p99": "<= spray's", "path_changes_per_change": PATH_CHANGES},
+            "summary": summary,
+            "runs": runs,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
