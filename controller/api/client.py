@@ -207,6 +207,7 @@ class Client:
         view: str = "summary",
         max_predicted_utilization: float = 0.0,
         validate_only: bool = False,
+        qps_per_connection: int = 1,
     ) -> ppb.PlaceJobResponse:
         """`view`: "summary" (no flows: page them with job_flows) or "full".
         `validate_only`: the placement it would make; nothing placed."""
@@ -223,6 +224,7 @@ class Client:
             view=VIEWS[view],
             max_predicted_utilization=max_predicted_utilization,
             validate_only=validate_only,
+            qps_per_connection=qps_per_connection,
         )
         return self.placement.PlaceJob(request, timeout=self.timeout)
 

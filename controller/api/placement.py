@@ -48,6 +48,7 @@ def request_from_proto(msg: pb.PlaceJobRequest, hosts: HostMap | None = None) ->
         exclusive=msg.exclusive_servers,
         request_id=msg.request_id,
         max_predicted_utilization=msg.max_predicted_utilization,
+        qps_per_connection=msg.qps_per_connection or 1,
     )
 
 
@@ -68,6 +69,7 @@ def job_to_proto(fabric: Fabric, job: Job, hosts: HostMap | None = None) -> pb.J
         exclusive_servers=r.exclusive,
         request_id=r.request_id,
         max_predicted_utilization=r.max_predicted_utilization,
+        qps_per_connection=r.qps_per_connection,
     )
     out = pb.Job(
         job_id=job.job_id,

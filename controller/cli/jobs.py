@@ -19,6 +19,9 @@ def add_job_parsers(sub) -> None:
     )
     place.add_argument("--max-pods", type=int, default=0, help="at most this many pods (0: any)")
     place.add_argument("--exclusive", action="store_true", help="no other job may share the servers")
+    place.add_argument(
+        "--qps", type=int, default=1, help="queue pairs per connection (NCCL_IB_QPS_PER_CONNECTION), 1-16"
+    )
     place.add_argument("--request-id", default="", help="retry key: same id returns the original placement")
     place.add_argument(
         "--wait-programmed",
@@ -74,6 +77,7 @@ def place_job(client: Client, args) -> int:
         args.request_id,
         view="full" if args.validate_only else "summary",
         validate_only=args.validate_only,
+        qps_per_connection=args.qps,
     )
     job = placed.job
     if args.validate_only:  # nothing placed: its flows came with it

@@ -153,9 +153,8 @@ def job_entries(fabric: Fabric, job: Job) -> list[OverlayEntry]:
     cookie = owner_cookie("job", job.job_id)
     return [
         entry
-        for flow in job.flows
-        if flow.via
-        for entry in steering_entries(fabric, FlowMatch(flow.src, flow.dst), flow.via, cookie)
+        for (src, dst), via in job.pinned.items()
+        for entry in steering_entries(fabric, FlowMatch(src, dst), via, cookie)
     ]
 
 

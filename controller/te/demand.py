@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -24,9 +25,16 @@ def planned_flows(
     pods_per_cluster: int = 0,
 ) -> list[JobFlow]:
     """The flows a job's collective puts on these servers and rails, each at
-    the rate placement predicts for it (`predicted_rates`)."""
+    the rate placement predicts for it (`predicted_rates`); with
+    `qps_per_connection`, that many QP flows per connection."""
     flows = pattern_flows(request.pattern, servers, rails, 0.0, nics, pods_per_cluster)
-    return predicted_rates(flows, nic_bps, request.flow_gbps * 1e9)
+    rated = predicted_rates(flows, nic_bps, request.flow_gbps * 1e9)
+    q = request.qps_per_connection
+    if q == 1:
+        return rated
+    # Each QP its own flow, at an even share (whole bits per second, as above):
+    # placed one by one, a connection's QPs may take different spines.
+    return [replace(f, demand_bps=float(math.floor(f.demand_bps / q))) for f in rated for _ in range(q)]
 
 
 def predicted_rates(flows: Sequence[JobFlow], nic_bps: float, ceiling_bps: float = 0.0) -> list[JobFlow]:

@@ -19,6 +19,8 @@ from controller.errors import NAME_RULE, FieldError, shown, valid_name
 from controller.fabric import Fabric, NicId
 from controller.fabric import addressing as ad
 
+MAX_QPS = 16  # queue pairs per connection: E-ECMP spreads a connection over up to this many
+
 
 class JobError(FieldError):
     context = "job"
@@ -44,6 +46,9 @@ class JobRequest:
     # The most the placement may predict on any link, as a share of it (0: no
     # limit): a scheduler that would rather wait than oversubscribe says so.
     max_predicted_utilization: float = 0.0
+    # Queue pairs per connection (NCCL_IB_QPS_PER_CONNECTION): each QP is a
+    # flow of its own to the fabric, with its own source port.
+    qps_per_connection: int = 1
 
     def per_server(self, rails: int) -> int:
         return self.gpus_per_server or min(self.gpu_count, rails)
@@ -60,6 +65,9 @@ class Gpu:
 
 @dataclass(frozen=True, order=True)
 class JobFlow:
+    """A flow of the job's collective: one connection, or with
+    `qps_per_connection` one of its queue pairs."""
+
     src: NicId
     dst: NicId
     demand_bps: float
@@ -87,6 +95,19 @@ class Job:
 
     def server_keys(self) -> set[tuple[int, int]]:
         return {(g.nic.pod, g.nic.server) for g in self.gpus}
+
+    @property
+    def pinned(self) -> dict[tuple[NicId, NicId], str]:
+        """Per NIC pair, the spine the switches steer it across: the pairs
+        whose flows were all placed on one. A pair whose queue pairs were
+        placed across spines is not pinned: a switch cannot tell QPs apart
+        without their source ports, which only the NIC knows. It is hashed,
+        each QP apart (E-ECMP), and TE steers each QP it sees collide."""
+        vias: dict[tuple[NicId, NicId], set[str]] = {}
+        for f in self.flows:
+            if f.via:
+                vias.setdefault((f.src, f.dst), set()).add(f.via)
+        return {pair: next(iter(v)) for pair, v in vias.items() if len(v) == 1}
 
 
 def validate_request(fabric: Fabric, req: JobRequest) -> None:
@@ -140,6 +161,10 @@ def validate_request(fabric: Fabric, req: JobRequest) -> None:
         raise JobError(
             "max_predicted_utilization", f"{limit} is out of range", "0 (no limit) to 100 (a share of a link)"
         )
+    if not 1 <= req.qps_per_connection <= MAX_QPS:
+        raise JobError(
+            "qps_per_connection", f"{req.qps_per_connection} is out of range", f"0 or 1 (one QP) to {MAX_QPS}"
+        )
 
 
 # --- durable form ---------------------------------------------------------------
@@ -158,6 +183,7 @@ def job_to_doc(job: Job) -> dict[str, Any]:
             "exclusive": r.exclusive,
             "request_id": r.request_id,
             "max_predicted_utilization": r.max_predicted_utilization,
+            "qps_per_connection": r.qps_per_connection,
         },
         "gpus": [[g.rank, ad.nic_ip(g.nic)] for g in job.gpus],
         "flows": [[ad.nic_ip(f.src), ad.nic_ip(f.dst), f.demand_bps, f.via] for f in job.flows],
@@ -180,6 +206,7 @@ def job_from_doc(job_id: str, doc: Mapping[str, Any]) -> Job:
         bool(r["exclusive"]),
         str(r["request_id"]),
         float(r.get("max_predicted_utilization", 0.0)),  # stores written before it existed have none
+        int(r.get("qps_per_connection", 1)),
     )
     return Job(
         request,

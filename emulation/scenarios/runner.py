@@ -119,6 +119,7 @@ def api_placer(client) -> Placer:
                 request.flow_gbps,
                 gpus_per_server=request.gpus_per_server,
                 servers=request.servers,
+                qps_per_connection=request.qps_per_connection,
             ).job
             job_flows = client.job_flows(request.job_id)
         except grpc.RpcError as exc:

@@ -46,7 +46,8 @@ from emulation.workload.model import (
 @dataclass(frozen=True)
 class Placed:
     """Where a job went: its GPUs' NICs by rank, and its collective's flows
-    (src, dst, the spine its placement steers the flow across, or "")."""
+    (src, dst, the spine its placement put the flow on, or ""), a flow per
+    connection, or per QP of one (`_connections` reads them back)."""
 
     gpus: tuple[NicId, ...]
     flows: tuple[tuple[NicId, NicId, str], ...]
@@ -186,7 +187,15 @@ def expand(fabric: Fabric, workload: Workload, seed: int, place: Placer) -> Plan
     for i, item in enumerate(workload.traffic):
         if isinstance(item, JobItem):
             requests = [
-                JobRequest(item.name, item.gpus, item.collective, item.flow_gbps, item.gpus_per_server, item.servers)
+                JobRequest(
+                    item.name,
+                    item.gpus,
+                    item.collective,
+                    item.flow_gbps,
+                    item.gpus_per_server,
+                    item.servers,
+                    qps_per_connection=item.qps_per_connection,
+                )
             ]
         elif isinstance(item, JobMixItem):
             requests = background_requests(fabric, item, seed) + job_requests(fabric, item, seed, f"traffic[{i}]")
@@ -247,7 +256,7 @@ def _add_job(
     rate = out.rate(item.protocol, None, f"traffic[{i}]")
     qps = item.qps_per_connection
     indices = []
-    for src, dst, via in job.flows:
+    for (src, dst), via in _connections(job).items():
         draft = _Draft(src, dst, item.protocol, rate, size, Window(start, stop), i, request.job_id, via)
         indices.extend(out.add(draft, qps))
     out.jobs.append(
@@ -266,6 +275,17 @@ def _add_job(
             qps,
         )
     )
+
+
+def _connections(job: Placed) -> dict[tuple[NicId, NicId], str]:
+    """Per connection of a placed job (a NIC pair, in the placement's
+    order), the spine it is pinned across: its flows' one spine; "" where
+    its QPs were placed across spines (the switches hash them, as
+    `Job.pinned` says) or within a leaf."""
+    vias: dict[tuple[NicId, NicId], set[str]] = {}
+    for src, dst, via in job.flows:
+        vias.setdefault((src, dst), set()).add(via)
+    return {pair: next(iter(v)) if len(v) == 1 else "" for pair, v in vias.items()}
 
 
 def _pattern(fabric: Fabric, item: PatternItem, i: int, seed: int, rate_bps: float) -> list[_Draft]:

@@ -8,9 +8,8 @@ from typing import Any, TypeVar
 
 from controller.errors import NAME_RULE, valid_name
 from controller.fabric import addressing as ad
-from controller.te.jobs import Pattern
+from controller.te.jobs import MAX_QPS, Pattern
 from emulation.workload.model import (
-    MAX_QPS,
     PATTERN_KINDS,
     PROTOCOLS,
     ExplicitFlow,

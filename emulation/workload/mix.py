@@ -48,6 +48,9 @@ def job_requests(fabric: Fabric, mix: JobMixItem, seed: int, where: str) -> list
             continue
         if pattern is Pattern.ALL_TO_ALL and size > mix.all_to_all_max_gpus:
             pattern = Pattern.RING
-        out.append(JobRequest(f"job-{len(out):04d}", size, pattern, min(mix.flow_gbps, fabric.spec.rates.nic_gbps)))
+        flow_gbps = min(mix.flow_gbps, fabric.spec.rates.nic_gbps)
+        out.append(
+            JobRequest(f"job-{len(out):04d}", size, pattern, flow_gbps, qps_per_connection=mix.qps_per_connection)
+        )
         asked += size
     return out

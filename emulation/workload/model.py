@@ -16,11 +16,6 @@ from controller.te.jobs import Pattern
 PATTERN_KINDS = ("permutation", "incast", "all-to-all")
 PROTOCOLS = ("tcp", "udp")
 EVENT_KINDS = ("link_down", "link_up", "switch_down", "switch_up", "drain", "undrain")
-# Queue pairs per connection, as NCCL_IB_QPS_PER_CONNECTION: each QP is a
-# transfer of its own (its own UDP source port in RoCE, TCP connection in
-# the emulation), so the hash and TE see each apart. 16 is what E-ECMP's
-# QP scaling needs for a 2-8-way split; each QP costs the emulation a process.
-MAX_QPS = 16
 
 
 class WorkloadError(FieldError):
@@ -76,7 +71,7 @@ class ExplicitFlow:
     rate_gbps: float | None = None  # udp: its rate (None: line rate); tcp: a cap (None: elastic)
     bytes: int = 0  # 0: sends until its window ends
     window: Window = field(default_factory=Window)
-    qps_per_connection: int = 1  # MAX_QPS: the bytes and a stated rate split evenly over them
+    qps_per_connection: int = 1  # up to MAX_QPS: the bytes and a stated rate split evenly over them
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from controller.errors import Conflict
 from controller.fabric import Endpoint, NicId, build_fabric, load_fabric, parse_spec
 from controller.intent.drains import rerouted_jobs
 from controller.intent.model import Intent
-from controller.southbound.overlay import desired_overlay
+from controller.southbound.overlay import desired_overlay, job_entries
 from controller.te.demand import planned_flows
 from controller.te.jobs import Drains, Job, JobError, JobFlow, JobRequest, Pattern
 from controller.te.load import LoadLedger, jobs_load, max_utilization, merged
@@ -156,6 +156,23 @@ def test_cross_pod_flows_are_spread_evenly_over_spines():
     assert job.predicted_max_utilization <= hashed_peak
 
 
+NARROW = load_fabric("narrow-uplinks")  # 3 pods x 2 servers x 2 rails, 3 spines: uplinks 2/3 of a NIC
+
+
+def test_queue_pairs_are_placed_apart_and_a_pair_split_over_spines_is_left_to_the_hash():
+    servers = ("ryh0s0", "ryh1s0", "ryh2s0")
+    one = place(NARROW, FabricState(), JobRequest("one", 3, Pattern.RING, 0.0, 1, servers), now=0)
+    two = place(NARROW, FabricState(), JobRequest("two", 3, Pattern.RING, 0.0, 1, servers, qps_per_connection=2), 0)
+    assert len(two.flows) == 2 * len(one.flows) == 6
+    # A connection at line rate fits no 2/3-NIC uplink; its two QPs at half each do, on two
+    # spines, and then only the NICs themselves are full.
+    assert one.predicted_max_utilization == pytest.approx(1.5) and two.predicted_max_utilization == pytest.approx(1.0)
+    for pair in {(f.src, f.dst) for f in two.flows}:
+        assert len({f.via for f in two.flows if (f.src, f.dst) == pair}) == 2
+    assert len(one.pinned) == 3 and two.pinned == {}  # QPs apart: the switches hash them, TE steers each
+    assert len(job_entries(NARROW, one)) == 3 and job_entries(NARROW, two) == []  # an entry at each source leaf
+
+
 def test_packing_prefers_one_pod_and_explains_exhaustion():
     fabric = FABRICS["shared"]
     one = place(fabric, FabricState(), JobRequest("a", 8, Pattern.ALL_TO_ALL, 50.0), now=0)
@@ -175,6 +192,7 @@ def test_bad_requests_name_the_field():
         "max_pods": JobRequest("x", 2, Pattern.RING, 1.0, max_pods=9),
         "servers[1]": JobRequest("x", 4, Pattern.RING, 1.0, servers=("ryh0s0", "nope")),
         "job_id": JobRequest("X Y", 2, Pattern.RING, 1.0),
+        "qps_per_connection": JobRequest("x", 2, Pattern.RING, 1.0, qps_per_connection=17),
     }
     for bad_id in ("ok\n", "x" * 1_000_000):  # a trailing newline passed `match` with `$`
         with pytest.raises(JobError) as err:

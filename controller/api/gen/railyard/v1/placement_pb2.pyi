@@ -31,7 +31,7 @@ JOB_VIEW_SUMMARY: JobView
 JOB_VIEW_FULL: JobView
 
 class PlaceJobRequest(_message.Message):
-    __slots__ = ("job_id", "gpu_count", "gpus_per_server", "servers", "pattern", "flow_bandwidth_gbps", "max_pods", "exclusive_servers", "request_id", "view", "max_predicted_utilization", "validate_only")
+    __slots__ = ("job_id", "gpu_count", "gpus_per_server", "servers", "pattern", "flow_bandwidth_gbps", "max_pods", "exclusive_servers", "request_id", "view", "max_predicted_utilization", "validate_only", "qps_per_connection")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     GPU_COUNT_FIELD_NUMBER: _ClassVar[int]
     GPUS_PER_SERVER_FIELD_NUMBER: _ClassVar[int]
@@ -44,6 +44,7 @@ class PlaceJobRequest(_message.Message):
     VIEW_FIELD_NUMBER: _ClassVar[int]
     MAX_PREDICTED_UTILIZATION_FIELD_NUMBER: _ClassVar[int]
     VALIDATE_ONLY_FIELD_NUMBER: _ClassVar[int]
+    QPS_PER_CONNECTION_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     gpu_count: int
     gpus_per_server: int
@@ -56,7 +57,8 @@ class PlaceJobRequest(_message.Message):
     view: JobView
     max_predicted_utilization: float
     validate_only: bool
-    def __init__(self, job_id: _Optional[str] = ..., gpu_count: _Optional[int] = ..., gpus_per_server: _Optional[int] = ..., servers: _Optional[_Iterable[str]] = ..., pattern: _Optional[_Union[CollectivePattern, str]] = ..., flow_bandwidth_gbps: _Optional[float] = ..., max_pods: _Optional[int] = ..., exclusive_servers: _Optional[bool] = ..., request_id: _Optional[str] = ..., view: _Optional[_Union[JobView, str]] = ..., max_predicted_utilization: _Optional[float] = ..., validate_only: _Optional[bool] = ...) -> None: ...
+    qps_per_connection: int
+    def __init__(self, job_id: _Optional[str] = ..., gpu_count: _Optional[int] = ..., gpus_per_server: _Optional[int] = ..., servers: _Optional[_Iterable[str]] = ..., pattern: _Optional[_Union[CollectivePattern, str]] = ..., flow_bandwidth_gbps: _Optional[float] = ..., max_pods: _Optional[int] = ..., exclusive_servers: _Optional[bool] = ..., request_id: _Optional[str] = ..., view: _Optional[_Union[JobView, str]] = ..., max_predicted_utilization: _Optional[float] = ..., validate_only: _Optional[bool] = ..., qps_per_connection: _Optional[int] = ...) -> None: ...
 
 class Gpu(_message.Message):
     __slots__ = ("rank", "server", "pod", "rail", "nic_address", "leaf", "node")
