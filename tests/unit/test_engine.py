@@ -202,7 +202,7 @@ def test_engine_never_leaves_a_link_over_capacity_when_a_feasible_assignment_exi
     assert all(s.rate_bps >= 100 * G * 0.999 for s in final.values()), "an elephant is still squeezed"
 
 
-def test_a_dead_uplink_moves_its_elephants_at_once_even_within_hysteresis():
+def test_a_dead_uplink_moves_its_elephants_at_once_even_within_hysteresis_and_lets_go_once_it_is_back():
     a, c = NicId(0, 0, 0), NicId(0, 1, 0)
     key = flow_key(a, c, 40001)
     world = World(FABRIC, {key: (a, c, "rys0")})
@@ -215,6 +215,11 @@ def test_a_dead_uplink_moves_its_elephants_at_once_even_within_hysteresis():
     state, decisions = step(FABRIC, state, flows, ports, 100.1, EngineConfig(hysteresis_s=60))
     assert [d.kind for d in decisions] == ["link-down", "reroute"]
     assert state.moves[key].via == "rys1" and state.down == {f"ryl0r0:{UPLINK['rys0']}"}
+    # Back up: the flow goes back to its hash, not held on the survivor for good.
+    flows, ports = world.telemetry(101.0, state.moves)
+    state, decisions = step(FABRIC, state, flows, ports, 101.0, EngineConfig(hysteresis_s=60))
+    assert [d.kind for d in decisions] == ["expire"] and "is back" in decisions[0].reason
+    assert state.moves == {} and state.down == frozenset()
 
 
 def test_flows_a_pin_or_job_steers_count_as_load_but_are_never_moved():

@@ -215,6 +215,23 @@ class _Cycle:
             if self.now - last_seen > self.cfg.expire_after_s and not placed_job:
                 del self.moves[key]
                 self._decide(DecisionKind.EXPIRE, key, "flow quiet; back to ECMP")
+        self.let_go_of_rescued()
+
+    def let_go_of_rescued(self) -> None:
+        """A flow moved off a dead path goes back to where the hash (or its
+        job's placement) puts it once that path is back: held where it was
+        sent in a hurry, it would crowd the survivors' links for good, and
+        the flows that stayed would never spread back over the repaired one."""
+        rescued = [key for key, move in self.moves.items() if move.rescued]
+        if not rescued:
+            return
+        index, catalog = self.index, self.catalog
+        for key, c in zip(rescued, catalog.rows(rescued).tolist()):
+            move = self.moves[key]
+            row = index.row_of(int(catalog.base[c]), move.from_via) if c >= 0 and move.from_via else -1
+            if row >= 0 and not self.dead[index.hops(row)].any():
+                del self.moves[key]
+                self._decide(DecisionKind.EXPIRE, key, f"its path across {move.from_via} is back; back to ECMP")
 
     def _decide(self, kind: DecisionKind, key: FlowKey, why: str, **fields: str) -> None:
         self.decisions.append(Decision(kind, describe_flow(key), why, self.now, flow=key, **fields))

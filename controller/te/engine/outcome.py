@@ -54,6 +54,7 @@ def _moves(done: Pass) -> tuple[dict[FlowKey, Move], list[Decision]]:
             before,
             float(e.rate_bps[i]),
             rate_expected=0.0 if done.expected is None else float(done.expected[i]),
+            rescued=i in done.rescued,
         )
         decisions.append(
             Decision(

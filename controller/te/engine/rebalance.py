@@ -113,6 +113,7 @@ class Pass:
         self.start = fleet.rows.copy()
         self.why: dict[int, str] = {}  # elephant -> why it moved (its last move's reason)
         self.acks: list[int] = []  # elephants pinned where they are for their ACKs' sake
+        self.rescued: set[int] = set()  # elephants moved off a dead path in this pass
         self.relieved: set[int] = set()
         self.stuck: set[int] = set()
         n = len(e)
@@ -170,6 +171,7 @@ class Pass:
             row = fleet.least_loaded(i)
             if row is not None:
                 self.move(i, row, "path down", costs=False)
+                self.rescued.add(i)
         # The data path survived (the ingress leaf failed over) but the ACKs hash
         # on their own and may cross the dead link: pinning the flow where it is
         # also steers its ACKs back the same way. They may die where the route
