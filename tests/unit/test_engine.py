@@ -222,6 +222,20 @@ def test_a_dead_uplink_moves_its_elephants_at_once_even_within_hysteresis_and_le
     assert state.moves == {} and state.down == frozenset()
 
 
+def test_a_flow_pinned_for_its_acks_while_a_link_is_down_is_let_go_once_it_is_back():
+    a, c = NicId(0, 0, 1), NicId(0, 1, 1)
+    key = flow_key(a, c, 40002)
+    world = World(FABRIC, {key: (a, c, "rys1")})  # its ACKs hash on their own, maybe via rys0 into ryl0r0
+    dead = Endpoint("ryl0r0", UPLINK["rys0"])
+    flows, ports = world.telemetry(100.0, {})
+    ports[dead] = PortSample(0.0, 0, 0, 100.0, up=False)
+    state, decisions = step(FABRIC, TeState(), flows, ports, 100.0)
+    assert [d.kind for d in decisions] == ["link-down", "reroute"] and "ACKs" in decisions[1].reason
+    flows, ports = world.telemetry(100.2, state.moves)
+    state, decisions = step(FABRIC, state, flows, ports, 100.2)
+    assert [d.kind for d in decisions] == ["expire"] and state.moves == {}
+
+
 def test_flows_a_pin_or_job_steers_count_as_load_but_are_never_moved():
     world = collided_world()
     flows, ports = world.telemetry(100.0, {})

@@ -221,13 +221,19 @@ class _Cycle:
         """A flow moved off a dead path goes back to where the hash (or its
         job's placement) puts it once that path is back: held where it was
         sent in a hurry, it would crowd the survivors' links for good, and
-        the flows that stayed would never spread back over the repaired one."""
+        the flows that stayed would never spread back over the repaired one.
+        A flow pinned for its ACKs' sake goes back once nothing is dead."""
         rescued = [key for key, move in self.moves.items() if move.rescued]
         if not rescued:
             return
-        index, catalog = self.index, self.catalog
+        index, catalog, whole = self.index, self.catalog, not self.dead.any()
         for key, c in zip(rescued, catalog.rows(rescued).tolist()):
             move = self.moves[key]
+            if move.via == move.from_via:  # pinned for its ACKs, whose way back crossed something dead
+                if whole:
+                    del self.moves[key]
+                    self._decide(DecisionKind.EXPIRE, key, "nothing is down any more; back to ECMP")
+                continue
             row = index.row_of(int(catalog.base[c]), move.from_via) if c >= 0 and move.from_via else -1
             if row >= 0 and not self.dead[index.hops(row)].any():
                 del self.moves[key]

@@ -70,7 +70,7 @@ def _moves(done: Pass) -> tuple[dict[FlowKey, Move], list[Decision]]:
     for i in done.acks:
         key, c = e.keys[i], int(e.cat[i])
         via = fleet.via(i, fleet.row(i))
-        moves[key] = Move(key, catalog.src_nic(c), catalog.dst_nic(c), via, now, now, from_via=via)
+        moves[key] = Move(key, catalog.src_nic(c), catalog.dst_nic(c), via, now, now, from_via=via, rescued=True)
         why = f"ACKs pinned via {via}: their hashed path may cross a dead link"
         decisions.append(
             Decision(DecisionKind.REROUTE, describe_flow(key), why, now, flow=key, from_via=via, to_via=via)

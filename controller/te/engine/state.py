@@ -148,7 +148,9 @@ class Move:
     # against the lower of this and rate_before, so a loss the plan meant
     # is no reason to go back, and a loss it did not mean is.
     rate_expected: float = 0.0
-    rescued: bool = False  # moved off a dead or drained path: let go once that path is back
+    # Moved off a dead or drained path (or pinned where it is for its ACKs'
+    # sake): let go once that path is back (once nothing is dead).
+    rescued: bool = False
 
 
 @dataclass(frozen=True)
