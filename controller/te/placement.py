@@ -33,7 +33,7 @@ from __future__ import annotations
 import itertools
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -48,16 +48,7 @@ from controller.te.load import LoadLedger, drained, jobs_load, max_utilization, 
 from controller.te.paths import Layer, Loads, NoPath, assign_greedy, assign_hashed
 from controller.te.patterns import ServerKey
 
-__all__ = [
-    "FabricState",
-    "NoCapacity",
-    "Usage",
-    "available_servers",
-    "choose_rails",
-    "free_gpus_by_pod",
-    "gpu_usage",
-    "place",
-]
+__all__ = ["FabricState", "NoCapacity", "Usage", "available_servers", "choose_rails", "free_gpus_by_pod", "place"]
 
 
 class NoCapacity(Exhausted):
@@ -310,6 +301,16 @@ def _free_summary(fabric: Fabric, state: FabricState, request: JobRequest) -> st
 
 
 def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -> Job:
+    """With queue pairs: whole connections where predicted no worse (a switch
+    pins a connection, not its QPs: Job.pinned), else each QP a flow of its own."""
+    if request.qps_per_connection == 1:
+        return _place(fabric, state, request, now)
+    whole = replace(_place(fabric, state, replace(request, qps_per_connection=1), now), request=request)
+    split = _place(fabric, state, request, now)
+    return whole if whole.predicted_max_utilization <= split.predicted_max_utilization + 1e-9 else split
+
+
+def _place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -> Job:
     validate_request(fabric, request)
     rails = fabric.rails
     k, m = request.per_server(rails), request.server_count(rails)

@@ -159,7 +159,7 @@ def test_cross_pod_flows_are_spread_evenly_over_spines():
 NARROW = load_fabric("narrow-uplinks")  # 3 pods x 2 servers x 2 rails, 3 spines: uplinks 2/3 of a NIC
 
 
-def test_queue_pairs_are_placed_apart_and_a_pair_split_over_spines_is_left_to_the_hash():
+def test_queue_pairs_are_placed_apart_only_where_a_connection_fits_no_spine_and_then_left_to_the_hash():
     servers = ("ryh0s0", "ryh1s0", "ryh2s0")
     one = place(NARROW, FabricState(), JobRequest("one", 3, Pattern.RING, 0.0, 1, servers), now=0)
     two = place(NARROW, FabricState(), JobRequest("two", 3, Pattern.RING, 0.0, 1, servers, qps_per_connection=2), 0)
@@ -171,6 +171,10 @@ def test_queue_pairs_are_placed_apart_and_a_pair_split_over_spines_is_left_to_th
         assert len({f.via for f in two.flows if (f.src, f.dst) == pair}) == 2
     assert len(one.pinned) == 3 and two.pinned == {}  # QPs apart: the switches hash them, TE steers each
     assert len(job_entries(NARROW, one)) == 3 and job_entries(NARROW, two) == []  # an entry at each source leaf
+    # Where whole connections fit as well, they are placed whole, and pinned: QPs together.
+    three_pod = load_fabric("three-pod")
+    whole = place(three_pod, FabricState(), JobRequest("w", 3, Pattern.RING, 0.0, 1, servers, qps_per_connection=2), 0)
+    assert len(whole.flows) == 3 and len(whole.pinned) == 3 and whole.request.qps_per_connection == 2
 
 
 def test_packing_prefers_one_pod_and_explains_exhaustion():
