@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,16 +98,20 @@ class Job:
 
     @property
     def pinned(self) -> dict[tuple[NicId, NicId], str]:
-        """Per NIC pair, the spine the switches steer it across: the pairs
-        whose flows were all placed on one. A pair whose queue pairs were
-        placed across spines is not pinned: a switch cannot tell QPs apart
-        without their source ports, which only the NIC knows. It is hashed,
-        each QP apart (E-ECMP), and TE steers each QP it sees collide."""
-        vias: dict[tuple[NicId, NicId], set[str]] = {}
-        for f in self.flows:
-            if f.via:
-                vias.setdefault((f.src, f.dst), set()).add(f.via)
-        return {pair: next(iter(v)) for pair, v in vias.items() if len(v) == 1}
+        return pinned_vias((f.src, f.dst, f.via) for f in self.flows)
+
+
+def pinned_vias(flows: Iterable[tuple[NicId, NicId, str]]) -> dict[tuple[NicId, NicId], str]:
+    """Per NIC pair, the spine the switches steer it across: the pairs whose
+    flows (src, dst, via) were all placed on one. A pair whose queue pairs
+    were placed across spines is not pinned: a switch cannot tell QPs apart
+    without their source ports, which only the NIC knows. It is hashed, each
+    QP apart (E-ECMP), and TE steers each QP it sees collide."""
+    vias: dict[tuple[NicId, NicId], set[str]] = {}
+    for src, dst, via in flows:
+        if via:
+            vias.setdefault((src, dst), set()).add(via)
+    return {pair: next(iter(v)) for pair, v in vias.items() if len(v) == 1}
 
 
 def validate_request(fabric: Fabric, req: JobRequest) -> None:

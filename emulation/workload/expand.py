@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from controller.errors import FieldError
 from controller.fabric import Fabric, NicId
 from controller.fabric import addressing as ad
-from controller.te.jobs import JobRequest, Pattern
+from controller.te.jobs import JobRequest, Pattern, pinned_vias
 from controller.te.view import FlowKey
 from emulation.model.pairs import flow_ports, incast_pairs, permutation_pairs
 from emulation.workload.mix import background_requests, job_requests
@@ -279,13 +279,10 @@ def _add_job(
 
 def _connections(job: Placed) -> dict[tuple[NicId, NicId], str]:
     """Per connection of a placed job (a NIC pair, in the placement's
-    order), the spine it is pinned across: its flows' one spine; "" where
-    its QPs were placed across spines (the switches hash them, as
-    `Job.pinned` says) or within a leaf."""
-    vias: dict[tuple[NicId, NicId], set[str]] = {}
-    for src, dst, via in job.flows:
-        vias.setdefault((src, dst), set()).add(via)
-    return {pair: next(iter(v)) if len(v) == 1 else "" for pair, v in vias.items()}
+    order), the spine the switches pin it across (`pinned_vias`); "" where
+    they hash it: its QPs placed across spines, or within a leaf."""
+    pinned = pinned_vias(job.flows)
+    return {(src, dst): pinned.get((src, dst), "") for src, dst, _ in job.flows}
 
 
 def _pattern(fabric: Fabric, item: PatternItem, i: int, seed: int, rate_bps: float) -> list[_Draft]:
