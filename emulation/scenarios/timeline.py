@@ -76,14 +76,16 @@ def changed_path(d: Decided) -> bool:
 
 
 def read_decisions(path: Path, started_at: float) -> list[Decided]:
-    """Every decision the controller wrote to `path` at or after
-    `started_at` (wall clock), in order; none if it wrote none."""
+    """Every decision the run's controller wrote to `path`, in order, timed
+    from `started_at` (wall clock, the traffic's start); none if it wrote
+    none. One made before it, while the jobs' connections warmed up, counts
+    at 0: its move holds into the run."""
     try:
         lines = path.read_text().splitlines()
     except FileNotFoundError:
         return []
     decisions = [Decision.from_record(json.loads(line)) for line in lines if line.strip()]
-    return [Decided(d, d.at - started_at) for d in decisions if d.at >= started_at]
+    return [Decided(d, max(0.0, d.at - started_at)) for d in decisions]
 
 
 @dataclass(frozen=True)

@@ -193,7 +193,7 @@ def test_spec_uplinks_match_the_built_fabrics():
 
 FLOW = ("10.0.0.1", "10.0.1.1", "tcp", 30000, 5201)
 DECISIONS = [
-    Decision(DecisionKind.REROUTE, "x", "before the run", 999.0, flow=FLOW, from_via="rys1", to_via="rys0"),
+    Decision(DecisionKind.REROUTE, "x", "during the warm-up", 999.0, flow=FLOW, from_via="rys1", to_via="rys0"),
     Decision(DecisionKind.COLLISION, "ryl0r0:3", "2 elephants", 1000.6, link="ryl0r0:3"),
     Decision(DecisionKind.REROUTE, "f", "its bottleneck -0.50", 1000.8, flow=FLOW, from_via="rys0", to_via="rys1"),
     Decision(DecisionKind.REROUTE, "f", "ACKs pinned", 1004.0, flow=FLOW, from_via="rys1", to_via="rys1"),
@@ -207,9 +207,10 @@ def test_decisions_are_read_back_from_the_controllers_records(tmp_path):
     path = tmp_path / "decisions.jsonl"
     path.write_text("".join(json.dumps(d.as_record()) + "\n" for d in DECISIONS))
     read = read_decisions(path, started_at=1000.0)
-    assert [d.decision for d in read] == DECISIONS[1:]
-    assert read[1].at_s == pytest.approx(0.8) and read[1].vias == ("rys0", "rys1")
-    assert read[1].nics == (NicId(0, 0, 0), NicId(0, 1, 0))
+    assert [d.decision for d in read] == DECISIONS
+    assert read[0].at_s == 0.0  # made during the warm-up, before traffic started: its move holds into the run
+    assert read[2].at_s == pytest.approx(0.8) and read[2].vias == ("rys0", "rys1")
+    assert read[2].nics == (NicId(0, 0, 0), NicId(0, 1, 0))
     assert read_decisions(tmp_path / "none.jsonl", 0.0) == []
 
 
