@@ -261,9 +261,8 @@ class _Cycle:
     def settle(self) -> None:
         if self.state.traffic != self.traffic:  # judged under other traffic: free to move again
             self.moves.update({k: replace(m, held=False) for k, m in self.moves.items() if m.held})
-        tx = np.where(self.fresh, self.ports.tx_bps, np.nan)
         self.decisions += lately.settle(
-            self.index, self.catalog, self.dead, tx, self.found, self.moves, self.now, self.cfg
+            self.index, self.catalog, self.dead, (self.tx, self.fresh), self.found, self.moves, self.now, self.cfg
         )
         self.starved, self.dormant = lately.absent(
             self.index, self.catalog, self.dead, self.recent, self.kept, self.moves

@@ -154,7 +154,7 @@ def settle(
     index: LinkIndex,
     catalog: FlowCatalog,
     dead: np.ndarray,
-    tx: np.ndarray,
+    measured: tuple[np.ndarray, np.ndarray],
     elephants: Elephants,
     moves: dict[FlowKey, Move],
     now: float,
@@ -164,8 +164,8 @@ def settle(
     against the rate the flow had before: a flow that measures worse goes
     back where it was and is held there. TE never leaves a flow worse off
     than the hash did. Worse counts only where its new route is to blame
-    (`tx`: per link, its fresh rate, NaN where none came): a hop full or
-    dead, or no hop measured. A flow that sends less on a route with room
+    (`measured`: per link, its rate and whether a fresh sample came): a hop
+    full or dead, or no hop measured. A flow that sends less on a route with room
     was held back by itself: its iteration ending, its sender, its NIC."""
     out = []
     for (key, move), i in zip(list(moves.items()), elephants.find(catalog.rows(list(moves))).tolist()):
@@ -175,7 +175,9 @@ def settle(
         base = int(catalog.base[elephants.cat[i]])
         back = index.row_of(base, move.from_via) if move.from_via else -1
         before = min(move.rate_before, move.rate_expected) if move.rate_expected > 0 else move.rate_before
-        worse = before > 0 and rate < before * (1 - cfg.revert_margin) and _to_blame(index, base, move.via, dead, tx)
+        worse = (
+            before > 0 and rate < before * (1 - cfg.revert_margin) and _to_blame(index, base, move.via, dead, measured)
+        )
         if worse and back >= 0 and not dead[index.hops(back)].any():
             moves[key] = Move(
                 key, move.src, move.dst, move.from_via, now, now, from_via=move.via, settled=True, held=True
@@ -197,14 +199,13 @@ def settle(
     return out
 
 
-def _to_blame(index: LinkIndex, base: int, via: str, dead: np.ndarray, tx: np.ndarray) -> bool:
+def _to_blame(index: LinkIndex, base: int, via: str, dead: np.ndarray, measured: tuple[np.ndarray, np.ndarray]) -> bool:
     """The route across `via` holds its flows back: a hop dead or full, or none measured."""
     row = index.row_of(base, via)
     if row < 0:
         return True
     hops = index.hops(row)
-    measured = tx[hops]
-    seen = np.isfinite(measured)
-    if dead[hops].any() or not seen.any():
+    tx, fresh = measured[0][hops], measured[1][hops]
+    if dead[hops].any() or not fresh.any():
         return True
-    return bool((measured[seen] >= FULL * index.capacity[hops][seen]).any())
+    return bool((tx[fresh] >= FULL * index.capacity[hops][fresh]).any())
