@@ -34,7 +34,7 @@ from emulation.model.stats import percentile
 from emulation.net import ovs
 from emulation.scenarios.report import build_report
 from emulation.scenarios.runner import run_scenario
-from emulation.scenarios.timeline import SETTLE_S
+from emulation.scenarios.timeline import in_steady_traffic
 from emulation.simulate.run import simulate
 from emulation.workload import Workload, load_workload, spec_file
 
@@ -43,28 +43,13 @@ NEAR_OPTIMUM = 1.10
 PATH_CHANGES = 2
 
 
-def change_times(workload: Workload, duration_s: float) -> list[float]:
-    """When the traffic changes: a background burst starting or ending, a
-    job starting, a link event (a job's iterations are the same traffic again)."""
-    out = {0.0, duration_s} | {e.at_s for e in workload.events}
-    for item in workload.traffic:
-        window = getattr(item, "window", None)
-        if window is not None:
-            out |= {t for burst in window.bursts(duration_s) for t in burst}
-        for flow in getattr(item, "flows", ()):
-            out |= {t for burst in flow.window.bursts(duration_s) for t in burst}
-        if hasattr(item, "start_s"):
-            out.add(item.start_s)
-    return sorted(out)
-
-
 def simulated(workload: Workload, seed: int) -> dict[str, Any]:
     fabric = load_fabric(spec_file(workload))
     result = simulate(fabric, workload, seed)
     arms = result["arms"]
     te, spray, e_ecmp = arms["railyard+te"]["overall"], arms["spray"]["overall"], arms["topology+ecmp"]["overall"]
-    changes = change_times(workload, result["duration_s"])
-    steady = sum(c["reroutes"] for c in result["cycles"] if c["t"] > max(x for x in changes if x <= c["t"]) + SETTLE_S)
+    changes = workload.traffic_changes(result["duration_s"])
+    steady = sum(c["reroutes"] for c in result["cycles"] if in_steady_traffic(c["t"], changes))
     return {
         "te": {k: te[k] for k in ("p50_s", "p99_s", "slowdown_p50", "slowdown_p99", "iterations")},
         "spray_p99_s": spray["p99_s"],
@@ -74,27 +59,15 @@ def simulated(workload: Workload, seed: int) -> dict[str, Any]:
     }
 
 
-def _pooled(jobs: list[dict], key: str) -> dict[str, float]:
-    """Over every finished iteration of every job: p50 and p99 of `key` ('times', 'slowdowns')."""
-    values = sorted(v for j in jobs for v in j[key])
+def _pooled(values: list[float]) -> dict[str, float]:
+    """p50 and p99 over every finished iteration of every job."""
     return {"p50": percentile(values, 0.5), "p99": percentile(values, 0.99)} if values else {}
 
 
-def _iterations(report_jobs: list[dict]) -> list[dict]:
-    """Per job: its iteration times and each over the optimum of the stretches it overlapped."""
-    out = []
-    for job in report_jobs:
-        stretches = [(o["from_s"], o["to_s"], o["seconds"]) for o in job["optimum_iteration_s"]]
-        times, slowdowns = [], []
-        for start, took in job["times_s"]:
-            if took is None:
-                continue
-            bounds = [s for a, b, s in stretches if s and a < start + took and b > start]
-            times.append(took)
-            if bounds:
-                slowdowns.append(took / min(bounds))
-        out.append({"times": times, "slowdowns": slowdowns})
-    return out
+def _iteration_figures(report_jobs: list[dict]) -> dict[str, dict[str, float]]:
+    """Every job's iterations pooled: their times, and each over its optimum (the report's)."""
+    times = [took for job in report_jobs for _, took in job["times_s"] if took is not None]
+    return {"time_s": _pooled(times), "slowdown": _pooled([x for job in report_jobs for x in job["slowdowns"]])}
 
 
 def emulated(workload: Workload, seed: int) -> dict[str, Any]:
@@ -102,10 +75,9 @@ def emulated(workload: Workload, seed: int) -> dict[str, Any]:
     fabric = load_fabric(spec_path)
     report = build_report(fabric, workload, seed, run_scenario(fabric, spec_path, workload, seed))
     te, ecmp = report["modes"]["te"], report["modes"]["ecmp"]
-    te_jobs, ecmp_jobs = _iterations(te["jobs"]), _iterations(ecmp["jobs"])
     return {
-        "te": {"time_s": _pooled(te_jobs, "times"), "slowdown": _pooled(te_jobs, "slowdowns")},
-        "e_ecmp": {"time_s": _pooled(ecmp_jobs, "times"), "slowdown": _pooled(ecmp_jobs, "slowdowns")},
+        "te": _iteration_figures(te["jobs"]),
+        "e_ecmp": _iteration_figures(ecmp["jobs"]),
         "iterations_finished": {
             mode: sum(j["iterations_finished"] for j in report["modes"][mode]["jobs"]) for mode in ("ecmp", "te")
         },

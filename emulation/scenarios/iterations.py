@@ -114,6 +114,7 @@ def job_figures(
                     "max_share_of_iteration": max((it.dispatch_s / t for it in mine if (t := it.time_s)), default=0.0),
                 },
                 "times_s": [[it.start_s, it.time_s] for it in mine],
+                "slowdowns": slowdowns,  # per finished iteration with a bound, in order
                 **({"ecmp_collided_links": collided.get(job.job_id, [])} if underlay_vias else {}),
             }
         )

@@ -67,17 +67,13 @@ def mode_figures(fabric: Fabric, run: ModeRun, phases_: Sequence[Phase], workloa
     bottleneck = max(queues, key=lambda e: (percentile(queues[e], 0.99), sum(queues[e]))) if queues else None
     backlog = queues[bottleneck] if bottleneck is not None else []
     peak = max((q for s in run.samples for q in s.queue_bytes.values()), default=0)
-    # Traffic changes: flows starting and stopping (an on/off source at every
-    # burst; a job's iterations are the same traffic again), link events, the end.
-    bursts = {t.window: t.window.bursts(duration_s) for t in run.plan.transfers if not t.job}
-    jobs = {t.window for t in run.plan.transfers if t.job}
-    changes = sorted(
-        {0.0, duration_s, *(t for b in bursts.values() for burst in b for t in burst)}
-        | {t for w in jobs for t in (w.start_s, w.stop(duration_s))}
-        | {e.at_s for e in workload.events}
-    )
     te = te_figures(
-        fabric, run.decisions, [(s.t, s.tx_bps) for s in run.samples], changes, run.commit_s, len(run.plan.transfers)
+        fabric,
+        run.decisions,
+        [(s.t, s.tx_bps) for s in run.samples],
+        workload.traffic_changes(duration_s),
+        run.commit_s,
+        len(run.plan.transfers),
     )
     streamed = run.streamed()
     stretches = [(p.start_s, p.end_s, p.outage) for p in phases_]

@@ -246,9 +246,7 @@ def _drive(
     duration = workload.duration_s
     engine = transfer_engine(emu, run.plan, emulation_scale(fabric), duration)
     watch = FabricWatch(fabric)
-    # Before the first flow starts: TE may act within a cycle of it, and a
-    # decision stamped before `start` is not the run's (read_decisions).
-    start = time.time()
+    start = time.time()  # the clock of the run's traffic, started before its first flow
     traffic = TrafficRun(emu.popen, run.flows, duration, raw_dir).start() if run.flows else None
     engine.start()
     watch.start(start)

@@ -149,6 +149,12 @@ def episodes(
 SETTLE_S = 2.0  # after a change of traffic or links, TE's moves are the reaction to it
 
 
+def in_steady_traffic(at_s: float, changes_s: Sequence[float]) -> bool:
+    """More than SETTLE_S after the last change of traffic or links before
+    `at_s`: a move then is churn that steady traffic must not cause."""
+    return at_s > max((c for c in changes_s if c <= at_s), default=0.0) + SETTLE_S
+
+
 def te_figures(
     fabric: Fabric,
     decisions: Sequence[Decided],
@@ -164,11 +170,7 @@ def te_figures(
     moved_at = sorted(d.at_s for d in decisions if d.kind in MOVES)
     return {
         "last_move_s": moved_at[-1] if moved_at else None,
-        # Moves made more than SETTLE_S after the last change of traffic or
-        # links before them: the churn steady traffic must not cause.
-        "moves_in_steady_traffic": sum(
-            at > max((c for c in changes_s if c <= at), default=0.0) + SETTLE_S for at in moved_at
-        ),
+        "moves_in_steady_traffic": sum(in_steady_traffic(at, changes_s) for at in moved_at),
         "collision_to_fix_s": {
             "median": statistics.median(times) if times else None,
             "p99": percentile(times, 0.99) if times else None,

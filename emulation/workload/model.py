@@ -187,3 +187,19 @@ class Workload:
 
     def jobs(self) -> tuple[JobItem, ...]:
         return tuple(item for item in self.traffic if isinstance(item, JobItem))
+
+    def traffic_changes(self, duration_s: float) -> list[float]:
+        """When the traffic or the links change, in order: a flow starting or
+        stopping (an on/off source at every burst), a job starting or
+        stopping (its iterations are the same traffic again), a link or
+        switch event, and the run's start and end."""
+        windows: list[Window] = []
+        out = {0.0, duration_s} | {e.at_s for e in self.events}
+        for item in self.traffic:
+            if isinstance(item, PatternItem):
+                windows.append(item.window)
+            elif isinstance(item, FlowsItem):
+                windows.extend(f.window for f in item.flows)
+            elif isinstance(item, JobItem):
+                out |= {item.start_s, Window(item.start_s, item.stop_s).stop(duration_s)}
+        return sorted(out | {t for w in windows for burst in w.bursts(duration_s) for t in burst})
