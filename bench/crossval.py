@@ -48,6 +48,13 @@ def simulated_workload(scenario: Workload, telemetry: Telemetry) -> Workload:
 JUDGED_FROM_S = 1.0  # the emulated report judges a TCP flow from its second second on (slow start)
 
 
+def emulated_report(workload: Workload, seed: int) -> dict[str, Any]:
+    """The scenario emulated on its own spec, ECMP and TE, and its report."""
+    spec_path = spec_file(workload)
+    fabric = load_fabric(spec_path)
+    return build_report(fabric, workload, seed, run_scenario(fabric, spec_path, workload, seed))
+
+
 def simulated_fractions(result: dict, judged_from_s: float = JUDGED_FROM_S) -> dict[str, float]:
     """Over the window the emulated report judges (from `judged_from_s`):
     ECMP time-weighted over its phases, TE averaged over its (evenly

@@ -25,12 +25,10 @@ import statistics
 from typing import Any
 
 from bench import write_result
-from bench.crossval import simulated_fractions
+from bench.crossval import emulated_report, simulated_fractions
 from bench.hedera_suite import PATTERNS, Pattern, published
 from controller.fabric import load_fabric
 from emulation.net import ovs
-from emulation.scenarios.report import build_report
-from emulation.scenarios.runner import run_scenario
 from emulation.simulate.run import simulate
 from emulation.workload import Workload, load_workload, spec_file
 
@@ -39,9 +37,7 @@ TARGETS = {"te_mean": 0.98, "te_min": 0.95, "te_min_randbij_stride": 0.97, "path
 
 
 def emulated(workload: Workload, seed: int) -> dict[str, Any]:
-    spec_path = spec_file(workload)
-    fabric = load_fabric(spec_path)
-    report = build_report(fabric, workload, seed, run_scenario(fabric, spec_path, workload, seed))
+    report = emulated_report(workload, seed)
     te, ecmp = report["modes"]["te"], report["modes"]["ecmp"]
     return {
         "ecmp": ecmp["fraction_of_optimum"],

@@ -29,11 +29,10 @@ import platform
 from typing import Any
 
 from bench import write_result
+from bench.crossval import emulated_report
 from controller.fabric import load_fabric
 from emulation.model.stats import percentile
 from emulation.net import ovs
-from emulation.scenarios.report import build_report
-from emulation.scenarios.runner import run_scenario
 from emulation.scenarios.timeline import in_steady_traffic
 from emulation.simulate.run import simulate
 from emulation.workload import Workload, load_workload, spec_file
@@ -71,9 +70,7 @@ def _iteration_figures(report_jobs: list[dict]) -> dict[str, dict[str, float]]:
 
 
 def emulated(workload: Workload, seed: int) -> dict[str, Any]:
-    spec_path = spec_file(workload)
-    fabric = load_fabric(spec_path)
-    report = build_report(fabric, workload, seed, run_scenario(fabric, spec_path, workload, seed))
+    report = emulated_report(workload, seed)
     te, ecmp = report["modes"]["te"], report["modes"]["ecmp"]
     return {
         "te": _iteration_figures(te["jobs"]),
