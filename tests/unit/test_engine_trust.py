@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from controller.fabric import NicId, build_fabric, parse_spec
 from controller.te.engine import Engine, EngineConfig, FlowFrame, Snapshot, TeState
 from controller.te.engine.elephants import find_elephants
+from controller.te.engine.maxmin import fill_paths
 from controller.te.engine.state import Elephants, Recent
 from controller.te.view import FlowSample, LinkView, PortSample
 from emulation.model.fair import max_min_rates
@@ -526,3 +527,36 @@ def test_two_engines_on_one_fabric_in_one_process_decide_as_each_alone():
     together = _run([Engine(FABRIC), Engine(FABRIC)], [first, second])
     assert together == alone
     assert all(any(any(cycle) for cycle in decided) for decided in alone)  # each engine had something to decide
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_engines_fair_rates_are_the_exact_max_min_rates_with_a_true_bottleneck_for_each(data):
+    """fill_paths freezes every bottleneck of a round at once: it must end
+    where one-level-at-a-time progressive filling does (emulation.model.fair),
+    and the link it names must be full with no flow on it faster."""
+    links = data.draw(st.integers(2, 12))
+    real = data.draw(st.lists(st.sampled_from([0.0, 1.0, 1.5, 2.0, 10.0]), min_size=links, max_size=links))
+    capacity = np.array([*real, math.inf])  # the last: the pad
+    width = data.draw(st.integers(1, 4))
+    rows = data.draw(
+        st.lists(st.lists(st.integers(0, links - 1), max_size=width, unique=True), min_size=1, max_size=14)
+    )
+    hops = np.array([row + [links] * (width - len(row)) for row in rows])
+    cap = np.array(
+        data.draw(st.lists(st.sampled_from([math.inf, 0.0, 0.5, 3.0]), min_size=len(rows), max_size=len(rows)))
+    )
+
+    rate, bottleneck = fill_paths(hops, capacity, cap)
+
+    exact = max_min_rates(dict(enumerate(capacity)), rows, cap.tolist())
+    assert rate == pytest.approx(exact, rel=1e-7, abs=1e-12)
+    load = np.bincount(hops.ravel(), np.repeat(np.where(np.isfinite(rate), rate, 0.0), width), len(capacity))
+    for i, link in enumerate(bottleneck.tolist()):
+        if link < 0:  # its cap, or nothing, holds it
+            assert rate[i] == pytest.approx(cap[i]) or (math.isinf(rate[i]) and math.isinf(cap[i]))
+            continue
+        assert link in rows[i]
+        assert load[link] == pytest.approx(capacity[link], rel=1e-7, abs=1e-12)
+        on_it = [j for j, row in enumerate(rows) if link in row]
+        assert rate[i] == pytest.approx(max(rate[j] for j in on_it), rel=1e-7, abs=1e-12)

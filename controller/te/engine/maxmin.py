@@ -2,12 +2,13 @@
 what a routing would give its elephants, by which a plan of moves is
 judged. Pure, numpy only (the daemon does not need scipy).
 
-Progressive filling: every unfrozen flow grows at one pace until a link it
-crosses runs out or it reaches its cap; the flows through that link
-freeze, each remembering it as its bottleneck; repeat. One round per
-distinct rate level, each a bincount over the unfrozen flows' links.
-(emulation.model.fair does the same over a sparse incidence, for paths
-split in shares; the engine's paths are whole.)
+Progressive filling, with every bottleneck of a round frozen at once:
+the flows through a link whose even share is the least any of them could
+get anywhere freeze at that share, each remembering the link as its
+bottleneck; repeat (_bottlenecked). It ends at the same rates as raising
+one level at a time (emulation.model.fair, over a sparse incidence, for
+paths split in shares), in as many rounds as bottlenecks are deep rather
+than one per distinct rate.
 """
 
 from __future__ import annotations
@@ -42,42 +43,47 @@ def _fill(hops: np.ndarray, capacity: np.ndarray, cap: np.ndarray) -> tuple[np.n
     bottleneck = np.full(n, -1, dtype=np.int64)
     finite = np.isfinite(capacity)
     remaining = np.where(finite, capacity, np.inf)
-    full_at = REL_TOL * np.where(finite, capacity, 0.0)
-    active = cap > 0
-    dead = (remaining <= full_at)[hops].any(axis=1) & active
-    bottleneck[dead] = _first(hops[dead], remaining <= full_at)
-    active &= ~dead
-    level = 0.0  # every active flow's rate: they all grow together from 0
+    remaining[remaining <= REL_TOL * np.where(finite, capacity, 0.0)] = 0.0  # full already
+    active = np.flatnonzero(cap > 0)
     old = np.seterr(divide="ignore", invalid="ignore")
     try:
-        while active.any():
-            count = np.bincount(hops[active].ravel(), minlength=size)
-            used = count > 0
-            share = np.where(used, remaining / count, np.inf)
-            link_step = float(share.min())
-            flow_step = float(cap[active].min()) - level
-            step = max(min(link_step, flow_step), 0.0)
-            if not np.isfinite(step):  # nothing limits them
-                rate[active] = np.inf
-                break
-            level += step
-            rate[active] = level
-            remaining[used] -= step * count[used]
-            full = used & (remaining <= full_at)
-            if link_step <= flow_step:  # the links that set the step are full, rounding or not
-                full |= used & (share <= link_step * (1 + REL_TOL))
-            hit = active & full[hops].any(axis=1)
-            bottleneck[hit] = _first(hops[hit], full)
-            active &= ~(hit | (cap <= level * (1 + REL_TOL)))
+        while len(active):
+            frozen, at_rate, by = _bottlenecked(hops[active], remaining, cap[active])
+            done = active[frozen]
+            rate[done], bottleneck[done] = at_rate, by
+            limited = np.isfinite(at_rate)
+            taken = np.repeat(at_rate[limited], hops.shape[1])
+            remaining -= np.bincount(hops[done[limited]].ravel(), taken, size)
+            np.maximum(remaining, 0.0, out=remaining)
+            active = active[~frozen]
     finally:
         np.seterr(**old)
     return rate, bottleneck
 
 
-def _first(hops: np.ndarray, full: np.ndarray) -> np.ndarray:
-    """Per row of `hops`, its first link that is `full`."""
-    on = full[hops]
-    return hops[np.arange(len(hops)), on.argmax(axis=1)] if len(hops) else np.zeros(0, dtype=np.int64)
+def _bottlenecked(
+    hops: np.ndarray, remaining: np.ndarray, cap: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One round over the unfrozen flows `hops`: (which freeze, at what
+    rate, on which link, -1 for their cap or nothing). Whatever freezes
+    elsewhere first only grows a link's share, so a link whose share no flow
+    on it could beat elsewhere ends at exactly that share; the least share
+    of all is always one such link, so every round freezes something. At
+    16K flows, each on a NIC a little less loaded than the next, this is a
+    few rounds where one level at a time took hundreds."""
+    size = len(remaining)
+    count = np.bincount(hops.ravel(), minlength=size)
+    share = np.where(count > 0, remaining / count, np.inf)
+    on = share[hops]
+    best = np.minimum(on.min(axis=1), cap)  # what each flow could get: its tightest link's share, or its cap
+    slack = best * (1 + REL_TOL)
+    beaten = np.bincount(hops[on > slack[:, None]], minlength=size) > 0  # a flow here could get less elsewhere
+    limited = np.isfinite(best)
+    at_link = ~beaten[hops] & limited[:, None]
+    by_link = at_link.any(axis=1)
+    frozen = by_link | (cap <= slack) | ~limited
+    link = np.where(by_link, hops[np.arange(len(hops)), at_link.argmax(axis=1)], -1)
+    return frozen, best[frozen], link[frozen]
 
 
 def lex_gain(before: np.ndarray, after: np.ndarray, tolerance: float) -> float:
