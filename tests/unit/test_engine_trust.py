@@ -560,3 +560,30 @@ def test_the_engines_fair_rates_are_the_exact_max_min_rates_with_a_true_bottlene
         assert load[link] == pytest.approx(capacity[link], rel=1e-7, abs=1e-12)
         on_it = [j for j, row in enumerate(rows) if link in row]
         assert rate[i] == pytest.approx(max(rate[j] for j in on_it), rel=1e-7, abs=1e-12)
+
+
+def test_the_queue_pairs_of_a_connection_are_elephants_together_though_each_is_a_mouse():
+    """Hedera's threshold is a connection's: 16 QPs of one NIC pair at a
+    sixteenth of a NIC each are 6% apiece, and two such connections hashed
+    onto one uplink collide. TE must see them and part them. Alone, or
+    among more flows of one pair than a connection has QPs, a flow at that
+    rate stays a mouse."""
+    a, b = NicId(0, 0, 0), NicId(0, 0, 1)
+    c, d = NicId(0, 1, 0), NicId(0, 1, 1)
+    qps = {flow_key(a, c, 40000 + q): (a, c, "rys0") for q in range(16)}
+    qps |= {flow_key(b, d, 41000 + q): (b, d, "rys0") for q in range(16)}
+    world = World(FABRIC, qps)
+    flows, _ = world.telemetry(100.0, {})
+    nic = FABRIC.spec.rates.nic_gbps * 1e9
+    assert max(s.rate_bps for s in flows.values()) < 0.1 * nic  # every QP alone is under the threshold
+
+    state, _ = run(world, 6, noise=0.0, seed=0)
+
+    assert state.collisions == frozenset()
+    vias = Counter(state.moves[k].via if k in state.moves else via for k, (_, _, via) in qps.items())
+    assert vias == {"rys0": 16, "rys1": 16}
+    uplink = FABRIC.egress_path(a, c, "rys0")[1]
+    one = {flow_key(a, c, 43000): FlowSample(0.06 * nic, 0, 100.0, uplink)}
+    many = {flow_key(a, c, 43000 + q): FlowSample(0.06 * nic, 0, 100.0, uplink) for q in range(17)}
+    assert elephants_in(FABRIC, one).keys == []
+    assert elephants_in(FABRIC, many).keys == []

@@ -13,6 +13,7 @@ from controller.te.demand import nic_limited_by_number
 from controller.te.engine.catalog import FlowCatalog
 from controller.te.engine.frames import FlowFrame
 from controller.te.engine.state import Elephants, EngineConfig, Move, Recent
+from controller.te.jobs import MAX_QPS
 from controller.te.view import FlowKey
 
 
@@ -27,7 +28,8 @@ def find_elephants(
     planned: Collection[tuple[NicId, NicId]] = frozenset(),
 ) -> tuple[Elephants, np.ndarray]:
     """Fresh flow records (stale data is never acted on) at or above
-    `elephant_fraction` of the NIC rate, between NICs of this fabric on
+    `elephant_fraction` of the NIC rate, alone or with the other queue
+    pairs of their connection (`connection_sum`), between NICs of this fabric on
     different leaves: the ones an overlay entry can steer; and for each its
     row in `recent` (-1 if new). `cat`: the records' catalog rows, and
     `recent`'s are of the catalog as it is. Their
@@ -70,7 +72,9 @@ def find_elephants(
     # by demand, which reads as collisions that move flows forever.
     bottleneck = catalog.bottleneck[cat[flow]]
     threshold = cfg.elephant_fraction * np.minimum(nic_bps, bottleneck)
-    keep = np.flatnonzero(np.where(known, rate >= threshold / 2, raw >= threshold))
+    stays = connection_sum(catalog, cat[flow], rate) >= threshold / 2
+    joins = connection_sum(catalog, cat[flow], raw) >= threshold
+    keep = np.flatnonzero(np.where(known, stays, joins))
     flow = flow[keep]
     c = cat[flow]
     row = index.via_rows(catalog.base[c], flows.ingress[flow], flows.transit[flow])
@@ -88,3 +92,18 @@ def find_elephants(
         if i >= 0:
             row[i] = index.row_of(int(catalog.base[c[i]]), move.via)
     return found, last[keep]
+
+
+def connection_sum(catalog: FlowCatalog, rows: np.ndarray, bps: np.ndarray) -> np.ndarray:
+    """Per flow, what its connection sends: every flow between its two NICs
+    where they are at most MAX_QPS (the queue pairs of one RDMA connection,
+    each a 5-tuple of its own), else its own rate. Hedera's threshold is
+    for a connection: 16 QPs of a connection at a tenth of the NIC are
+    0.6% each, and a per-flow threshold would steer none of them."""
+    if not len(rows):
+        return bps
+    pairs = np.stack([catalog.src[rows], catalog.dst[rows]], axis=1)
+    _, group, size = np.unique(pairs, axis=0, return_inverse=True, return_counts=True)
+    group = group.ravel()
+    total = np.bincount(group, bps)[group]
+    return np.where(size[group] <= MAX_QPS, total, bps)

@@ -78,11 +78,14 @@ class Planner:
         movable: np.ndarray,
         held_back: np.ndarray,
         cfg: EngineConfig,
+        qps: np.ndarray,
     ) -> None:
         """`ends`: (elephants, 2) per elephant the link ids of its source
         NIC's transmit side and its receiver's leaf port; `cap`: per
         elephant the most it sends (inf: elastic); `movable`: may move now;
-        `held_back`: measures well under its demand."""
+        `held_back`: measures well under its demand; `qps`: the queue
+        pairs of its connection, of which moving one is that share of a
+        path change (elephants.connection_sum)."""
         self.fleet = fleet
         self.ends = ends
         self.cap = cap
@@ -93,6 +96,7 @@ class Planner:
         self.capacity[fleet.index.pad] = np.inf
         self.port_load = port_load
         self.held_back = held_back
+        self.qps = qps
         self.placed = np.flatnonzero(fleet.rows >= 0)
         self.tolerance = RATE_TOLERANCE * float(np.min(capacity[np.isfinite(capacity)], initial=1.0))
         self._joined: dict[int, list[int]] = {}
@@ -192,9 +196,15 @@ class Planner:
         must gain min_gain of the link they relieve for each of them for the
         slowest flow they change (the max-min order) and lose nothing in the
         sum of the rates, or, no flow left slower than before, twice that in
-        the sum."""
+        the sum. For the QPs of a connection both are in a QP's units: moving
+        one of 16 is a sixteenth of a path change, and its gain is measured
+        against a sixteenth of the link. In a link's units no plan of QPs,
+        however much faster it makes the connection's slowest, is ever worth
+        it."""
         lex, total = gain
-        threshold = self.cfg.min_gain * float(self.fleet.capacity[link]) * len(moves)
+        qps = [float(self.qps[i]) for i, _ in moves]
+        changes = sum(1.0 / n for n in qps)
+        threshold = self.cfg.min_gain * float(self.fleet.capacity[link]) / max(qps) * changes
         # TCP does not share a link as max-min does: what a plan takes from
         # some flows to give to slower ones, TCP gives back to whoever it
         # likes, and a gain in the sum that no flow's own rate shows much of
