@@ -587,3 +587,36 @@ def test_the_queue_pairs_of_a_connection_are_elephants_together_though_each_is_a
     many = {flow_key(a, c, 43000 + q): FlowSample(0.06 * nic, 0, 100.0, uplink) for q in range(17)}
     assert elephants_in(FABRIC, one).keys == []
     assert elephants_in(FABRIC, many).keys == []
+
+
+def test_an_engine_whose_caches_start_over_every_cycle_decides_as_one_that_never_does(monkeypatch):
+    """A restart keeps the live view's routes, copied into a new route
+    table (LinkIndex.carrying): every row number changes, and nothing a
+    decision depends on may."""
+    import controller.te.engine.cycle as cycle
+
+    collided = {
+        flow_key(NicId(r, 0, s), NicId(r, 1, s), 40000 + 10 * r + s): (NicId(r, 0, s), NicId(r, 1, s), "rys0")
+        for r in range(2)
+        for s in range(2)
+    }
+    # One flow per leaf pair first (the caches start over with its routes),
+    # then the collisions, on the routes carried over.
+    quiet = World(NARROW, {k: v for k, v in collided.items() if k[3] % 10 == 0})
+    world = World(NARROW, collided)
+
+    def decided(restart_every_cycle: bool) -> tuple[list, dict]:
+        monkeypatch.setattr(cycle, "MIN_CACHE", 0 if restart_every_cycle else 1 << 30)
+        monkeypatch.setattr(cycle, "CACHE_SLACK", 0 if restart_every_cycle else 1 << 30)
+        eng, state, seen = Engine(NARROW), TeState(), []
+        for c in range(10):
+            now = 100.0 + 0.2 * c
+            flows, ports = (quiet if c < 3 else world).telemetry(now, state.moves)
+            state, decisions = eng.step(state, Snapshot(flows, ports, now))
+            seen.append([(d.kind, d.subject, d.to_via) for d in decisions])
+        assert (eng.caches.restarts > 0) == restart_every_cycle
+        return seen, {k: m.via for k, m in state.moves.items()}
+
+    restarting = decided(True)
+    assert restarting == decided(False)
+    assert restarting[1]  # it had collisions to fix

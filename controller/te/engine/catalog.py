@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,20 +24,14 @@ class FlowCatalog:
     """Rows 0..n-1, one per flow key between two NICs of the fabric; the
     columns are arrays, indexed by row."""
 
-    def __init__(self, index: LinkIndex) -> None:
-        fabric = index.fabric
+    def __init__(self, index: LinkIndex, nics: NicTables | None = None) -> None:
+        """`nics`: the fabric's NIC tables, if already made for an index of it
+        (they never grow: a catalog that starts over keeps them)."""
         self.index = index
-        self.nics = fabric.nics
-        self.nic_number = {nic: i for i, nic in enumerate(self.nics)}
-        self._address_number = {ad.nic_ip(nic): i for i, nic in enumerate(self.nics)}
-        leaves = [fabric.attachment(nic).node for nic in self.nics]
-        self.leaf_names = sorted(set(leaves))
-        self._leaf_number = {name: i for i, name in enumerate(self.leaf_names)}
-        self._nic_leaf = np.array([self._leaf_number[name] for name in leaves], dtype=np.int64)
-        self.uplinks = [len(fabric.uplinks(name)) for name in self.leaf_names]  # per leaf number
-        # Per NIC number, the egress ids of its access link: its transmit side, and its leaf's port towards it.
-        self.nic_tx = np.array([index.ids[fabric.nic_egress(nic)] for nic in self.nics], dtype=np.int64)
-        self.nic_rx = np.array([index.ids[fabric.attachment(nic)] for nic in self.nics], dtype=np.int64)
+        self.nic_tables = nics = nics or NicTables.of(index)
+        self.nics, self.nic_number, self._address_number = nics.nics, nics.number, nics.address_number
+        self.leaf_names, self._leaf_number, self._nic_leaf = nics.leaf_names, nics.leaf_number, nics.nic_leaf
+        self.uplinks, self.nic_tx, self.nic_rx = nics.uplinks, nics.nic_tx, nics.nic_rx
         self._pair_routes: dict[int, tuple[int, int, bool, float]] = {}  # leaf pair -> base, nroutes, disjoint, widest
         self._pairs: tuple[Collection[tuple[NicId, NicId]], np.ndarray] | None = None
         self._link_leaf: np.ndarray | None = None
@@ -130,3 +125,39 @@ class FlowCatalog:
         if not pairs or not len(rows):
             return np.zeros(len(rows), dtype=bool)
         return np.isin(self.src[rows] * len(self.nic_number) + self.dst[rows], self.pair_codes(pairs))
+
+
+@dataclass(frozen=True)
+class NicTables:
+    """Every NIC of a fabric numbered, with its address, leaf and the egress
+    ids of its access link (its transmit side, and its leaf's port towards
+    it), and each leaf's uplink count: per fabric, never growing."""
+
+    nics: tuple[NicId, ...]
+    number: dict[NicId, int]
+    address_number: dict[str, int]
+    leaf_names: list[str]
+    leaf_number: dict[str, int]
+    nic_leaf: np.ndarray  # per NIC number, its leaf's number
+    uplinks: list[int]  # per leaf number
+    nic_tx: np.ndarray
+    nic_rx: np.ndarray
+
+    @classmethod
+    def of(cls, index: LinkIndex) -> NicTables:
+        fabric = index.fabric
+        nics = fabric.nics
+        leaves = [fabric.attachment(nic).node for nic in nics]
+        leaf_names = sorted(set(leaves))
+        leaf_number = {name: i for i, name in enumerate(leaf_names)}
+        return cls(
+            nics,
+            {nic: i for i, nic in enumerate(nics)},
+            {ad.nic_ip(nic): i for i, nic in enumerate(nics)},
+            leaf_names,
+            leaf_number,
+            np.array([leaf_number[name] for name in leaves], dtype=np.int64),
+            [len(fabric.uplinks(name)) for name in leaf_names],
+            np.array([index.ids[fabric.nic_egress(nic)] for nic in nics], dtype=np.int64),
+            np.array([index.ids[fabric.attachment(nic)] for nic in nics], dtype=np.int64),
+        )

@@ -121,11 +121,15 @@ class Engine:
         # costs the next cycle one lookup per live key and leaf pair.
         keys = len(snapshot.flows) + len(state.recent)
         known = cycle.cat[cycle.cat >= 0]
-        _, first = np.unique(self.catalog.base[known], return_index=True)
-        rows = int(self.catalog.nroutes[known[first]].sum())
+        joined = known[self.catalog.nroutes[known] > 0]
+        live, first = np.unique(self.catalog.base[joined], return_index=True)
+        rows = int(self.catalog.nroutes[joined[first]].sum())
         over = len(self.catalog) > max(CACHE_SLACK * keys, MIN_CACHE)
         if over or len(self.index) > max(CACHE_SLACK * rows, MIN_CACHE):
-            self._fresh()  # the state's rows are found again by key (TeState.recent)
+            # The state's rows are found again by key (TeState.recent); the
+            # live view's leaf pairs keep their routes, copied.
+            self.index = self.index.carrying(live.tolist())
+            self.catalog = FlowCatalog(self.index, self.catalog.nic_tables)
             self.caches.restarts += 1
         return result
 

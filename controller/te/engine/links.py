@@ -5,6 +5,7 @@ arithmetic instead of walking paths. Pure."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,17 +86,39 @@ class LinkIndex:
             hops = np.array(rows, dtype=np.int64) if rows else np.zeros((0, 0), dtype=np.int64)
             widest = float(self.capacity[hops].min(axis=1).max()) if len(vias) else 0.0
             disjoint = len(np.unique(hops)) == hops.size
-            found = Routes(
-                vias, hops, self.capacity[hops], {v: i for i, v in enumerate(vias)}, widest, disjoint, self._n
-            )
+            found = Routes(vias, hops, self.capacity[hops], {v: i for i, v in enumerate(vias)}, widest, disjoint, 0)
             self._append(hops)
-            self.via_at.extend(vias)
-            self._table = self._blocks = self._through = None
-            self._routes[(a, b)] = found
-            self._block_at[found.base] = len(self._at)
-            self._row_block.extend([len(self._at)] * len(vias))
-            self._at.append((found, src, dst))
+            found = self._add_block((a, b), found, src, dst)
         return found
+
+    def _add_block(self, leaves: tuple[str, str], routes: Routes, src: NicId, dst: NicId) -> Routes:
+        """`routes`, whose rows are in the table from row `_n` on, as the
+        block of the leaf pair `leaves` (src and dst: a NIC pair they join)."""
+        r = routes  # dataclasses.replace costs more than the copy itself, thousands of times a restart
+        routes = Routes(r.vias, r.hops, r.capacity, r.position, r.bottleneck_bps, r.disjoint, self._n)
+        self._n += len(routes.vias)
+        self.via_at.extend(routes.vias)
+        self._table = self._blocks = self._through = None
+        self._routes[leaves] = routes
+        self._block_at[routes.base] = len(self._at)
+        self._row_block.extend([len(self._at)] * len(routes.vias))
+        self._at.append((routes, src, dst))
+        return routes
+
+    def carrying(self, bases: Iterable[int]) -> LinkIndex:
+        """A new index holding only the blocks at `bases`, each copied from
+        this one rather than worked out again from the fabric (at 16K GPUs,
+        the thousands of leaf pairs a live view joins take most of a second
+        to work out, and only milliseconds to copy). Their rows are new."""
+        carried = LinkIndex(self.fabric)
+        kept = [self._at[self._block_at[base]] for base in bases]
+        sizes = np.array([len(routes.vias) for routes, _, _ in kept], dtype=np.int64)
+        starts = np.array([routes.base for routes, _, _ in kept], dtype=np.int64)
+        carried._buf = self._buf[np.repeat(starts - np.cumsum(sizes) + sizes, sizes) + np.arange(sizes.sum())]
+        attachment = self.fabric.attachment
+        for routes, src, dst in kept:
+            carried._add_block((attachment(src).node, attachment(dst).node), routes, src, dst)
+        return carried
 
     def _append(self, hops: np.ndarray) -> None:
         count, width = hops.shape
@@ -108,7 +131,6 @@ class LinkIndex:
             grown[: self._n] = self._buf[: self._n]
             self._buf = grown
         self._buf[self._n : self._n + count, :width] = hops
-        self._n += count
 
     def routes_at(self, base: int) -> Routes:
         """The routes whose block starts at row `base`."""
