@@ -5,6 +5,7 @@ what any of its paths can carry. Pure."""
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,7 +30,7 @@ def find_elephants(
 ) -> tuple[Elephants, np.ndarray]:
     """Fresh flow records (stale data is never acted on) at or above
     `elephant_fraction` of the NIC rate, alone or with the other queue
-    pairs of their connection (`connection_sum`), between NICs of this fabric on
+    pairs of their connection (`Connections`), between NICs of this fabric on
     different leaves: the ones an overlay entry can steer; and for each its
     row in `recent` (-1 if new). `cat`: the records' catalog rows, and
     `recent`'s are of the catalog as it is. Their
@@ -72,8 +73,9 @@ def find_elephants(
     # by demand, which reads as collisions that move flows forever.
     bottleneck = catalog.bottleneck[cat[flow]]
     threshold = cfg.elephant_fraction * np.minimum(nic_bps, bottleneck)
-    stays = connection_sum(catalog, cat[flow], rate) >= threshold / 2
-    joins = connection_sum(catalog, cat[flow], raw) >= threshold
+    connections = Connections.of(catalog, cat[flow])
+    stays = connections.sum(rate) >= threshold / 2
+    joins = connections.sum(raw) >= threshold
     keep = np.flatnonzero(np.where(known, stays, joins))
     flow = flow[keep]
     c = cat[flow]
@@ -94,16 +96,28 @@ def find_elephants(
     return found, last[keep]
 
 
-def connection_sum(catalog: FlowCatalog, rows: np.ndarray, bps: np.ndarray) -> np.ndarray:
-    """Per flow, what its connection sends: every flow between its two NICs
-    where they are at most MAX_QPS (the queue pairs of one RDMA connection,
-    each a 5-tuple of its own), else its own rate. Hedera's threshold is
-    for a connection: 16 QPs of a connection at a tenth of the NIC are
-    0.6% each, and a per-flow threshold would steer none of them."""
-    if not len(rows):
-        return bps
-    pairs = np.stack([catalog.src[rows], catalog.dst[rows]], axis=1)
-    _, group, size = np.unique(pairs, axis=0, return_inverse=True, return_counts=True)
-    group = group.ravel()
-    total = np.bincount(group, bps)[group]
-    return np.where(size[group] <= MAX_QPS, total, bps)
+@dataclass(frozen=True)
+class Connections:
+    """Flows grouped by their two NICs: where a pair has at most MAX_QPS
+    flows they are the queue pairs of one RDMA connection, each a 5-tuple
+    of its own. Hedera's threshold is for a connection: 16 QPs of a
+    connection at a tenth of the NIC are 0.6% each, and a per-flow
+    threshold would steer none of them."""
+
+    group: np.ndarray  # per flow, its NIC pair
+    counted: np.ndarray  # per flow, its pair is one connection's QPs
+
+    @classmethod
+    def of(cls, catalog: FlowCatalog, rows: np.ndarray) -> Connections:
+        if not len(rows):
+            return cls(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool))
+        pairs = np.stack([catalog.src[rows], catalog.dst[rows]], axis=1)
+        _, group, size = np.unique(pairs, axis=0, return_inverse=True, return_counts=True)
+        group = group.ravel()
+        return cls(group, size[group] <= MAX_QPS)
+
+    def sum(self, bps: np.ndarray) -> np.ndarray:
+        """Per flow, what its connection sends (its own rate where its pair is no connection)."""
+        if not len(bps):
+            return bps
+        return np.where(self.counted, np.bincount(self.group, bps)[self.group], bps)

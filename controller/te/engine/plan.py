@@ -85,7 +85,7 @@ class Planner:
         elephant the most it sends (inf: elastic); `movable`: may move now;
         `held_back`: measures well under its demand; `qps`: the queue
         pairs of its connection, of which moving one is that share of a
-        path change (elephants.connection_sum)."""
+        path change (elephants.Connections)."""
         self.fleet = fleet
         self.ends = ends
         self.cap = cap

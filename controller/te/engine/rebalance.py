@@ -39,7 +39,7 @@ import numpy as np
 from controller.fabric import NicId
 from controller.te.engine.anneal import anneal
 from controller.te.engine.catalog import FlowCatalog
-from controller.te.engine.elephants import connection_sum
+from controller.te.engine.elephants import Connections
 from controller.te.engine.fleet import Fleet
 from controller.te.engine.fruitless import alike_within, fingerprint, searched_before
 from controller.te.engine.gains import ONE_BY_ONE, Turn
@@ -351,7 +351,7 @@ class Pass:
                 # Measured: a fresh record well under its demand (a dormant job flow measures nothing).
                 held_back = (e.flow >= 0) & (fleet.bps[:, 1] < inputs.cfg.satisfied * fleet.bps[:, 0])
                 caps = _caps(e, self.metered)
-                qps = connection_sum(catalog, e.cat, np.ones(len(e.cat)))
+                qps = Connections.of(catalog, e.cat).sum(np.ones(len(e.cat)))
                 self._planner = Planner(
                     fleet, ends, caps, inputs.background, inputs.port_load, self.free, held_back, inputs.cfg, qps
                 )
