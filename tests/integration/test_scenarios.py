@@ -64,7 +64,9 @@ def test_incast_is_metered_at_the_sending_leaves_fairly_and_the_bystander_keeps_
     assert te_into["converging_drops"] * 10 < ecmp_into["converging_drops"], (te_into, ecmp_into)
     assert te["drops"] < ecmp["drops"]
     assert te["incast"]["senders_jain"] >= 0.9, te["flows"]
-    assert te["incast"]["bystander_share"] >= 0.9, te["flows"]
+    # The bystander's TCP gets 96-98 % of its fair rate on a quiet machine and 90 % in a loaded
+    # CI run (the daemon, the agent and the switches share two cores); under ECMP, 9 %.
+    assert te["incast"]["bystander_share"] >= 0.8 > ecmp["incast"]["bystander_share"], te["flows"]
     errors = [(mode, f["flow"], f["error"]) for mode, m in report["modes"].items() for f in m["flows"] if f["error"]]
     assert not errors, errors
 
