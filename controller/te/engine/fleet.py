@@ -314,8 +314,9 @@ class Fleet:
 
     def least_loaded(self, i: int) -> int | None:
         """The live route whose peak would be lowest with elephant i on it."""
-        hops = self.index.routes_at(int(self.base[i])).hops
+        routes = self.index.routes_at(int(self.base[i]))
+        hops = routes.hops
         peaks = ((self.both[0, hops] + self.bps[i, 0]) / self.capacity[hops]).max(axis=1)
-        peaks[self.dead[hops].any(axis=1)] = np.inf
+        peaks[~self._live_routes(routes)] = np.inf
         row = int(np.argmin(peaks)) if len(peaks) else -1
         return row if row >= 0 and np.isfinite(peaks[row]) else None

@@ -64,39 +64,41 @@ class Plan:
     worth: bool  # it pays its way (Planner.worth)
 
 
+@dataclass(frozen=True)
+class Contest:
+    """What the planner weighs the fleet's elephants with. Per elephant:
+    `ends`, (elephants, 2) the link ids of its source NIC's transmit side
+    and its receiver's leaf port; `cap`, the most it sends (inf: elastic);
+    `movable`, may move now; `held_back`, measures well under its demand;
+    `qps`, the queue pairs of its connection, of which moving one is that
+    share of a path change (elephants.Connections). Per link: `background`,
+    the load no elephant makes; `port_load`, what the ports measured."""
+
+    ends: np.ndarray
+    cap: np.ndarray
+    movable: np.ndarray
+    held_back: np.ndarray
+    qps: np.ndarray
+    background: np.ndarray
+    port_load: np.ndarray
+
+
 class Planner:
     """The fleet's placed elephants with their full paths (NIC links
     included) and max-min rates, kept current as plans are made."""
 
-    def __init__(
-        self,
-        fleet: Fleet,
-        ends: np.ndarray,
-        cap: np.ndarray,
-        background: np.ndarray,
-        port_load: np.ndarray,
-        movable: np.ndarray,
-        held_back: np.ndarray,
-        cfg: EngineConfig,
-        qps: np.ndarray,
-    ) -> None:
-        """`ends`: (elephants, 2) per elephant the link ids of its source
-        NIC's transmit side and its receiver's leaf port; `cap`: per
-        elephant the most it sends (inf: elastic); `movable`: may move now;
-        `held_back`: measures well under its demand; `qps`: the queue
-        pairs of its connection, of which moving one is that share of a
-        path change (elephants.Connections)."""
+    def __init__(self, fleet: Fleet, contest: Contest, cfg: EngineConfig) -> None:
         self.fleet = fleet
-        self.ends = ends
-        self.cap = cap
+        self.ends = contest.ends
+        self.cap = contest.cap
         self.cfg = cfg
-        self.movable = movable & (fleet.rows >= 0) & (fleet.nroutes > 1)
+        self.movable = contest.movable & (fleet.rows >= 0) & (fleet.nroutes > 1)
         capacity = fleet.capacity
-        self.capacity = np.maximum(capacity - background, 0.0)
+        self.capacity = np.maximum(capacity - contest.background, 0.0)
         self.capacity[fleet.index.pad] = np.inf
-        self.port_load = port_load
-        self.held_back = held_back
-        self.qps = qps
+        self.port_load = contest.port_load
+        self.held_back = contest.held_back
+        self.qps = contest.qps
         self.placed = np.flatnonzero(fleet.rows >= 0)
         self.tolerance = RATE_TOLERANCE * float(np.min(capacity[np.isfinite(capacity)], initial=1.0))
         self._joined: dict[int, list[int]] = {}

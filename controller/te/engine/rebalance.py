@@ -45,7 +45,7 @@ from controller.te.engine.fruitless import alike_within, fingerprint, searched_b
 from controller.te.engine.gains import ONE_BY_ONE, Turn
 from controller.te.engine.links import LinkIndex
 from controller.te.engine.outcome import Outcome, outcome_of
-from controller.te.engine.plan import Plan, Planner
+from controller.te.engine.plan import Contest, Plan, Planner
 from controller.te.engine.state import (
     Elephants,
     EngineConfig,
@@ -352,9 +352,8 @@ class Pass:
                 held_back = (e.flow >= 0) & (fleet.bps[:, 1] < inputs.cfg.satisfied * fleet.bps[:, 0])
                 caps = _caps(e, self.metered)
                 qps = Connections.of(catalog, e.cat).sum(np.ones(len(e.cat)))
-                self._planner = Planner(
-                    fleet, ends, caps, inputs.background, inputs.port_load, self.free, held_back, inputs.cfg, qps
-                )
+                contest = Contest(ends, caps, self.free, held_back, qps, inputs.background, inputs.port_load)
+                self._planner = Planner(fleet, contest, inputs.cfg)
         return self._planner
 
     @staticmethod
