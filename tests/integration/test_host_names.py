@@ -138,6 +138,24 @@ def test_the_slurm_prolog_places_the_allocated_nodes_and_the_epilog_releases_the
     assert refused.returncode == 1 and "could not place its paths on gpu-z001,gpu-z002" in refused.stderr
 
 
+def test_the_slurm_prolog_asks_for_the_sites_queue_pairs_unless_the_jobs_comment_names_its_own(daemon, tmp_path):
+    site = {"RAILYARD_GPUS_PER_NODE": "2", "RAILYARD_QPS_PER_CONNECTION": "2", "SLURM_JOB_NODELIST": "gpu-a[001-002]"}
+    asked = {}
+    for job_id, comment in (("4250", "urgent"), ("4251", "urgent,railyard-qps=4")):
+        env = {**site, "SLURM_JOB_ID": job_id, "SLURM_JOB_COMMENT": comment}
+        prolog = slurm_script(daemon, tmp_path, "railyard-prolog.sh", **env)
+        assert prolog.returncode == 0, prolog.stderr
+        with daemon.client() as client:
+            asked[job_id] = client.get_job(f"slurm-{job_id}").request.qps_per_connection
+        assert slurm_script(daemon, tmp_path, "railyard-epilog.sh", **env).returncode == 0
+    assert asked == {"4250": 2, "4251": 4}
+    env = {**site, "SLURM_JOB_ID": "4252", "SLURM_JOB_COMMENT": "railyard-qps=99", "RAILYARD_REQUIRED": "1"}
+    refused = slurm_script(daemon, tmp_path, "railyard-prolog.sh", **env)
+    assert refused.returncode == 1 and "qps_per_connection" in refused.stderr, refused.stderr
+    with daemon.client() as client:
+        assert "slurm-4252" not in {j.job_id for j in client.list_jobs()}
+
+
 def test_score_placements_by_node_names_ranks_a_pod_over_a_spread_and_places_nothing(daemon):
     request = ppb.PlaceJobRequest(job_id="to-score", gpu_count=4, pattern=ppb.COLLECTIVE_PATTERN_RING)
     with daemon.client() as client:
