@@ -127,9 +127,11 @@ bench-training-mixes: setup
 bench-fabric: venv
 	$(PY) -m bench.fabric --out bench/results/fabric.json
 
-# The simulator against the emulation: default and three-pod, elephant and link-failure, 5 seeds (~25 min).
+# The simulator against the emulation: default and three-pod, elephant and link-failure; then the
+# elephant on the k=4 fat tree and on per-rail planes (crowded-planes); 5 seeds (~40 min).
 bench-crossval: setup
 	$(PY) -m bench.crossval --out bench/results/crossval.json
+	$(PY) -m bench.crossval --spec fat-tree-k4.yaml --spec crowded-planes.yaml --scenario elephant --out bench/results/crossval-shapes.json
 
 # Hedera's 30 testbed patterns (the authors' input files) on fat-tree-k4.yaml,
 # emulated and simulated, ECMP and TE, beside Hedera's published ECMP, GFF and
