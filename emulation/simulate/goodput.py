@@ -1,6 +1,7 @@
-"""Goodput figures: unbounded flows judged by their aggregate against the
-exact splittable max-min optimum (emulation.model.optimum), per phase
-(flows starting or stopping, links dying or coming back). Pure.
+"""Goodput figures: unbounded flows judged against the exact splittable
+max-min optimum (emulation.model.optimum), each flow credited up to its
+optimum rate (`bound.credited`), per phase (flows starting or stopping,
+links dying or coming back). Pure.
 
 - ECMP and spraying, static per phase;
 - TE per cycle of the closed loop, against the phase the cycle falls in;
@@ -12,12 +13,12 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from emulation.model.stats import percentile
-from emulation.simulate.bound import Bound
+from emulation.simulate.bound import Bound, credited
 from emulation.simulate.conditions import Condition, Phase
 from emulation.simulate.figures import natural_demand, outcome
 from emulation.simulate.loop import LoopResult, LoopSettings
@@ -38,8 +39,10 @@ def static_figures(prep: Prepared, phase: Phase, bound: Bound) -> dict:
     ecmp_outcome = outcome(ecmp.shares, ecmp.capacity, np.minimum(demand, ecmp.cap), natural, network.is_uplink)
     spray_outcome = outcome(spray.shares, spray.capacity, demand, natural, network.is_uplink)
 
-    def judged(aggregate: float) -> float:
-        return aggregate / bound.aggregate_bps if bound.aggregate_bps else 0.0
+    best = bound.per_flow(phase.started)
+
+    def judged(rates: np.ndarray) -> float:
+        return credited(rates, best) / bound.aggregate_bps if bound.aggregate_bps else 0.0
 
     return {
         "start_s": phase.start_s,
@@ -48,12 +51,12 @@ def static_figures(prep: Prepared, phase: Phase, bound: Bound) -> dict:
         "optimum": bound_row(bound),
         "ecmp": {
             "aggregate_bps": ecmp_outcome.aggregate_bps,
-            "fraction_of_optimum": judged(ecmp_outcome.aggregate_bps),
+            "fraction_of_optimum": judged(ecmp_outcome.rates),
             "collided_uplinks": ecmp_outcome.collided_uplinks,
         },
         "spray": {
             "aggregate_bps": spray_outcome.aggregate_bps,
-            "fraction_of_optimum": judged(spray_outcome.aggregate_bps),
+            "fraction_of_optimum": judged(spray_outcome.rates),
             "collided_uplinks": spray_outcome.collided_uplinks,
         },
     }
@@ -70,13 +73,22 @@ def bound_row(bound: Bound) -> dict:
 
 
 def fractions(result: LoopResult, phases: Sequence[Phase], bounds: Sequence[Bound]) -> list[float]:
-    """TE's aggregate per cycle over the optimum of the phase it falls in."""
+    """TE's credited rates per cycle (`Cycle.credited_bps`) over the optimum
+    of the phase it falls in."""
     starts = [p.start_s for p in phases]
     out = []
     for c in result.cycles:
         bound = bounds[bisect.bisect_right(starts, c.t + 1e-9) - 1].aggregate_bps
-        out.append(c.aggregate_bps / bound if bound else 0.0)
+        out.append(c.credited_bps / bound if bound else 0.0)
     return out
+
+
+def yardstick(phases: Sequence[Phase], bounds: Sequence[Bound]) -> Callable[[float], np.ndarray]:
+    """Per flow, its optimum rate at time t (in the phase t falls in), for
+    the loop to credit each cycle's rates against."""
+    starts = [p.start_s for p in phases]
+    best = [b.per_flow(p.started) for p, b in zip(phases, bounds)]
+    return lambda t: best[bisect.bisect_right(starts, t + 1e-9) - 1]
 
 
 def cycle_rows(result: LoopResult, judged: Sequence[float] | None) -> list[dict]:

@@ -22,6 +22,7 @@ Cycle k closes the interval ((k-1) x interval, k x interval]:
 from __future__ import annotations
 
 import gc
+import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +35,7 @@ from controller.intent.model import Intent
 from controller.te.engine import DecisionKind, Engine, EngineConfig, Snapshot, TeState, path_changed
 from controller.te.view import FlowKey
 from emulation.model.fluid import link_loads
+from emulation.simulate.bound import credited
 from emulation.simulate.conditions import Condition, at
 from emulation.simulate.figures import collided_uplinks, natural_demand
 from emulation.simulate.flowmods import FlowModCounter
@@ -85,6 +87,8 @@ class Cycle:
     telemetry_s: float
     overlay_s: float
     decisions: Mapping[str, int] = field(default_factory=dict)
+    # The rates each flow counted up to its optimum rate (goodput.yardstick); nan without one.
+    credited_bps: float = math.nan
 
 
 @dataclass
@@ -143,6 +147,7 @@ class ClosedLoop:
         conditions: Sequence[Condition],
         settings: LoopSettings,
         intent: Intent | None = None,
+        yardstick: Callable[[float], np.ndarray] | None = None,
     ) -> None:
         self.fabric = fabric
         self.prep = prep
@@ -153,6 +158,7 @@ class ClosedLoop:
         self.starts = [c.start_s for c in self.conditions]
         self.settings = settings
         self.intent = intent or Intent()
+        self.yardstick = yardstick
         self.index = {f.key: i for i, f in enumerate(self.flows)}
         self._underlay: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # condition -> (capacity, route)
         self._stalled: tuple[tuple, np.ndarray] | None = None
@@ -263,6 +269,7 @@ class ClosedLoop:
                 telemetry_s=t2 - t1,
                 overlay_s=t4 - t3,
                 decisions=dict(kinds),
+                credited_bps=math.nan if self.yardstick is None else credited(rates, self.yardstick(now)),
             )
             cycles.append(cycle)
             if progress is not None:

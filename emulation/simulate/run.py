@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
+import numpy as np
+
 from controller.fabric import Fabric
 from controller.intent.model import Intent
 from emulation.simulate.arms import OPTIMUM, PLACEMENT_OF, RAILYARD_TE, RULES, baselines
@@ -33,6 +35,7 @@ from emulation.simulate.goodput import (
     loop_summary,
     static_figures,
     te_summary,
+    yardstick,
 )
 from emulation.simulate.iterations import arm_figures, burst_figures, lowest, optimum_figures, placement_bounds
 from emulation.simulate.jobbound import Cuts
@@ -108,7 +111,9 @@ def simulate(
         notify("solving the optimum")
         static, te_bounds, te_phases = _goodput_optimum(fabric, baseline, railyard, fabric_conditions, settings, bound)
         lap("optimum_s")
-        loop = _closed_loop(fabric, railyard, fabric_conditions, settings, notify, progress)
+        loop = _closed_loop(
+            fabric, railyard, fabric_conditions, settings, notify, progress, yardstick(te_phases, te_bounds)
+        )
         lap("loop_s")
         judged = fractions(loop, te_phases, te_bounds)
         result.update(
@@ -149,10 +154,11 @@ def _closed_loop(
     settings: LoopSettings,
     notify: Callable[[str], None],
     progress: Progress | None,
+    yardstick_: Callable[[float], np.ndarray] | None = None,
 ) -> LoopResult:
     notify("closed loop")
     intent = Intent(jobs=dict(railyard.arm.intent_jobs))
-    return ClosedLoop(fabric, railyard, fabric_conditions, settings, intent).run(progress)
+    return ClosedLoop(fabric, railyard, fabric_conditions, settings, intent, yardstick_).run(progress)
 
 
 def _goodput_optimum(

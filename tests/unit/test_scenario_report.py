@@ -116,9 +116,25 @@ def test_the_report_raises_on_a_figure_above_the_optimum():
     noisy = _run(
         FABRIC, scenario, ScenarioMode.TE, lambda f, s: (25e6 if s >= 4 and _on_failed_leaf(f) else 50e6) * 1.005
     )
-    assert build_report(FABRIC, scenario, 1, {ScenarioMode.TE: noisy})["modes"]["te"][
-        "fraction_of_optimum"
-    ] == pytest.approx(1.005)
+    te = build_report(FABRIC, scenario, 1, {ScenarioMode.TE: noisy})["modes"]["te"]
+    assert te["aggregate_over_optimum"] == pytest.approx(1.005)
+    assert te["fraction_of_optimum"] == pytest.approx(1.0)  # no flow is credited above its optimum rate
+
+
+def test_a_fraction_of_the_optimum_credits_each_flow_up_to_its_own_rate():
+    scenario = load_workload("link-failure")
+
+    def unfair(flow, second):
+        # After the failure the four flows through ryl0r0 share its 100 Mb/s unevenly: its two
+        # senders' 35 + 35, its two receivers' 15 + 15.
+        if second >= 4 and _on_failed_leaf(flow):
+            return 35e6 if flow.src.pod == 0 else 15e6
+        return 50e6
+
+    te = build_report(FABRIC, scenario, 1, {ScenarioMode.TE: _run(FABRIC, scenario, ScenarioMode.TE, unfair)})
+    after = te["modes"]["te"]["phases"][1]
+    assert after["aggregate_over_optimum"] == pytest.approx(1.0)
+    assert after["fraction_of_optimum"] == pytest.approx((200 + 25 + 25 + 15 + 15) / 300)
 
 
 def test_the_report_refuses_a_te_run_whose_controller_failed_a_reconcile_pass():
