@@ -19,8 +19,10 @@ when the two are within `--tolerance` points.
 from __future__ import annotations
 
 import argparse
+import bisect
 import platform
 import statistics
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -58,14 +60,30 @@ def emulated_report(workload: Workload, seed: int) -> dict[str, Any]:
 def simulated_fractions(result: dict, judged_from_s: float = JUDGED_FROM_S) -> dict[str, float]:
     """Over the window the emulated report judges (from `judged_from_s`):
     ECMP time-weighted over its phases, TE averaged over its (evenly
-    spaced) cycles."""
+    spaced) cycles; each as credited (`fraction_of_optimum`) and as the
+    aggregate's ratio to the optimum's aggregate (`*_aggregate`)."""
     duration = result["duration_s"]
     phases = result["phases"]
     ends = [p["start_s"] for p in phases[1:]] + [duration]
     spans = [(p, max(end - max(p["start_s"], judged_from_s), 0.0)) for p, end in zip(phases, ends)]
-    ecmp = sum(p["ecmp"]["fraction_of_optimum"] * span for p, span in spans) / sum(span for _, span in spans)
-    te = statistics.fmean(c["fraction_of_optimum"] for c in result["cycles"] if c["t"] > judged_from_s)
-    return {"ecmp": ecmp, "te": te}
+    total = sum(span for _, span in spans)
+
+    def ecmp(ratio: Callable[[dict], float]) -> float:
+        return sum(ratio(p) * span for p, span in spans) / total
+
+    cycles = [c for c in result["cycles"] if c["t"] > judged_from_s]
+    starts = [o["start_s"] for o in result["te_optimum"]]
+    optimum = [result["te_optimum"][bisect.bisect_right(starts, c["t"] + 1e-9) - 1]["aggregate_bps"] for c in cycles]
+    return {
+        "ecmp": ecmp(lambda p: p["ecmp"]["fraction_of_optimum"]),
+        "te": statistics.fmean(c["fraction_of_optimum"] for c in cycles),
+        "ecmp_aggregate": ecmp(lambda p: _ratio(p["ecmp"]["aggregate_bps"], p["optimum"]["aggregate_bps"])),
+        "te_aggregate": statistics.fmean(_ratio(c["aggregate_bps"], o) for c, o in zip(cycles, optimum)),
+    }
+
+
+def _ratio(a: float, b: float) -> float:
+    return a / b if b else 0.0
 
 
 def main() -> None:

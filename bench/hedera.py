@@ -42,6 +42,9 @@ def emulated(workload: Workload, seed: int) -> dict[str, Any]:
     return {
         "ecmp": ecmp["fraction_of_optimum"],
         "te": te["fraction_of_optimum"],
+        # The aggregate's own ratio, beside the credited figure: above it where TCP shares a NIC unevenly.
+        "ecmp_aggregate": ecmp["aggregate_over_optimum"],
+        "te_aggregate": te["aggregate_over_optimum"],
         "path_changes_per_flow_max": te["path_changes_per_flow"]["max"],
         "reroutes": te["te_decisions"].get("reroute", 0),
         "moves_in_steady_traffic": te["moves_in_steady_traffic"],
