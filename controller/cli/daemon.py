@@ -18,6 +18,7 @@ DEFAULT_STORE = "/var/lib/railyard/intent.db"
 DEFAULT_CONFIG = Path("/etc/railyard/railyard.yaml")
 CONFIG_ENV = "RAILYARD_CONFIG"
 OPENFLOW_LISTEN = "127.0.0.1:6653"
+UNDERLAY_ECMP = ("group", "ovs-bundle")  # controller.southbound.underlay.Ecmp, named without importing it
 METRICS_LISTEN = "127.0.0.1:8653"  # outside Prometheus's exporter range, which is allocated in full (docs/metrics.md)
 
 
@@ -177,10 +178,15 @@ def _limit_and_log_options(run) -> None:
     )
     run.add_argument(
         "--underlay",
-        action="store_true",
-        help="install and keep the spec's ECMP underlay (host and prefix routes, select groups) on every switch, "
-        "under its own cookie owner: for a fabric brought up bare (fabric up --bare) or OpenFlow switches "
-        "nothing else routes",
+        nargs="?",
+        const="group",
+        choices=UNDERLAY_ECMP,
+        metavar="ECMP",
+        help="install and keep the spec's ECMP underlay (host and prefix routes, equal-cost next hops) on every "
+        "switch, under its own cookie owner: for a fabric brought up bare (fabric up --bare) or OpenFlow switches "
+        "nothing else routes. ECMP: group (default; OpenFlow select groups, hashed as the switch is configured "
+        "to) or ovs-bundle (Open vSwitch's bundle action, which hashes where flow records and sFlow see the port "
+        "a flow took: TE needs that on Open vSwitch)",
     )
     run.add_argument(
         "--southbound",
@@ -309,6 +315,7 @@ def _etcd_tls(args):
 def daemon_config(args):
     from controller.intent.etcd_store import EtcdUrl
     from controller.runtime.config import DaemonConfig, Listen
+    from controller.southbound.underlay import Ecmp
 
     return DaemonConfig(
         store=EtcdUrl.parse(args.store) if args.store.startswith("etcd://") else Path(args.store),
@@ -319,7 +326,7 @@ def daemon_config(args):
         sflow=Listen.parse(args.sflow_listen, "sflow-listen") if args.sflow_listen else None,
         sflow_agents=Path(args.sflow_agents) if args.sflow_agents else None,
         openflow_stats_s=args.openflow_stats_interval or 0.0,
-        underlay=args.underlay,
+        underlay=Ecmp(args.underlay) if args.underlay else None,
         southbound=args.southbound,
         openflow=Listen.parse(args.openflow_listen, "openflow-listen"),
         grpc=Listen.parse(args.grpc_listen, "grpc-listen"),

@@ -16,6 +16,7 @@ from controller.intent.events import WATCH_HISTORY
 from controller.security.certs import server_files_problem
 from controller.security.policy import load_policy
 from controller.security.tokens import load_tokens
+from controller.southbound.underlay import Ecmp
 
 
 class ConfigError(FieldError):
@@ -124,7 +125,7 @@ class DaemonConfig:
     sflow: Listen | None = None  # the sFlow collector's UDP listener
     sflow_agents: Path | None = None  # which sFlow agents are heard, and who they are (default: loopback)
     openflow_stats_s: float = 0.0  # poll port (and meter) statistics this often; 0: never
-    underlay: bool = False  # install and keep the ECMP underlay (its own cookie owner) on every switch
+    underlay: Ecmp | None = None  # install and keep the ECMP underlay (its own cookie owner) on every switch
     # "none": advisory. No OpenFlow listener, nothing programmed; placement and
     # TE run, and TE's moves are recommendations (TeService, metrics).
     southbound: str = "openflow"
@@ -168,8 +169,8 @@ class DaemonConfig:
             raise ConfigError("openflow-stats-interval", f"{self.openflow_stats_s:g} s", "0 (off), or 0.1 to 3600")
         if self.southbound not in SOUTHBOUNDS:
             raise ConfigError("southbound", f"{self.southbound!r}", ", ".join(SOUTHBOUNDS))
-        if self.southbound == "none" and (self.underlay or self.openflow_stats_s):
-            flag = "underlay" if self.underlay else "openflow-stats-interval"
+        if self.southbound == "none" and (self.underlay is not None or self.openflow_stats_s):
+            flag = "underlay" if self.underlay is not None else "openflow-stats-interval"
             raise ConfigError(
                 flag, "needs OpenFlow sessions, and --southbound none opens none", "--southbound openflow"
             )

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from os_ken.ofproto import nicira_ext
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
@@ -26,7 +27,7 @@ from controller.southbound.overlay import (
     OverlayEntry,
     OverlayMeter,
 )
-from controller.southbound.wire import OVERLAY_TABLE
+from controller.southbound.wire import NX_HASH_FIELDS_SYMMETRIC_L3L4_UDP, OVERLAY_TABLE
 
 if TYPE_CHECKING:  # os-ken's controller module imports half of os-ken; annotations only
     from os_ken.controller.controller import Datapath
@@ -129,9 +130,18 @@ def _action_names(actions: list[Stats]) -> list[str]:
             out.append(f"group:{action.group_id}")
         elif isinstance(action, parser.OFPActionSetField) and action.key in ("eth_src", "eth_dst"):
             out.append(f"set_field:{action.key}={action.value}")
+        elif isinstance(action, parser.NXActionBundle) and _is_underlay_bundle(action):
+            out.append(f"bundle:{action.basis}:{','.join(str(p) for p in action.slaves)}")
         else:
             out.append(f"unknown:{type(action).__name__}")
     return out
+
+
+def _is_underlay_bundle(action: Stats) -> bool:
+    """A bundle as the underlay writes them (wire._bundle); any other is unknown, and replaced."""
+    return (action.algorithm, action.fields, action.slave_type, action.ofs_nbits, action.dst) == (
+        nicira_ext.NX_BD_ALG_HRW, NX_HASH_FIELDS_SYMMETRIC_L3L4_UDP, nicira_ext.NXM_OF_IN_PORT, 0, 0
+    )  # fmt: skip
 
 
 METER_FLAGS = ofp.OFPMF_KBPS | ofp.OFPMF_BURST

@@ -44,6 +44,7 @@ from controller.southbound.reconcile import (
 )
 from controller.southbound.switches import SWITCH_ERROR_REASONS, CallTable, SwitchError, SwitchSession
 from controller.southbound.tables import KnownTables
+from controller.southbound.underlay import Ecmp
 from controller.southbound.underlay_sync import UnderlaySync
 from controller.te.engine import Meter, Move
 
@@ -93,7 +94,7 @@ class Reconciler:
         reply_timeout_s: float = 5.0,
         audit_every: int = 6,
         max_in_flight: int = 64,
-        underlay: bool = False,
+        underlay: Ecmp | None = None,
     ) -> None:
         self.fabric = fabric
         self.intent = intent
@@ -105,7 +106,9 @@ class Reconciler:
         self.max_in_flight = max_in_flight
         self.tables = KnownTables(metrics, audit_every, max_in_flight)  # only the reconciler thread touches it
         # --underlay: the ECMP underlay is this controller's to install and keep (its own cookie owner).
-        self.underlay = UnderlaySync(fabric, metrics, audit_every, max_in_flight) if underlay else None
+        self.underlay = (
+            None if underlay is None else UnderlaySync(fabric, metrics, audit_every, max_in_flight, underlay)
+        )
         self.commit = OverlayCommit(fabric, metrics, max_in_flight)
         self.calls = CallTable()
         self.connections = SwitchConnections(

@@ -10,12 +10,21 @@ falls back to plain 5-tuple ECMP instead of being black-holed.
 
 - host route (/32) to each attached NIC: rewrite MACs like a router's last hop;
 - a route per remote leaf prefix (/24), or per NIC (/32) where a prefix does
-  not sit behind one leaf (fat tree pods), to a single port or to an OpenFlow
-  `select` group hashing the 5-tuple over the equal-cost next hops.
+  not sit behind one leaf (fat tree pods), to a single port or, over the
+  equal-cost next hops, to one of (`Ecmp`):
+  - an OpenFlow `select` group: any OpenFlow 1.3 switch. OpenFlow 1.3 cannot
+    say how it hashes; Open vSwitch then picks by `dp_hash` in a second
+    datapath pass, where neither its flow table nor its sFlow samples show
+    the port a flow left by, so TE cannot see the uplinks it must steer
+    between (the emulation sets the spec's hash over OpenFlow 1.5 instead);
+  - Open vSwitch's `bundle` action (a Nicira extension that OpenFlow 1.3
+    carries): the 5-tuple hashed, highest random weight, over the live ports,
+    in the same pass that outputs, so flow records and sFlow see the port.
 """
 
 from __future__ import annotations
 
+import enum
 import ipaddress
 from collections import defaultdict
 from dataclasses import dataclass
@@ -49,8 +58,21 @@ GROUP_ID_SPAN = 1 << 16
 UNDERLAY_COOKIE = owner_cookie("underlay", "underlay")
 
 
+class Ecmp(str, enum.Enum):
+    """How a switch spreads a route over its equal-cost next hops."""
+
+    GROUP = "group"  # OpenFlow select groups, hashed as the switch is configured to
+    OVS_BUNDLE = "ovs-bundle"  # Open vSwitch's bundle action, hashed where it outputs
+
+
 def hash_param(tier: Tier) -> int:
     return 0 if tier is Tier.LEAF else UPPER_TIER_HASH_PARAM
+
+
+def bundle_action(tier: Tier, ports: tuple[int, ...]) -> str:
+    """The canonical `bundle` action over `ports`: the bundle's basis is 16
+    bits, the tier's hash basis cut to them."""
+    return f"bundle:{hash_param(tier) & 0xFFFF}:{','.join(str(p) for p in ports)}"
 
 
 def is_underlay_group(group_id: int) -> bool:
@@ -78,8 +100,8 @@ class SwitchUnderlay:
     routes: tuple[Route, ...]
 
 
-def build_underlay(fabric: Fabric) -> dict[str, SwitchUnderlay]:
-    return {name: _switch_underlay(fabric, name) for name in sorted(fabric.switches)}
+def build_underlay(fabric: Fabric, ecmp: Ecmp = Ecmp.GROUP) -> dict[str, SwitchUnderlay]:
+    return {name: _switch_underlay(fabric, name, ecmp) for name in sorted(fabric.switches)}
 
 
 def _deliver_locally(nic: NicId, port: int) -> tuple[str, ...]:
@@ -87,7 +109,7 @@ def _deliver_locally(nic: NicId, port: int) -> tuple[str, ...]:
     return ("dec_ttl", f"set_field:eth_src={eth_src}", f"set_field:eth_dst={eth_dst}", f"output:{port}")
 
 
-def _switch_underlay(fabric: Fabric, switch: str) -> SwitchUnderlay:
+def _switch_underlay(fabric: Fabric, switch: str, ecmp: Ecmp) -> SwitchUnderlay:
     local = fabric.local_nics(switch)
     routes = [
         Route(PRIORITY_LOCAL_HOST, ipaddress.IPv4Network(f"{ad.nic_address(nic)}/32"), _deliver_locally(nic, port))
@@ -106,11 +128,14 @@ def _switch_underlay(fabric: Fabric, switch: str) -> SwitchUnderlay:
             by_prefix[(nic.rail, nic.pod)].append((nic, hops))
 
     groups: dict[tuple[int, ...], SelectGroup] = {}
-    param = hash_param(fabric.switch(switch).tier)
+    tier = fabric.switch(switch).tier
+    param = hash_param(tier)
 
     def forward(hops: tuple[int, ...]) -> tuple[str, ...]:
         if len(hops) == 1:
             return ("dec_ttl", f"output:{hops[0]}")
+        if ecmp is Ecmp.OVS_BUNDLE:
+            return ("dec_ttl", bundle_action(tier, hops))
         if hops not in groups:
             groups[hops] = SelectGroup(GROUP_ID_BASE + len(groups) + 1, hops, param)
         return ("dec_ttl", f"group:{groups[hops].group_id}")

@@ -15,7 +15,9 @@ controller creates hashes as the switch does by default (Open vSwitch: its
 dp_hash of the 5-tuple; an ASIC: its ECMP hash, seeded by the switch's own
 configuration); the emulation installs the spec's hash fields and per-tier
 basis over OpenFlow 1.5 (emulation/net/underlay.py). A group found with the
-right buckets is kept as it is, whatever its method.
+right buckets is kept as it is, whatever its method. With `Ecmp.OVS_BUNDLE`
+the routes carry Open vSwitch's bundle action instead and the controller
+wants no group: any left in its range from a group underlay is deleted.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from controller.southbound.ofcodec import GroupShape
 from controller.southbound.reconcile import SwitchDelta, diff_table
 from controller.southbound.switches import SwitchError, SwitchSession, overlay_table
 from controller.southbound.tables import Failed
-from controller.southbound.underlay import SwitchUnderlay, build_underlay, is_underlay_group, underlay_entries
+from controller.southbound.underlay import Ecmp, SwitchUnderlay, build_underlay, is_underlay_group, underlay_entries
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +42,11 @@ GROUP_MOD_KINDS = ("add", "modify", "delete")
 
 
 class UnderlaySync:
-    def __init__(self, fabric: Fabric, metrics: Metrics, audit_every: int, max_in_flight: int) -> None:
+    def __init__(self, fabric: Fabric, metrics: Metrics, audit_every: int, max_in_flight: int, ecmp: Ecmp) -> None:
         self.metrics = metrics
         self.audit_every = audit_every
         self.max_in_flight = max_in_flight
-        self.tables: dict[str, SwitchUnderlay] = build_underlay(fabric)
+        self.tables: dict[str, SwitchUnderlay] = build_underlay(fabric, ecmp)
         self._entries = {name: underlay_entries(t) for name, t in self.tables.items()}
         self._groups = {
             name: {g.group_id: ofcodec.select_group_shape(g.ports) for g in t.groups} for name, t in self.tables.items()

@@ -20,7 +20,7 @@ import ipaddress
 import struct
 
 from os_ken.lib import addrconv
-from os_ken.ofproto import ofproto_common
+from os_ken.ofproto import nicira_ext, ofproto_common
 from os_ken.ofproto import ofproto_v1_3 as ofp
 
 from controller.errors import RailyardError
@@ -33,6 +33,8 @@ _FLOW_MOD = struct.Struct("!BBHIQQBBHHHIIIH2x")  # header, ofp_flow_mod up to it
 _EXPERIMENTER = struct.Struct("!BBHIII")  # header, experimenter id, experimenter type
 _BUNDLE_CTRL = struct.Struct("!IHH")  # bundle id, type, flags (no properties)
 _BUNDLE_ADD = struct.Struct("!I2xH")  # bundle id, pad, flags
+# Open vSwitch's NX_HASH_FIELDS_SYMMETRIC_L3L4_UDP (nicira-ext.h), which os-ken does not name.
+NX_HASH_FIELDS_SYMMETRIC_L3L4_UDP = 3
 
 # OXM (class OPENFLOW_BASIC): field number and value packer per match field.
 _OXM_FIELDS: dict[str, tuple[int, struct.Struct]] = {
@@ -100,12 +102,29 @@ def _action(action: str) -> bytes:
         return struct.pack("!HH4x", ofp.OFPAT_DEC_NW_TTL, 8)
     if name == "group":
         return struct.pack("!HHI", ofp.OFPAT_GROUP, 8, int(arg))
+    if name == "bundle":
+        return _bundle(arg)
     field, _, value = arg.partition("=")
     if name == "set_field" and field in ("eth_src", "eth_dst"):
         body = struct.pack("!HH", ofp.OFPAT_SET_FIELD, 0) + _oxm(field, value)
         body = _padded(body)
         return body[:2] + struct.pack("!H", len(body)) + body[4:]
     raise EncodingError(f"no OpenFlow encoding for overlay action {action!r}")
+
+
+def _bundle(arg: str) -> bytes:
+    """nx_action_bundle (Nicira NXAST_BUNDLE): output to one of the ports,
+    chosen by highest random weight over the symmetric L3/L4 hash (UDP
+    ports included: RoCEv2's queue pairs differ by them) and the basis."""
+    basis, _, ports = arg.partition(":")
+    members = [int(p) for p in ports.split(",")]
+    body = struct.pack(
+        "!HHIHHHHIHHI4x", ofp.OFPAT_EXPERIMENTER, 0, ofproto_common.NX_EXPERIMENTER_ID, nicira_ext.NXAST_BUNDLE,
+        nicira_ext.NX_BD_ALG_HRW, NX_HASH_FIELDS_SYMMETRIC_L3L4_UDP, int(basis), nicira_ext.NXM_OF_IN_PORT,
+        len(members), 0, 0,
+    ) + struct.pack(f"!{len(members)}H", *members)  # fmt: skip
+    body = _padded(body)
+    return body[:2] + struct.pack("!H", len(body)) + body[4:]
 
 
 @functools.lru_cache(maxsize=1 << 12)  # a handful of action lists per switch

@@ -207,7 +207,9 @@ class _Daemon:
 def _daemon(fabric: Fabric, spec_path, mode: ScenarioMode, workdir: Path, sources: Sources) -> _Daemon:
     """The run's controller, its options from the mode and the sources."""
     te = mode is ScenarioMode.TE
-    extra: list[str] = ["--underlay"] if sources.underlay == "controller" else []
+    # Open vSwitch's bundle action: a select group set up over OpenFlow 1.3 would hash in a second
+    # datapath pass that neither the agent nor sFlow sees (controller/southbound/underlay.py).
+    extra: list[str] = ["--underlay", "ovs-bundle"] if sources.underlay == "controller" else []
     if te and not sources.programs:
         extra += ["--southbound", "none"]
     sflow = None

@@ -16,7 +16,7 @@ import pytest
 
 from controller.fabric import NicId
 from controller.fabric import addressing as ad
-from controller.southbound.underlay import build_underlay
+from controller.southbound.underlay import Ecmp, build_underlay
 from emulation.agent.telemetry_agent import TelemetryAgent
 from emulation.net import netns, ovs
 from emulation.net.fabric import EmulatedFabric, sflow_sampling
@@ -142,13 +142,19 @@ def underlay_on(switch: str) -> tuple[list[str], list[str]]:
     return flows, ovs.dump_groups(switch)
 
 
-def test_the_controller_installs_the_underlay_keeps_it_across_kill_9_and_leaves_it_forwarding(demo_fabric, tmp_path):
-    tables = build_underlay(demo_fabric)
-    with fabric_and_daemon(demo_fabric, tmp_path, "--underlay", "--no-te", bare=True) as (emu, ctl):
+@pytest.mark.parametrize("ecmp", list(Ecmp))
+def test_the_controller_installs_the_underlay_keeps_it_across_kill_9_and_leaves_it_forwarding(
+    demo_fabric, tmp_path, ecmp
+):
+    tables = build_underlay(demo_fabric, ecmp)
+    with fabric_and_daemon(demo_fabric, tmp_path, "--underlay", ecmp.value, "--no-te", bare=True) as (emu, ctl):
         for name, table in tables.items():
             flows, groups = underlay_on(name)
             assert len(flows) == len(table.routes) and len(groups) == len(table.groups), name
             assert all("cookie=0x5259" in line for line in flows), "the underlay's own cookie owner"
+            # The leaves spread over their spines, by the switch's groups or by Open vSwitch's bundle action.
+            spread = "group:" if ecmp is Ecmp.GROUP else "bundle(symmetric_l3l4+udp,"
+            assert any(spread in line for line in flows) == bool(demo_fabric.uplinks(name)), (name, flows)
         installed = total(ctl.metrics(), "railyard_flow_mods_total")
         assert installed == sum(len(t.routes) for t in tables.values())
         # kill -9 and a restart: everything is right already, nothing is sent.

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from controller.cli.daemon import UNDERLAY_ECMP
 from controller.runtime.config import ConfigError, DaemonConfig, Listen, TlsFiles
+from controller.southbound.underlay import Ecmp
 
 LOOP = {"openflow": Listen("127.0.0.1", 6653), "grpc": Listen("127.0.0.1", 50051), "metrics": Listen("::1", 8653)}
 
@@ -36,7 +38,7 @@ def test_the_defaults_on_loopback_are_a_valid_configuration():
         ({"max_message_bytes": 1024}, "max-message-bytes"),
         ({"openflow_stats_s": 0.01}, "openflow-stats-interval"),
         ({"southbound": "netconf"}, "southbound"),
-        ({"southbound": "none", "underlay": True}, "underlay"),
+        ({"southbound": "none", "underlay": Ecmp.GROUP}, "underlay"),
         ({"southbound": "none", "openflow_stats_s": 1.0}, "openflow-stats-interval"),
         ({"sflow_agents": Path("agents.yaml")}, "sflow-agents"),
         ({"sflow": Listen("0.0.0.0", 6343)}, "sflow-agents"),
@@ -64,3 +66,15 @@ def test_tokens_and_their_listener_come_together_and_tls_files_must_be_pem(tmp_p
     with pytest.raises(ConfigError) as caught:
         TlsFiles(files["cert"], files["key"], files["ca"], files["policy"]).load()
     assert caught.value.field == "tls-cert" and "not PEM" in caught.value.problem
+
+
+def test_the_cli_offers_every_underlay_ecmp_and_refuses_others_by_name(capsys):
+    from controller.cli.main import main
+
+    assert tuple(e.value for e in Ecmp) == UNDERLAY_ECMP
+    with pytest.raises(SystemExit) as exit_:
+        main(["controller", "run", "--underlay", "ovs-groups"])
+    assert exit_.value.code == 2
+    assert "argument --underlay: invalid choice: 'ovs-groups' (choose from 'group', 'ovs-bundle')" in (
+        capsys.readouterr().err
+    )

@@ -6,7 +6,7 @@ produces; and pinned bytes, so that a silent change of encoding is caught."""
 from __future__ import annotations
 
 import pytest
-from os_ken.ofproto import ofproto_protocol
+from os_ken.ofproto import nicira_ext, ofproto_protocol
 from os_ken.ofproto import ofproto_v1_3 as ofp
 from os_ken.ofproto import ofproto_v1_3_parser as parser
 
@@ -23,7 +23,13 @@ from controller.southbound.overlay import (
     te_entries,
 )
 from controller.southbound.switches import CallTable, SwitchSession, overlay_table
-from controller.southbound.underlay import PRIORITY_LOCAL_HOST, UNDERLAY_COOKIE, build_underlay, underlay_entries
+from controller.southbound.underlay import (
+    PRIORITY_LOCAL_HOST,
+    UNDERLAY_COOKIE,
+    Ecmp,
+    build_underlay,
+    underlay_entries,
+)
 from controller.te.engine import Meter, Move
 from tests.fakes import FakeSwitch
 from tests.fakes.fake_switch import decode_meter_mod, parse
@@ -44,8 +50,10 @@ def _overlay_entries() -> dict[str, OverlayEntry]:
     underlay = underlay_entries(build_underlay(FABRIC)["ryl0r0"]).values()
     prefix_route = next(e for e in underlay if "group:" in e.actions[-1])
     host_route = next(e for e in underlay if e.priority == PRIORITY_LOCAL_HOST)
+    bundled = underlay_entries(build_underlay(FABRIC, Ecmp.OVS_BUNDLE)["ryl0r0"]).values()
     return {
         "prefix route to a select group (underlay)": prefix_route,
+        "prefix route to an ovs bundle (underlay)": next(e for e in bundled if "bundle:" in e.actions[-1]),
         "host route, last hop (underlay)": host_route,
         "nic pair (pin)": pin_entries(FABRIC, FlowPin("pair", FlowMatch(A, B), "rys0", symmetric=False))[0],
         "5-tuple tcp (pin)": pin_entries(FABRIC, FlowPin("tcp", FlowMatch(A, B, "tcp", 40000, 5201), "rys1"))[0],
@@ -79,6 +87,14 @@ def _osken_instructions(entry: OverlayEntry) -> list:
             actions.append(parser.OFPActionOutput(int(arg)))
         elif name == "group":
             actions.append(parser.OFPActionGroup(int(arg)))
+        elif name == "bundle":
+            basis, _, ports = arg.partition(":")
+            members = [int(p) for p in ports.split(",")]
+            actions.append(
+                parser.NXActionBundle(
+                    nicira_ext.NX_BD_ALG_HRW, 3, int(basis), nicira_ext.NXM_OF_IN_PORT, len(members), 0, 0, members
+                )
+            )
         else:
             field, _, value = arg.partition("=")
             actions.append(parser.OFPActionSetField(**{field: value}))
@@ -135,7 +151,7 @@ def test_bundle_messages_are_byte_for_byte_what_os_ken_sends():
 
 def test_the_cases_cover_every_action_the_codec_knows():
     kinds = {action.partition(":")[0] for entry in ENTRIES.values() for action in entry.actions}
-    assert kinds == {"meter", "dec_ttl", "set_field", "output", "group"}
+    assert kinds == {"meter", "dec_ttl", "set_field", "output", "group", "bundle"}
     fields = {name for entry in ENTRIES.values() for name, _ in entry.match}
     assert fields == {"eth_type", "ipv4_src", "ipv4_dst", "ip_proto", "tcp_src", "tcp_dst", "udp_src", "udp_dst"}
 

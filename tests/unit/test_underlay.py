@@ -7,6 +7,7 @@ import pytest
 
 from controller.fabric import addressing as ad
 from controller.fabric import build_fabric, parse_spec
+from controller.southbound import underlay as ours
 from emulation.net.underlay import HASH_FIELDS, build_underlay
 from tests.fakes.forwarding import Packet, fake_fabric, routes
 
@@ -82,3 +83,23 @@ def test_fat_tree_pods_fall_back_to_host_routes_where_a_prefix_spans_edges():
 def test_underlay_is_deterministic():
     fabric = build_fabric(FABRICS["per-rail"])
     assert build_underlay(fabric) == build_underlay(fabric)
+
+
+@pytest.mark.parametrize("name", sorted(FABRICS))
+def test_an_ovs_bundle_underlay_has_the_groups_next_hops_and_the_tiers_basis_and_no_group(name):
+    fabric = build_fabric(FABRICS[name])
+    grouped, bundled = ours.build_underlay(fabric), ours.build_underlay(fabric, ours.Ecmp.OVS_BUNDLE)
+    for switch, table in grouped.items():
+        ports = {g.group_id: g.ports for g in table.groups}
+        basis = ours.hash_param(fabric.switch(switch).tier) & 0xFFFF
+        assert bundled[switch].groups == ()
+        for route, same in zip(table.routes, bundled[switch].routes, strict=True):
+            assert (route.priority, route.destination) == (same.priority, same.destination)
+            *first, last = route.actions
+            if last.startswith("group:"):
+                members = ",".join(str(p) for p in ports[int(last.partition(":")[2])])
+                assert same.actions == (*first, f"bundle:{basis}:{members}")
+            else:
+                assert same.actions == route.actions
+    has_bundles = any(a.startswith("bundle:") for t in bundled.values() for r in t.routes for a in r.actions)
+    assert has_bundles == any(t.groups for t in grouped.values())  # rail-only has one next hop everywhere
