@@ -15,7 +15,7 @@ BUF := $(TOOLS)/buf-$(BUF_VERSION)/node_modules/.bin/buf
 # the check came in (there is no release tag yet). Move it to each release.
 BUF_BASELINE ?= d7f82903f2483a6979429b1b3baf8877b6b13f65
 
-.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-training-mixes bench-fabric bench-crossval bench-three-tier bench-pinned bench-soak bench-budget bench-replicas bench-telemetry bench-hedera observe fabric-down clean
+.PHONY: setup host venv demo test lint unit integration proto controller bench bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-training-mixes bench-fabric bench-crossval bench-three-tier bench-pinned bench-soak bench-budget bench-replicas bench-telemetry bench-hedera bench-underlay observe fabric-down clean
 
 setup: host venv
 
@@ -89,7 +89,7 @@ proto: venv
 controller: setup
 	$(VENV)/bin/railyard controller run --store $(CURDIR)/.state/intent.db
 
-bench: bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-training-mixes bench-crossval bench-three-tier bench-soak bench-budget bench-replicas bench-telemetry bench-hedera
+bench: bench-calibrate bench-southbound bench-placement bench-store bench-schedulers bench-scenarios bench-scale bench-training bench-training-mixes bench-crossval bench-three-tier bench-soak bench-budget bench-replicas bench-telemetry bench-hedera bench-underlay
 
 bench-calibrate: setup
 	$(PY) -m bench.calibrate --out bench/results/calibration.json
@@ -174,6 +174,12 @@ bench-replicas: setup
 # elephant scenario on default, narrow-uplinks and three-tier, seeds 1-5 (~45 min).
 bench-telemetry: setup
 	$(PY) -m bench.telemetry --out bench/results/telemetry.json
+
+# The underlay installed by the emulation (ovs-ofctl, the spec's hash) against
+# the controller's (`--underlay ovs-bundle` on a fabric brought up bare): the
+# elephant and link-failure scenarios on the demo fabric, seeds 1-5 (~25 min).
+bench-underlay: setup
+	$(PY) -m bench.underlay --out bench/results/underlay.json
 
 fabric-down: venv
 	$(VENV)/bin/railyard fabric down

@@ -1,8 +1,9 @@
 """The controller's underlay against the emulation's: the elephant and
 link-failure scenarios on the demo fabric, seeds 1-5, each run with the
 underlay installed by the emulation (ovs-ofctl, the spec's hash) and by the
-controller on a fabric brought up bare (`--underlay`, OpenFlow 1.3 groups:
-Open vSwitch's default hash). ECMP and TE fractions of the optimum side by side.
+controller on a fabric brought up bare (`--underlay ovs-bundle`: Open
+vSwitch's bundle action, whose choice flow records and sFlow see). ECMP and
+TE fractions of the optimum side by side.
 
     python -m bench.underlay  ->  bench/results/underlay.json
 """

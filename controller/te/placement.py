@@ -301,16 +301,9 @@ def _free_summary(fabric: Fabric, state: FabricState, request: JobRequest) -> st
 
 
 def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -> Job:
-    """With queue pairs: whole connections where predicted no worse (a switch
-    pins a connection, not its QPs: Job.pinned), else each QP a flow of its own."""
-    if request.qps_per_connection == 1:
-        return _place(fabric, state, request, now)
-    whole = replace(_place(fabric, state, replace(request, qps_per_connection=1), now), request=request)
-    split = _place(fabric, state, request, now)
-    return whole if whole.predicted_max_utilization <= split.predicted_max_utilization + 1e-9 else split
-
-
-def _place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -> Job:
+    """With queue pairs, each candidate's servers are routed two ways: whole
+    connections, which win where predicted no worse (a switch pins a
+    connection, not its QPs: Job.pinned), and each QP a flow of its own."""
     validate_request(fabric, request)
     rails = fabric.rails
     k, m = request.per_server(rails), request.server_count(rails)
@@ -344,6 +337,8 @@ def _place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) 
             limit = f" within {request.max_pods} pod(s)" if request.max_pods else ""
             raise NoCapacity(f"{wanted}{limit} does not fit: " + _free_summary(fabric, state, request))
 
+    # Whole connections first: at an equal peak they win whatever the rest of the score.
+    ways = [replace(request, qps_per_connection=1)] + ([request] if request.qps_per_connection > 1 else [])
     best, last_error = None, ""
     lowest = round(floor, 9)
     nics = server_table(fabric).nics
@@ -359,24 +354,26 @@ def _place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) 
             sum(pod_load.get(p, 0.0) for p in pods),
             order,
         )
-        if not _may_win(best, lowest, rest):
-            continue
-        flows = planned_flows(request, servers, job_rails, nic_bps, nics, fabric.spec.pods_per_cluster)
-        # First-fit with ECMP hashing is the naive placement; evaluating it
-        # guarantees the answer is never predicted worse than that.
-        routings = _routings(fabric, state.drains, base, flows, hashed_too=servers == first_fit)
-        while _may_win(best, lowest, rest):
-            try:
-                placed, touched_peak = next(routings)
-            except StopIteration:
-                break
-            except NoPath as exc:
-                last_error = str(exc)
-                break
-            peak = max(floor, touched_peak)
-            score = (round(peak, 9), *rest)
-            if best is None or score < best[0]:
-                best = (score, servers, placed, peak)
+        for way, flows_of in enumerate(ways):  # the way's index ranks it right after the peak
+            ranked = (way, *rest)
+            if not _may_win(best, lowest, ranked):
+                continue
+            flows = planned_flows(flows_of, servers, job_rails, nic_bps, nics, fabric.spec.pods_per_cluster)
+            # First-fit with ECMP hashing is the naive placement; evaluating it
+            # guarantees the answer is never predicted worse than that.
+            routings = _routings(fabric, state.drains, base, flows, hashed_too=servers == first_fit)
+            while _may_win(best, lowest, ranked):
+                try:
+                    placed, touched_peak = next(routings)
+                except StopIteration:
+                    break
+                except NoPath as exc:
+                    last_error = str(exc)
+                    break
+                peak = max(floor, touched_peak)
+                score = (round(peak, 9), *ranked)
+                if best is None or score < best[0]:
+                    best = (score, servers, placed, peak)
     if best is None:
         raise NoCapacity(f"{wanted}: no candidate has a usable path ({last_error})")
     _, servers, flows, peak = best

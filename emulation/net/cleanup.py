@@ -16,7 +16,9 @@ import logging
 import os
 import re
 import signal
+import threading
 import time
+from collections.abc import Iterator
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +29,28 @@ from emulation.net import netns, ovs
 
 LOG = logging.getLogger(__name__)
 _OUR_SHELL = re.compile(r"mininet:(" + ad.NAME_PREFIX + r"[a-z0-9]+)$")
+
+
+@contextlib.contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """While a fabric is up, SIGTERM unwinds the main thread (SystemExit) as
+    Ctrl-C does, so every `with` and `finally` on the way out runs: the
+    fabric comes down and the controllers a run started stop. By default
+    SIGTERM ends Python where it stands and leaves them all behind. Outside
+    the main thread (where signals cannot be handled), or where the program
+    handles SIGTERM itself (`fabric up`), it changes nothing."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def unwind(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @dataclass

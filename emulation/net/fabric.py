@@ -8,6 +8,7 @@ process, removes exactly that and nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -116,11 +117,17 @@ class EmulatedFabric:
 
     # --- lifecycle ---------------------------------------------------------
     def __enter__(self) -> EmulatedFabric:
-        self.start()
+        from emulation.net.cleanup import sigterm_unwinds
+
+        with contextlib.ExitStack() as unwinding:
+            unwinding.enter_context(sigterm_unwinds())
+            self.start()
+            self._unwinding = unwinding.pop_all()  # held until __exit__
         return self
 
     def __exit__(self, *exc) -> None:
-        self.stop()
+        with self._unwinding:
+            self.stop()
 
     def start(self) -> None:
         from emulation.net.cleanup import owner_gone, teardown_from_state

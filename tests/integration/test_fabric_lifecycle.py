@@ -137,3 +137,48 @@ def test_a_fabric_whose_owner_was_killed_is_swept_by_the_next_one_up(tmp_path, f
     assert not state_file.exists()
     assert ovs.railyard_bridges() == {}
     assert FOREIGN in ovs.all_bridges()
+
+
+# A run's owner as the scenario runner and the benchmarks hold one: a fabric,
+# and a controller started inside it that only the run's `finally` stops.
+_RUN_OWNER = """
+import sys
+from pathlib import Path
+from controller.fabric import load_fabric
+from emulation.net.fabric import EmulatedFabric
+from emulation.processes.controller_process import ControllerProcess, Ports
+
+work = Path(sys.argv[1])
+ctl = ControllerProcess(None, work / "te.db", Ports.pick(), work / "controller.log", te=False)
+with EmulatedFabric(load_fabric(), controller=ctl.ports.controller_target, state_dir=work / "state"):
+    try:
+        ctl.start()
+        print(ctl.proc.pid, flush=True)
+        sys.stdin.read()  # until killed
+    finally:
+        ctl.stop()
+"""
+
+
+def test_sigterm_to_a_runs_owner_brings_its_fabric_and_controller_down(tmp_path, foreign_bridge, demo_fabric):
+    """By default SIGTERM ends Python where it stands: a benchmark stopped so
+    left its fabric up and its controller running, and `fabric down`, which
+    knows fabrics, not runs, left the controller."""
+    owner = subprocess.Popen(
+        [sys.executable, "-c", _RUN_OWNER, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        line = owner.stdout.readline()
+        assert line.strip().isdigit(), f"the run's owner exited before its controller started: {line!r}"
+        controller = int(line)
+        assert alive(controller) and set(demo_fabric.switches) <= set(ovs.railyard_bridges())
+        owner.send_signal(signal.SIGTERM)
+        assert owner.wait(timeout=60) == 128 + signal.SIGTERM
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+    wait_for(lambda: not alive(controller), 10, "the run's controller to stop")
+    assert ovs.railyard_bridges() == {}
+    assert not (tmp_path / "state" / f"fabric-{demo_fabric.spec.name}.json").exists()
+    assert FOREIGN in ovs.all_bridges()
