@@ -135,7 +135,7 @@ bench-crossval: setup
 
 # Hedera's 30 testbed patterns (the authors' input files) on fat-tree-k4.yaml,
 # emulated and simulated, ECMP and TE, beside Hedera's published ECMP, GFF and
-# SA; seeds 1-3 (~2.5 h; SEEDS=1 for one seed, ~50 min).
+# SA; seeds 1-3 (~95 min; SEEDS=1 for one seed, ~32 min).
 SEEDS ?= 1 2 3
 bench-hedera: setup
 	$(PY) -m bench.hedera --seeds $(SEEDS) --out bench/results/hedera.json
