@@ -167,6 +167,7 @@ def test_sigterm_to_a_runs_owner_brings_its_fabric_and_controller_down(tmp_path,
     owner = subprocess.Popen(
         [sys.executable, "-c", _RUN_OWNER, str(tmp_path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
+    assert owner.stdout is not None
     try:
         line = owner.stdout.readline()
         assert line.strip().isdigit(), f"the run's owner exited before its controller started: {line!r}"
