@@ -301,9 +301,8 @@ def _free_summary(fabric: Fabric, state: FabricState, request: JobRequest) -> st
 
 
 def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -> Job:
-    """With queue pairs, each candidate's servers are routed two ways: whole
-    connections, which win where predicted no worse (a switch pins a
-    connection, not its QPs: Job.pinned), and each QP a flow of its own."""
+    """With queue pairs, each candidate's servers are routed as whole connections, which win where predicted
+    no worse (a switch pins a connection, not its QPs: Job.pinned), and with each QP a flow of its own."""
     validate_request(fabric, request)
     rails = fabric.rails
     k, m = request.per_server(rails), request.server_count(rails)
@@ -316,16 +315,7 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
     wanted = f"{request.gpu_count} GPUs as {m} server(s) x {k}"
 
     if request.servers:
-        by_name = {name: key for key, name in _servers_by_key(fabric).items()}
-        keys = [by_name[name] for name in request.servers]
-        free = {key for servers in avail.values() for key in servers}
-        busy = [name for name, key in zip(request.servers, keys) if key not in free]
-        if busy:
-            raise NoCapacity(
-                f"{wanted}: server(s) {', '.join(busy)} lack free, undrained rails 0-{k - 1}; "
-                + _free_summary(fabric, state, request)
-            )
-        candidates, first_fit = [keys], None
+        candidates, first_fit = [_named_servers(fabric, state, request, avail)], None
     elif len(choice.clusters) > 1:
         # Across clusters the servers are already chosen (te/clusters.py):
         # routed both ways, so never worse than hashing them.
@@ -337,7 +327,6 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
             limit = f" within {request.max_pods} pod(s)" if request.max_pods else ""
             raise NoCapacity(f"{wanted}{limit} does not fit: " + _free_summary(fabric, state, request))
 
-    # Whole connections first: at an equal peak they win whatever the rest of the score.
     ways = [replace(request, qps_per_connection=1)] + ([request] if request.qps_per_connection > 1 else [])
     best, last_error = None, ""
     lowest = round(floor, 9)
@@ -354,7 +343,7 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
             sum(pod_load.get(p, 0.0) for p in pods),
             order,
         )
-        for way, flows_of in enumerate(ways):  # the way's index ranks it right after the peak
+        for way, flows_of in enumerate(ways):  # ranked right after the peak: whole connections win a tie
             ranked = (way, *rest)
             if not _may_win(best, lowest, ranked):
                 continue
@@ -383,6 +372,20 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
         for local, rail in enumerate(job_rails)
     )
     return Job(request, gpus, tuple(flows), peak, now, cross_cluster_share(fabric.spec, flows))
+
+
+def _named_servers(fabric: Fabric, state: FabricState, request: JobRequest, avail: Mapping[Any, Any]) -> list[Any]:
+    """The servers a request names, as keys; NoCapacity if any lacks the job's free rails."""
+    by_name = {name: key for key, name in _servers_by_key(fabric).items()}
+    keys = [by_name[name] for name in request.servers]
+    free = {key for servers in avail.values() for key in servers}
+    if busy := [name for name, key in zip(request.servers, keys) if key not in free]:
+        k, m = request.per_server(fabric.rails), request.server_count(fabric.rails)
+        raise NoCapacity(
+            f"{request.gpu_count} GPUs as {m} server(s) x {k}: server(s) {', '.join(busy)} lack free, undrained "
+            f"rails 0-{k - 1}; " + _free_summary(fabric, state, request)
+        )
+    return keys
 
 
 def _may_win(best: tuple[Any, ...] | None, lowest: float, rest: tuple[Any, ...]) -> bool:
