@@ -29,6 +29,9 @@ from emulation.processes.controller_process import ControllerProcess, Ports, tot
 from emulation.processes.etcd_local import LocalEtcd
 
 UNKNOWN_OUTCOME = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNKNOWN}
+# What a retry of a placement of unknown outcome may hear without a leader
+# having looked for the job: no replica leads (yet), or the store moved.
+RETRY_SAYS_NOTHING = {grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ABORTED}
 
 
 @pytest.fixture(scope="module")
@@ -162,6 +165,8 @@ class Load:
             self.errors[exc.code().name] += 1
             if exc.code() in UNKNOWN_OUTCOME:
                 self.unknown.add(job)
+            elif job in self.unknown and exc.code() in RETRY_SAYS_NOTHING:
+                pass  # a refused retry says nothing of whether the first landed
             else:
                 self.unknown.discard(job)  # refused: nothing was placed
             return
