@@ -70,6 +70,8 @@ class TeRunner:
         self.fabric = fabric
         self.engine = Engine(fabric, config)  # this runner's: its caches are nobody else's
         self.engine.pause = ingest.priority.yield_to_api  # a cycle steps aside for API calls between stages
+        if enabled:
+            ingest.keep_columns(self.engine.index.ids)  # the view as this engine's frames, kept as it arrives
         self.ingest = ingest
         self.intent = intent
         self.metrics = metrics
@@ -187,7 +189,7 @@ class TeRunner:
             return  # a follower: the leader moves the elephants
         started = time.perf_counter()
         now = self.clock()
-        view_flows, view_ports = self.ingest.snapshot()
+        view_flows, view_ports = self.ingest.frames() or self.ingest.snapshot()
         with self._lock:
             before = self._state
         intent = self.intent.snapshot()

@@ -13,12 +13,14 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from controller.errors import Exhausted
 from controller.fabric import Endpoint
 from controller.metrics import Metrics
+from controller.te.columns import FlowColumns, PortColumns
+from controller.te.engine.frames import FlowFrame, PortFrame
 from controller.te.view import FlowKey, FlowSample, LinkView, PathSample, PortSample
 from controller.telemetry.priority import ApiFirst
 
@@ -60,6 +62,7 @@ class TelemetryIngest:
         self.arrived = threading.Event()  # set after each batch is in the view: TE runs on fresh data
         # API calls go first: telemetry work, and the TE cycles it drives, wait for them (priority.py).
         self.priority = ApiFirst()
+        self._columns: tuple[FlowColumns, PortColumns] | None = None  # what TE reads, once it asks (keep_columns)
 
     def start(self) -> None:
         self._thread.start()
@@ -82,15 +85,10 @@ class TelemetryIngest:
                 return
             self.priority.yield_to_api()
             with self._lock:
-                for egress, port_sample in batch.ports:
-                    self.view.observe_port(egress, port_sample)
-                for path_key, path_sample in batch.paths:
-                    self.view.observe_path(path_key, path_sample)
-                for flow_key, flow_sample in batch.flows:
-                    self.view.observe_flow(flow_key, flow_sample)
+                self._observe(batch)
                 now = self.clock()
                 if now - self._last_sweep > SWEEP_INTERVAL_S:
-                    self.view.forget_before(now - FORGET_AFTER_S)
+                    self._forget_before(now - FORGET_AFTER_S)
                     self._last_sweep = now
                 load, new = self._refreshed_load(now)
             self.metrics.telemetry_records.labels("accepted").inc(len(batch))
@@ -98,6 +96,47 @@ class TelemetryIngest:
                 for listener in self._load_listeners:
                     listener(load)
             self.arrived.set()
+
+    def _observe(self, batch: Batch) -> None:
+        view = self.view
+        for egress, port_sample in batch.ports:
+            view.observe_port(egress, port_sample)
+        for path_key, path_sample in batch.paths:
+            view.observe_path(path_key, path_sample)
+        for flow_key, flow_sample in batch.flows:
+            view.observe_flow(flow_key, flow_sample)
+        if self._columns is not None:  # what the view now holds (smoothed, the newest kept)
+            flows, ports = self._columns
+            for egress, _ in batch.ports:
+                ports.observe(egress, view.ports[egress])
+            for flow_key, _ in batch.flows:
+                flows.observe(flow_key, view.flows[flow_key])
+
+    def _forget_before(self, cutoff: float) -> None:
+        self.view.forget_before(cutoff)
+        if self._columns is not None:
+            for columns in self._columns:
+                columns.forget_before(cutoff)
+
+    def keep_columns(self, egress_ids: Mapping[Endpoint, int]) -> None:
+        """From now on, also keep the view as TE's frames, laid out by
+        `egress_ids` (its engine's LinkIndex.ids): `frames()` then hands a
+        cycle copies of arrays instead of dictionaries to convert."""
+        flows, ports = FlowColumns(egress_ids), PortColumns(egress_ids)
+        with self._lock:
+            for egress, port_sample in self.view.ports.items():
+                ports.observe(egress, port_sample)
+            for flow_key, flow_sample in self.view.flows.items():
+                flows.observe(flow_key, flow_sample)
+            self._columns = flows, ports
+
+    def frames(self) -> tuple[FlowFrame, PortFrame] | None:
+        """The view as TE's frames (copies), if keep_columns was asked for."""
+        with self._lock:
+            if self._columns is None:
+                return None
+            flows, ports = self._columns
+            return flows.copy(), ports.copy()
 
     def _copy_if_fresh(self, now: float) -> dict[Endpoint, float] | None:
         """The last copy of the measured load, unless it is LOAD_REFRESH_S old (no lock: one read)."""

@@ -119,7 +119,7 @@ class Engine:
         # What the live view needs, in each cache's own unit: flow keys, and
         # the route-table rows of the leaf pairs its flows join. A restart
         # costs the next cycle one lookup per live key and leaf pair.
-        keys = len(snapshot.flows) + len(state.recent)
+        keys = len(cycle.flows) + len(state.recent)
         known = cycle.cat[cycle.cat >= 0]
         joined = known[self.catalog.nroutes[known] > 0]
         live, first = np.unique(self.catalog.base[joined], return_index=True)
@@ -144,9 +144,12 @@ class _Cycle:
     def __init__(self, engine: Engine, state: TeState, snapshot: Snapshot) -> None:
         self.engine, self.state, self.snap, self.cfg = engine, state, snapshot, engine.cfg
         self.index, self.catalog = engine.index, engine.catalog
-        self.flows, self.ports = frames(self.index, snapshot.flows, snapshot.ports)
-        self.cat = self.catalog.rows(self.flows.keys)
         self.now = snapshot.now
+        flows, self.ports = frames(self.index, snapshot.flows, snapshot.ports)
+        # Only fresh records are acted on (elephants, incast). The live view
+        # keeps a minute of them: the rest would only cost catalog rows.
+        self.flows = flows.since(self.now - self.cfg.max_age_s)
+        self.cat = self.catalog.rows(self.flows.keys)
         self.decisions: list[Decision] = []
         self.moves: dict[FlowKey, Move] = dict(state.moves)
 

@@ -44,6 +44,20 @@ class FlowFrame:
             np.fromiter((-1 if s.transit is None else ids.get(s.transit, UNKNOWN) for s in samples), np.int64, n),
         )
 
+    def since(self, cutoff: float) -> FlowFrame:
+        """The records observed at `cutoff` or later."""
+        kept = np.flatnonzero(self.observed_at >= cutoff)
+        if len(kept) == len(self.keys):
+            return self
+        keys = self.keys
+        return FlowFrame(
+            [keys[i] for i in kept.tolist()],
+            self.rate_bps[kept],
+            self.observed_at[kept],
+            self.ingress[kept],
+            self.transit[kept],
+        )
+
     @classmethod
     def empty(cls) -> FlowFrame:
         none = np.zeros(0)
