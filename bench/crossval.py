@@ -22,15 +22,18 @@ import argparse
 import bisect
 import platform
 import statistics
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from bench import write_result
 from controller.fabric import load_fabric
+from controller.te.engine import DecisionKind
 from emulation.net import ovs
 from emulation.scenarios.report import build_report
-from emulation.scenarios.runner import run_scenario
+from emulation.scenarios.runner import ScenarioMode, run_scenario
+from emulation.scenarios.timeline import MOVES, Decided
+from emulation.simulate.replay import Rerouted, RoutingWorth, routing_worth
 from emulation.simulate.run import simulate
 from emulation.workload import Workload, load_workload, spec_file
 from emulation.workload.model import PatternItem, Telemetry
@@ -55,6 +58,37 @@ def emulated_report(workload: Workload, seed: int) -> dict[str, Any]:
     spec_path = spec_file(workload)
     fabric = load_fabric(spec_path)
     return build_report(fabric, workload, seed, run_scenario(fabric, spec_path, workload, seed))
+
+
+@dataclass(frozen=True)
+class Emulated:
+    """An emulated run's report, and what TE's routing in it was worth in
+    the fluid model (emulation/simulate/replay.py; None where the replay
+    cannot value it)."""
+
+    report: dict[str, Any]
+    te_routing: RoutingWorth | None
+
+
+def emulated_run(workload: Workload, seed: int) -> Emulated:
+    """As `emulated_report`, with TE's routing valued over the window the report judges."""
+    spec_path = spec_file(workload)
+    fabric = load_fabric(spec_path)
+    runs = run_scenario(fabric, spec_path, workload, seed)
+    changes = rerouted(runs[ScenarioMode.TE].decisions)
+    worth = routing_worth(fabric, workload, seed, changes, JUDGED_FROM_S, workload.duration_s)
+    return Emulated(build_report(fabric, workload, seed, runs), worth)
+
+
+def rerouted(decisions: Sequence[Decided]) -> list[Rerouted]:
+    """A run's path changes, from its TE decision records: a move or a
+    revert to its new path, a flow let go back to the hash."""
+    out = []
+    for decided in decisions:
+        flow, kind = decided.decision.flow, decided.kind
+        if flow is not None and (kind in MOVES or kind is DecisionKind.EXPIRE):
+            out.append(Rerouted(decided.at_s, flow, (decided.decision.to_via or "") if kind in MOVES else ""))
+    return out
 
 
 def simulated_fractions(result: dict, judged_from_s: float = JUDGED_FROM_S) -> dict[str, float]:

@@ -1,0 +1,63 @@
+"""An emulated run's routing valued in the fluid model (replay.py): with no
+path change it is the simulator's own ECMP figure for the same 5-tuples; a
+change counts from when it was made, a flow let go goes back to its hash
+path; what cannot be replayed is refused by name, or not valued at all."""
+
+from __future__ import annotations
+
+import pytest
+
+from controller.fabric import load_fabric
+from emulation.simulate.replay import Replay, Rerouted, routing_worth
+from emulation.simulate.run import simulate
+from emulation.workload import load_workload, spec_file
+
+WORKLOAD = load_workload("hedera/randbij0")
+FABRIC = load_fabric(spec_file(WORKLOAD))
+REPLAY = Replay(FABRIC, WORKLOAD, 1)
+
+
+def _a_better_path() -> Rerouted:
+    """A move of one flow to another of its paths that changes the routing's worth."""
+    base = REPLAY.worth(REPLAY.hashed)
+    for flow in REPLAY.flows:
+        i = REPLAY.position[flow.key]
+        for via, route in REPLAY.routes.by_via[i].items():
+            if route != REPLAY.hashed[i]:
+                change = Rerouted(0.0, flow.key, via)
+                if abs(REPLAY.worth(REPLAY.rerouted(REPLAY.hashed, change)) - base) > 1e-3:
+                    return change
+    raise AssertionError("no single move changes randbij0's routing")
+
+
+def test_with_no_path_change_the_routing_is_worth_what_the_simulator_says_ecmp_is():
+    simulated = simulate(FABRIC, WORKLOAD, 1)["phases"][0]["ecmp"]["fraction_of_optimum"]
+    worth = routing_worth(FABRIC, WORKLOAD, 1, [], 1.0, WORKLOAD.duration_s)
+    assert worth is not None
+    assert worth.mean == pytest.approx(simulated) and worth.end == pytest.approx(simulated)
+
+
+def test_a_change_counts_from_when_it_was_made_and_a_flow_let_go_is_hashed_again():
+    move = _a_better_path()
+    before = REPLAY.worth(REPLAY.hashed)
+    after = REPLAY.worth(REPLAY.rerouted(REPLAY.hashed, move))
+    half = 1.0 + (WORKLOAD.duration_s - 1.0) / 2
+    worth = routing_worth(FABRIC, WORKLOAD, 1, [Rerouted(half, move.key, move.via)], 1.0, WORKLOAD.duration_s)
+    assert worth is not None
+    assert worth.mean == pytest.approx((before + after) / 2) and worth.end == pytest.approx(after)
+    let_go = [Rerouted(0.0, move.key, move.via), Rerouted(half, move.key, "")]
+    worth = routing_worth(FABRIC, WORKLOAD, 1, let_go, 1.0, WORKLOAD.duration_s)
+    assert worth is not None and worth.end == pytest.approx(before)
+
+
+def test_a_flow_or_a_path_the_workload_does_not_have_is_refused_by_name():
+    flow = REPLAY.flows[0].key
+    with pytest.raises(ValueError, match="is not one of the workload's"):
+        REPLAY.rerouted(REPLAY.hashed, Rerouted(0.0, ("10.9.9.9", *flow[1:]), "rys0"))
+    with pytest.raises(ValueError, match="no route via 'nowhere'; it has"):
+        REPLAY.rerouted(REPLAY.hashed, Rerouted(0.0, flow, "nowhere"))
+
+
+def test_a_workload_whose_flows_do_not_all_send_for_the_whole_run_is_not_valued():
+    failing = load_workload("link-failure")
+    assert routing_worth(load_fabric(spec_file(failing)), failing, 1, [], 1.0, failing.duration_s) is None
