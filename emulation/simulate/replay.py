@@ -75,8 +75,16 @@ class Replay:
         rates = max_min_rates(self.routes.shares(route), self.network.capacity)
         return credited(rates, self.optimum) / float(self.optimum.sum())
 
+    def acks(self, key: FlowKey) -> bool:
+        """`key` is the reverse of one of the flows: its ACKs (TE may pin
+        them, and they carry nothing the fluid model counts)."""
+        src, dst, protocol, sport, dport = key
+        return (dst, src, protocol, dport, sport) in self.position
+
     def rerouted(self, route: np.ndarray, change: Rerouted) -> np.ndarray:
         i = self.position.get(change.key)
+        if i is None and self.acks(change.key):
+            return route
         if i is None:
             raise ValueError(f"flow {change.key} is not one of the workload's (another seed or scenario?)")
         out = route.copy()
