@@ -55,9 +55,7 @@ JUDGED_FROM_S = 1.0  # the emulated report judges a TCP flow from its second sec
 
 def emulated_report(workload: Workload, seed: int) -> dict[str, Any]:
     """The scenario emulated on its own spec, ECMP and TE, and its report."""
-    spec_path = spec_file(workload)
-    fabric = load_fabric(spec_path)
-    return build_report(fabric, workload, seed, run_scenario(fabric, spec_path, workload, seed))
+    return emulated_run(workload, seed).report
 
 
 @dataclass(frozen=True)
@@ -71,7 +69,8 @@ class Emulated:
 
 
 def emulated_run(workload: Workload, seed: int) -> Emulated:
-    """As `emulated_report`, with TE's routing valued over the window the report judges."""
+    """The scenario emulated on its own spec, ECMP and TE: its report, and
+    TE's routing valued over the window the report judges."""
     spec_path = spec_file(workload)
     fabric = load_fabric(spec_path)
     runs = run_scenario(fabric, spec_path, workload, seed)

@@ -1,7 +1,8 @@
 """Telemetry ingest: a bounded queue between the API and the link view.
 
 The API thread validates and enqueues; one worker applies batches to the
-LinkView under a lock. A full queue refuses the batch (the API answers
+LinkView under a lock (and, once TE asks, to the same view kept as its
+frames: te/columns.py). A full queue refuses the batch (the API answers
 RESOURCE_EXHAUSTED and counts it), so a flood of telemetry costs at most the
 queue's bounded memory and never delays placement.
 """

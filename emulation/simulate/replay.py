@@ -27,7 +27,7 @@ from controller.te.view import FlowKey
 from emulation.model.fluid import max_min_rates
 from emulation.simulate.bound import credited, optimum_bound
 from emulation.simulate.routes import Network, build_routes, ecmp_routes, tier_hashes
-from emulation.simulate.traffic import build_arms
+from emulation.simulate.traffic import SimFlow, build_arms
 from emulation.workload import Workload
 from emulation.workload.model import Window
 
@@ -55,15 +55,8 @@ class RoutingWorth:
 class Replay:
     """The workload's flows on the fabric, hashed as Open vSwitch hashes them."""
 
-    def __init__(self, fabric: Fabric, workload: Workload, seed: int) -> None:
-        workload, arms = build_arms(fabric, workload, seed)
-        self.flows = next(iter(arms.values())).flows
-        # Who sends when matters to a routing's worth, and the run's records do not say it.
-        self.whole_run = (
-            len(arms) == 1
-            and not workload.events
-            and all(f.window == Window() and not f.bytes and not f.job for f in self.flows)
-        )
+    def __init__(self, fabric: Fabric, flows: Sequence[SimFlow]) -> None:
+        self.flows = flows
         self.network = Network(fabric)
         self.routes = build_routes(self.network, [(f.src, f.dst) for f in self.flows])
         keys = [f.key for f in self.flows]
@@ -103,9 +96,12 @@ def routing_worth(
     """The routing the run had, from the hash and its `changes` in time
     order, valued over [from_s, duration_s] and at duration_s; None where
     not every flow sends for the whole run (jobs, windows, events)."""
-    replay = Replay(fabric, workload, seed)
-    if not replay.whole_run:
+    workload, arms = build_arms(fabric, workload, seed)
+    flows = next(iter(arms.values())).flows
+    # Who sends when matters to a routing's worth, and the run's records do not say it.
+    if len(arms) > 1 or workload.events or any(f.window != Window() or f.bytes or f.job for f in flows):
         return None
+    replay = Replay(fabric, flows)
     route, at, total = replay.hashed, from_s, 0.0
     for change in sorted(changes, key=lambda c: c.at_s):
         if change.at_s >= duration_s:

@@ -10,11 +10,12 @@ import pytest
 from controller.fabric import load_fabric
 from emulation.simulate.replay import Replay, Rerouted, routing_worth
 from emulation.simulate.run import simulate
+from emulation.simulate.traffic import RAILYARD, build_arms
 from emulation.workload import load_workload, spec_file
 
 WORKLOAD = load_workload("hedera/randbij0")
 FABRIC = load_fabric(spec_file(WORKLOAD))
-REPLAY = Replay(FABRIC, WORKLOAD, 1)
+REPLAY = Replay(FABRIC, build_arms(FABRIC, WORKLOAD, 1)[1][RAILYARD].flows)
 
 
 def _a_better_path() -> Rerouted:
