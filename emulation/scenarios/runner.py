@@ -219,11 +219,15 @@ def _daemon(fabric: Fabric, spec_path, mode: ScenarioMode, workdir: Path, source
         sflow = ovs.SflowExport(target, sflow_sampling(fabric))
     elif te and sources.telemetry == "openflow":
         extra += ["--openflow-stats-interval", f"{OPENFLOW_STATS_S:g}"]
-    decisions = workdir / f"decisions-{mode}.jsonl"
-    log = workdir / f"controller-{mode}.log"
+    decisions, log = workdir / f"decisions-{mode}.jsonl", workdir / f"controller-{mode}.log"
+    store = workdir / f"{mode}.db"
+    # A workdir another run of this mode used (bench.telemetry, one per seed): its records would be read as
+    # this run's (decisions before the traffic count at its start), and its intent would be this run's.
+    for stale in (decisions, log, *(store.with_name(store.name + end) for end in ("", "-wal", "-shm", ".lock"))):
+        stale.unlink(missing_ok=True)
     ctl = ControllerProcess(
         spec_path,
-        workdir / f"{mode}.db",
+        store,
         Ports.pick(),
         log,
         reconcile_interval_s=2.0,
