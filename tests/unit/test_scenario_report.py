@@ -13,7 +13,7 @@ from emulation.model.stats import percentile
 from emulation.scenarios.emulable import steady_flows
 from emulation.scenarios.judge import ControllerFailed, OptimumExceeded, planned_intervals
 from emulation.scenarios.report import build_report, jain, longest_zero_run_s
-from emulation.scenarios.runner import ModeRun, ScenarioMode
+from emulation.scenarios.runner import AGENT_AND_FABRIC, ModeRun, ScenarioMode, _daemon
 from emulation.scenarios.table import table
 from emulation.scenarios.timeline import Decided, read_decisions, te_figures
 from emulation.traffic.iperf import FlowResult
@@ -320,3 +320,15 @@ def test_a_lost_end_of_test_exchange_after_a_full_run_is_no_error_but_a_short_ru
     short = parse_receiver_report(flow, report(4), expected_s=10.0)
     assert short.error == lost  # the client died early, or the server was stopped mid-run: that is an error
     assert parse_receiver_report(flow, {"error": "unable to connect"}).error == "unable to connect"
+
+
+def test_a_run_starts_from_its_own_records_in_a_workdir_another_run_of_its_mode_used(tmp_path):
+    # bench.telemetry runs three TE sources in one seed's workdir: the second read the first's decisions as its own.
+    left = {name: tmp_path / name for name in ("decisions-te.jsonl", "controller-te.log", "te.db", "te.db-wal")}
+    for path in left.values():
+        path.write_text("the last run's\n")
+    (tmp_path / "ecmp.db").write_text("another mode's\n")
+    daemon = _daemon(FABRIC, SPECS_DIR / "default.yaml", ScenarioMode.TE, tmp_path, AGENT_AND_FABRIC)
+    assert daemon.decisions == left["decisions-te.jsonl"] and read_decisions(daemon.decisions, 0.0) == []
+    assert not [name for name, path in left.items() if path.exists()]
+    assert (tmp_path / "ecmp.db").exists()
