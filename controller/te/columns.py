@@ -20,8 +20,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from controller.fabric import Endpoint
-from controller.te.engine.frames import FlowFrame, PortFrame
-from controller.te.engine.links import UNKNOWN
+from controller.te.engine.frames import FlowFrame, PortFrame, egress_id
 from controller.te.view import FlowKey, FlowSample, PortSample
 
 MIN_ROWS = 1024
@@ -32,7 +31,7 @@ class PortColumns:
 
     def __init__(self, ids: Mapping[Endpoint, int]) -> None:
         self.ids = ids
-        self.frame = PortFrame(np.zeros(len(ids) + 1), np.full(len(ids) + 1, -np.inf), np.ones(len(ids) + 1, bool))
+        self.frame = PortFrame.unreported(len(ids) + 1)
 
     def observe(self, egress: Endpoint, sample: PortSample) -> None:
         i = self.ids.get(egress)
@@ -66,9 +65,6 @@ class FlowColumns:
         self.transit = np.zeros(MIN_ROWS, dtype=np.int64)
         self.live = np.zeros(MIN_ROWS, dtype=bool)
 
-    def _egress(self, egress: Endpoint | None) -> int:
-        return -1 if egress is None else self.ids.get(egress, UNKNOWN)
-
     def observe(self, key: FlowKey, sample: FlowSample) -> None:
         r = self.row.get(key)
         if r is None:
@@ -78,13 +74,16 @@ class FlowColumns:
                 self._grow()
             self.live[r] = True
         self.rate_bps[r], self.observed_at[r] = sample.rate_bps, sample.observed_at
-        self.ingress[r], self.transit[r] = self._egress(sample.ingress), self._egress(sample.transit)
+        self.ingress[r], self.transit[r] = egress_id(self.ids, sample.ingress), egress_id(self.ids, sample.transit)
 
     def _grow(self) -> None:
-        n = 2 * len(self.live)
+        self._reallocate(2 * len(self.live))
+
+    def _reallocate(self, size: int, rows: np.ndarray | slice = slice(None)) -> None:
+        """Every column anew, `size` rows long, starting with `rows` of the old ones."""
         for name in ("rate_bps", "observed_at", "ingress", "transit", "live"):
-            old = getattr(self, name)
-            new = np.zeros(n, dtype=old.dtype)
+            old = getattr(self, name)[rows]
+            new = np.zeros(size, dtype=old.dtype)
             new[: len(old)] = old
             setattr(self, name, new)
 
@@ -102,12 +101,7 @@ class FlowColumns:
         kept = np.flatnonzero(self.live[: len(self.keys)])
         self.keys = [self.keys[r] for r in kept.tolist()]
         self.row = {key: r for r, key in enumerate(self.keys)}  # type: ignore[misc]
-        size = max(MIN_ROWS, 2 * len(kept))
-        for name in ("rate_bps", "observed_at", "ingress", "transit", "live"):
-            old = getattr(self, name)
-            new = np.zeros(size, dtype=old.dtype)
-            new[: len(kept)] = old[kept]
-            setattr(self, name, new)
+        self._reallocate(max(MIN_ROWS, 2 * len(kept)), kept)
 
     def copy(self) -> FlowFrame:
         live = np.flatnonzero(self.live[: len(self.keys)])

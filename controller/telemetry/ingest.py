@@ -14,7 +14,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from controller.errors import Exhausted
@@ -106,12 +106,17 @@ class TelemetryIngest:
             view.observe_path(path_key, path_sample)
         for flow_key, flow_sample in batch.flows:
             view.observe_flow(flow_key, flow_sample)
-        if self._columns is not None:  # what the view now holds (smoothed, the newest kept)
-            flows, ports = self._columns
-            for egress, _ in batch.ports:
-                ports.observe(egress, view.ports[egress])
-            for flow_key, _ in batch.flows:
-                flows.observe(flow_key, view.flows[flow_key])
+        self._keep([egress for egress, _ in batch.ports], [key for key, _ in batch.flows])
+
+    def _keep(self, egresses: Iterable[Endpoint], flow_keys: Iterable[FlowKey]) -> None:
+        """The columns, if kept, as the view now holds these ports and flows (smoothed, the newest kept)."""
+        if self._columns is None:
+            return
+        flows, ports = self._columns
+        for egress in egresses:
+            ports.observe(egress, self.view.ports[egress])
+        for flow_key in flow_keys:
+            flows.observe(flow_key, self.view.flows[flow_key])
 
     def _forget_before(self, cutoff: float) -> None:
         self.view.forget_before(cutoff)
@@ -123,13 +128,9 @@ class TelemetryIngest:
         """From now on, also keep the view as TE's frames, laid out by
         `egress_ids` (its engine's LinkIndex.ids): `frames()` then hands a
         cycle copies of arrays instead of dictionaries to convert."""
-        flows, ports = FlowColumns(egress_ids), PortColumns(egress_ids)
         with self._lock:
-            for egress, port_sample in self.view.ports.items():
-                ports.observe(egress, port_sample)
-            for flow_key, flow_sample in self.view.flows.items():
-                flows.observe(flow_key, flow_sample)
-            self._columns = flows, ports
+            self._columns = FlowColumns(egress_ids), PortColumns(egress_ids)
+            self._keep(self.view.ports, self.view.flows)
 
     def frames(self) -> tuple[FlowFrame, PortFrame] | None:
         """The view as TE's frames (copies), if keep_columns was asked for."""

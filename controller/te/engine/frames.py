@@ -16,6 +16,11 @@ from controller.te.engine.links import UNKNOWN, LinkIndex
 from controller.te.view import FlowKey, FlowSample, PortSample
 
 
+def egress_id(ids: Mapping[Endpoint, int], egress: Endpoint | None) -> int:
+    """A record's egress as a LinkIndex id: -1 where unreported, UNKNOWN where not an egress of the fabric."""
+    return -1 if egress is None else ids.get(egress, UNKNOWN)
+
+
 @dataclass(frozen=True, eq=False)
 class FlowFrame:
     """Flow records, one row each. `ingress` and `transit`: the egress ids
@@ -40,8 +45,8 @@ class FlowFrame:
             list(flows),
             np.fromiter((s.rate_bps for s in samples), dtype=float, count=n),
             np.fromiter((s.observed_at for s in samples), dtype=float, count=n),
-            np.fromiter((-1 if s.ingress is None else ids.get(s.ingress, UNKNOWN) for s in samples), np.int64, n),
-            np.fromiter((-1 if s.transit is None else ids.get(s.transit, UNKNOWN) for s in samples), np.int64, n),
+            np.fromiter((egress_id(ids, s.ingress) for s in samples), np.int64, n),
+            np.fromiter((egress_id(ids, s.transit) for s in samples), np.int64, n),
         )
 
     def since(self, cutoff: float) -> FlowFrame:
@@ -88,7 +93,11 @@ class PortFrame:
 
     @classmethod
     def empty(cls, index: LinkIndex) -> PortFrame:
-        n = len(index.capacity)
+        return cls.unreported(len(index.capacity))
+
+    @classmethod
+    def unreported(cls, n: int) -> PortFrame:
+        """`n` rows, none reported yet: nothing sent, never observed, carrier up."""
         return cls(np.zeros(n), np.full(n, -np.inf), np.ones(n, dtype=bool))
 
 
