@@ -49,6 +49,7 @@ from controller.southbound.app import OpenFlowTls, start_openflow
 from controller.southbound.overlay import meter_ids
 from controller.southbound.reconciler import Reconciler, ReconcileTrigger
 from controller.southbound.stats import StatsPoller
+from controller.telemetry import priority
 from controller.telemetry.ingest import Batch, Overloaded, TelemetryIngest
 from controller.telemetry.link_view import LinkViewCollector
 from controller.telemetry.sflow_agents import load_agents
@@ -262,6 +263,7 @@ class Daemon:
 
     def start(self) -> None:
         collector.tune(self._stop)
+        priority.short_turns()
         self.ingest.start()
         if self.sflow is not None:
             self.sflow.start()
