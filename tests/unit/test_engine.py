@@ -109,6 +109,29 @@ def test_a_collision_is_found_and_resolved_in_one_cycle():
     )
 
 
+def test_a_flow_changes_path_at_most_twice_while_it_stays_an_elephant_whatever_other_elephants_do():
+    world = collided_world()
+    flows, ports = world.telemetry(100.0, {})
+    state, _ = step(FABRIC, TeState(), flows, ports, 100.0)
+    assert len(state.moves) == 1
+    # Both flows back on one uplink, each having changed path twice already.
+    spent = replace(state, moves={}, changes=dict.fromkeys(world.flows, 2))
+    # An elephant on another rail appears: the set of elephants changes, not these two's budget.
+    c, d = NicId(1, 0, 0), NicId(1, 1, 0)
+    world.flows[flow_key(c, d, 40003)] = (c, d, "rys0")
+    flows, ports = world.telemetry(110.0, {})
+    after, decisions = step(FABRIC, spent, flows, ports, 110.0)
+    assert after.moves == {} and "reroute" not in [d.kind for d in decisions]
+    assert after.changes == dict.fromkeys(list(world.flows)[:2], 2)
+    # A link going down, even one none of them crosses, starts every count over: the two may move again.
+    flows, ports = world.telemetry(110.2, {})
+    ports[Endpoint("ryl1r1", UPLINK["rys1"])] = PortSample(0.0, 0, 0, 110.2, up=False)
+    again, _ = step(FABRIC, after, flows, ports, 110.2)
+    assert again.down == {f"ryl1r1:{UPLINK['rys1']}"}
+    moved = [key for key, move in again.moves.items() if not move.rescued]  # not the new flow's ACK pin
+    assert len(moved) == 1 and moved[0] in list(world.flows)[:2] and again.changes == {moved[0]: 1}
+
+
 def test_noisy_telemetry_does_not_make_flows_flap():
     state, log = run(collided_world(), cycles=150, noise=0.3, seed=7)
     reroutes = [d for d in log if d.kind == "reroute"]

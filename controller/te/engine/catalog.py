@@ -37,7 +37,7 @@ class FlowCatalog:
         self._link_leaf: np.ndarray | None = None
         # Rows mean something only in this catalog: a state made with another
         # (TeState.recent) says whose, and its flows are found again by key.
-        self.owner = uuid.uuid4().hex  # a token that means the same in the TE worker process (te_worker)
+        self.owner = uuid.uuid4().hex  # a token: a state from another catalog (or process) is told apart
         self._row: dict[FlowKey, int] = {}
         self.src = np.zeros(0, dtype=np.int64)  # NIC numbers
         self.dst = np.zeros(0, dtype=np.int64)

@@ -301,7 +301,6 @@ class _Cycle:
                 if i >= 0:
                     rate[i] = min(rate[i], meter.rate_bps)
             placed = replace(placed, rate_bps=rate)
-        changes = self.state.changes if self.state.traffic == self.traffic else {}
         outcome = rebalance(
             Inputs(
                 self.index,
@@ -315,7 +314,7 @@ class _Cycle:
                 self.cfg,
                 self.snap.steered,
                 self.meters.keys(),
-                changes,
+                self.changes_so_far(),
                 dormant,
                 self.state.fruitless,
                 self.engine.pause,
@@ -345,12 +344,19 @@ class _Cycle:
         self.decisions += outcome.decisions  # what was seen, then what was done about it
         return set(unfixable), set(collisions)
 
+    def changes_so_far(self) -> Mapping[FlowKey, int]:
+        """Per elephant, the path changes TE made it since it became one
+        (seen lately without a break of `expire_after_s`) or a link went
+        down or came back, whichever is later. Not since the set of
+        elephants last changed: under TCP, flows cross the elephant
+        threshold and fall back all through a run, and each time every
+        flow's count started over (randx5 reached 3 path changes a flow)."""
+        return self.state.changes if self.state.down == self.down else {}
+
     def changes(self, outcome: Outcome) -> dict[FlowKey, int]:
-        """Per flow, the path changes TE made it while the traffic stayed as
-        it is now; only the flows seen lately are remembered."""
-        before = self.state.changes if self.state.traffic == self.traffic else {}
+        """`changes_so_far` after this cycle's decisions; only the flows seen lately are remembered."""
         recent = set(self.recent.keys)
-        counts = {key: n for key, n in before.items() if key in recent}
+        counts = {key: n for key, n in self.changes_so_far().items() if key in recent}
         for d in self.decisions:
             if d.flow is not None and d.kind in (DecisionKind.REROUTE, DecisionKind.REVERT) and d.from_via != d.to_via:
                 counts[d.flow] = counts.get(d.flow, 0) + 1

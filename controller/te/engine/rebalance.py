@@ -25,7 +25,7 @@ A pass runs in named stages over one `Inputs` record:
 Caps are local: each leaf moves at most `max_moves_per_leaf` elephants per
 pass (by default its uplink count), a moved flow stays put for
 `hysteresis_s`, and no flow changes path more than `max_path_changes`
-times while the traffic stays as it is.
+times while it stays an elephant and the links stay as they are.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ class Inputs:
     cfg: EngineConfig
     steered: Collection[tuple[NicId, NicId]] = frozenset()
     metered: Collection[FlowKey] = frozenset()
-    changes: Mapping[FlowKey, int] = field(default_factory=dict)  # path changes since the traffic changed
+    changes: Mapping[FlowKey, int] = field(default_factory=dict)  # path changes per elephant so far
     # Per elephant: a placed job's flow between iterations, load by demand
     # where it is, never moved (nothing measures it now). None: none.
     dormant: np.ndarray | None = None

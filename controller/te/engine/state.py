@@ -20,8 +20,8 @@ class EngineConfig:
     elephant_fraction: float = 0.1  # of the NIC rate (Hedera)
     max_age_s: float = 1.0
     hysteresis_s: float = 3.0  # a moved flow stays put this long (and is then checked against where it was)
-    # Path changes TE makes to one flow while the traffic stays as it is
-    # (the same elephants, the same links up): a bound on churn. 0: none.
+    # Path changes TE makes to one flow while it stays an elephant and the
+    # same links stay up: a bound on churn. 0: none.
     max_path_changes: int = 2
     # Moves per leaf per cycle, at most: a local cap, so one cycle can fix
     # every leaf of the fabric while no leaf churns. 0: the leaf's uplink count.
@@ -249,7 +249,7 @@ class TeState:
     explained: np.ndarray | None = None  # per egress: the elephants' record load, smoothed as the port's rate
     port_at: np.ndarray | None = None  # per egress: when the port sample last in `explained` was taken (-inf: none)
     traffic: int = 0  # a fingerprint of the traffic: the elephants seen lately and the links down
-    changes: Mapping[FlowKey, int] = field(default_factory=dict)  # path changes per flow since `traffic` changed
+    changes: Mapping[FlowKey, int] = field(default_factory=dict)  # path changes per elephant (Cycle.changes_so_far)
     fruitless: Fruitless | None = None  # the last joint search that found no plan, if the last one did not
 
 
