@@ -30,6 +30,7 @@ from bench import write_result
 from controller.fabric import load_fabric
 from controller.te.engine import DecisionKind
 from emulation.net import ovs
+from emulation.scenarios.records import ScenarioReport
 from emulation.scenarios.report import build_report
 from emulation.scenarios.runner import ScenarioMode, run_scenario
 from emulation.scenarios.timeline import MOVES, Decided
@@ -53,7 +54,7 @@ def simulated_workload(scenario: Workload, telemetry: Telemetry) -> Workload:
 JUDGED_FROM_S = 1.0  # the emulated report judges a TCP flow from its second second on (slow start)
 
 
-def emulated_report(workload: Workload, seed: int) -> dict[str, Any]:
+def emulated_report(workload: Workload, seed: int) -> ScenarioReport:
     """The scenario emulated on its own spec, ECMP and TE, and its report."""
     return emulated_run(workload, seed).report
 
@@ -64,7 +65,7 @@ class Emulated:
     the fluid model (emulation/simulate/replay.py; None where the replay
     cannot value it)."""
 
-    report: dict[str, Any]
+    report: ScenarioReport
     te_routing: RoutingWorth | None
 
 
@@ -142,8 +143,8 @@ def main() -> None:
             workload = simulated_workload(scenario, telemetry)
             for seed in args.seeds:
                 report = build_report(fabric, scenario, seed, run_scenario(fabric, spec_path, scenario, seed))
-                emulated = {mode: report["modes"][mode]["fraction_of_optimum"] for mode in ("ecmp", "te")}
-                flow_errors = sum(1 for m in report["modes"].values() for f in m["flows"] if f["error"])
+                emulated = {mode: report.modes[mode].totals.fraction_of_optimum for mode in ("ecmp", "te")}
+                flow_errors = report.failed_flows
                 simulated = simulated_fractions(simulate(fabric, workload, seed))
                 diff = {mode: 100 * (simulated[mode] - emulated[mode]) for mode in ("ecmp", "te")}
                 case = {

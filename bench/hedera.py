@@ -45,22 +45,22 @@ TARGETS = {"te_mean": 0.98, "te_min": 0.95, "te_min_randbij_stride": 0.97, "path
 def emulated(workload: Workload, seed: int) -> dict[str, Any]:
     run = emulated_run(workload, seed)
     report = run.report
-    te, ecmp = report["modes"]["te"], report["modes"]["ecmp"]
+    te, ecmp = report.modes["te"], report.modes["ecmp"]
     return {
         # What TE's routing in this run was worth in the fluid model: the
         # emulated figure's shortfall from it is TCP's sharing, not routing.
         "te_routing": run.te_routing.mean if run.te_routing else None,
         "te_routing_end": run.te_routing.end if run.te_routing else None,
-        "ecmp": ecmp["fraction_of_optimum"],
-        "te": te["fraction_of_optimum"],
+        "ecmp": ecmp.totals.fraction_of_optimum,
+        "te": te.totals.fraction_of_optimum,
         # The aggregate's own ratio, beside the credited figure: above it where TCP shares a NIC unevenly.
-        "ecmp_aggregate": ecmp["aggregate_over_optimum"],
-        "te_aggregate": te["aggregate_over_optimum"],
-        "path_changes_per_flow_max": te["path_changes_per_flow"]["max"],
-        "reroutes": te["te_decisions"].get("reroute", 0),
-        "moves_in_steady_traffic": te["moves_in_steady_traffic"],
-        "collision_to_fix_median_s": te["collision_to_fix_s"]["median"],
-        "flow_errors": sum(1 for m in report["modes"].values() for f in m["flows"] if f["error"]),
+        "ecmp_aggregate": ecmp.totals.aggregate_over_optimum,
+        "te_aggregate": te.totals.aggregate_over_optimum,
+        "path_changes_per_flow_max": te.te.path_changes_per_flow.max,
+        "reroutes": te.te_decisions.get("reroute", 0),
+        "moves_in_steady_traffic": te.te.moves_in_steady_traffic,
+        "collision_to_fix_median_s": te.te.collision_to_fix_s.median,
+        "flow_errors": report.failed_flows,
     }
 
 

@@ -135,10 +135,10 @@ def _run_in(
             ctl.stop()
     judged = judge(phases(fabric, [], duration, flows), results, duration)
     return {
-        "fraction_of_optimum": judged["fraction_of_optimum"],
-        "aggregate_mbps": judged["aggregate_mbps"],
-        "optimum_mbps": judged["optimum_mbps"],
-        "flow_goodput_mbps": [f["goodput_bps"] / 1e6 for f in judged["flows"]],
+        "fraction_of_optimum": judged.totals.fraction_of_optimum,
+        "aggregate_mbps": judged.totals.aggregate_mbps,
+        "optimum_mbps": judged.totals.optimum_mbps,
+        "flow_goodput_mbps": [f.goodput_bps / 1e6 for f in judged.flows],
         "flow_errors": [r.error for r in results if r.error],
         "drops": drops,
         "tcp": tcp,

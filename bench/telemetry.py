@@ -23,8 +23,10 @@ from typing import Any
 from bench import write_result
 from controller.fabric import load_fabric
 from controller.fabric.spec import SPECS_DIR
+from emulation.model.stats import percentile
 from emulation.net import ovs
 from emulation.net.fabric import sflow_sampling
+from emulation.scenarios.records import ScenarioReport
 from emulation.scenarios.report import build_report
 from emulation.scenarios.runner import TELEMETRY, ScenarioMode, Sources, run_mode
 from emulation.workload import load_workload
@@ -32,20 +34,20 @@ from emulation.workload import load_workload
 SPECS = ("default.yaml", "narrow-uplinks.yaml", "three-tier.yaml")
 
 
-def summary(reports: list[dict]) -> dict:
-    te = [r["modes"]["te"] for r in reports]
-    fixes = sorted(t for m in te for t in m["collision_to_fix_s"]["all"])
+def summary(reports: list[ScenarioReport]) -> dict:
+    te = [r.modes["te"] for r in reports]
+    fixes = sorted(t for m in te for t in m.te.collision_to_fix_s.all)
     return {
-        "te_fraction_of_optimum": [m["fraction_of_optimum"] for m in te],
-        "te_min_fraction": min(m["fraction_of_optimum"] for m in te),
-        "ecmp_fraction_of_optimum": [r["modes"]["ecmp"]["fraction_of_optimum"] for r in reports],
+        "te_fraction_of_optimum": [m.totals.fraction_of_optimum for m in te],
+        "te_min_fraction": min(m.totals.fraction_of_optimum for m in te),
+        "ecmp_fraction_of_optimum": [r.modes["ecmp"].totals.fraction_of_optimum for r in reports],
         "collisions_fixed": len(fixes),
-        "collisions_unfixed": sum(m["collision_to_fix_s"]["unfixed"] for m in te),
+        "collisions_unfixed": sum(m.te.collision_to_fix_s.unfixed for m in te),
         "collision_to_fix_median_s": statistics.median(fixes) if fixes else None,
-        "collision_to_fix_p99_s": fixes[min(len(fixes) - 1, int(0.99 * len(fixes)))] if fixes else None,
-        "path_changes_per_flow_mean": [m["path_changes_per_flow"]["mean"] for m in te],
-        "path_changes_per_flow_max": [m["path_changes_per_flow"]["max"] for m in te],
-        "reroutes": [m["te_decisions"].get("reroute", 0) for m in te],
+        "collision_to_fix_p99_s": percentile(fixes, 0.99) if fixes else None,
+        "path_changes_per_flow_mean": [m.te.path_changes_per_flow.mean for m in te],
+        "path_changes_per_flow_max": [m.te.path_changes_per_flow.max for m in te],
+        "reroutes": [m.te_decisions.get("reroute", 0) for m in te],
     }
 
 
@@ -65,7 +67,7 @@ def main() -> None:
     for spec in args.spec or SPECS:
         spec_path = SPECS_DIR / spec
         fabric = load_fabric(spec_path)
-        per_source: dict[str, list[dict]] = {s: [] for s in sources}
+        per_source: dict[str, list[ScenarioReport]] = {s: [] for s in sources}
         entry = results["specs"][fabric.spec.name] = {"spec": spec, "sflow_sampling": sflow_sampling(fabric)}
         for seed in args.seeds:
             with tempfile.TemporaryDirectory(prefix="railyard-bench-") as tmp:
@@ -85,17 +87,17 @@ def main() -> None:
                     report = build_report(
                         fabric, workload, seed, {ScenarioMode.ECMP: ecmp, ScenarioMode.TE: te}, Sources(source)
                     )
-                    figures = report["modes"]["te"]
-                    fix = figures["collision_to_fix_s"]
+                    figures = report.modes["te"]
+                    fix = figures.te.collision_to_fix_s
                     print(
-                        f"{fabric.spec.name} seed {seed} {source}: TE {figures['fraction_of_optimum']:.1%} "
-                        f"(ECMP {report['modes']['ecmp']['fraction_of_optimum']:.1%}), fix median {fix['median']} "
-                        f"p99 {fix['p99']}, path changes/flow {figures['path_changes_per_flow']['mean']:.2f}",
+                        f"{fabric.spec.name} seed {seed} {source}: TE {figures.totals.fraction_of_optimum:.1%} "
+                        f"(ECMP {report.modes['ecmp'].totals.fraction_of_optimum:.1%}), fix median {fix.median} "
+                        f"p99 {fix.p99}, path changes/flow {figures.te.path_changes_per_flow.mean:.2f}",
                         flush=True,
                     )
                     per_source[source].append(report)
             entry["summary"] = {s: summary(rs) for s, rs in per_source.items() if rs}
-            entry["reports"] = per_source
+            entry["reports"] = {s: [r.as_json() for r in rs] for s, rs in per_source.items()}
             write_result(args.out, results)  # after every seed: a cut-short run keeps what it measured
     print(write_result(args.out, results))
 

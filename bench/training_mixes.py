@@ -33,6 +33,7 @@ from bench.crossval import emulated_report
 from controller.fabric import load_fabric
 from emulation.model.stats import percentile
 from emulation.net import ovs
+from emulation.scenarios.records import JobFigures
 from emulation.scenarios.timeline import in_steady_traffic
 from emulation.simulate.run import simulate
 from emulation.workload import Workload, load_workload, spec_file
@@ -63,26 +64,26 @@ def _pooled(values: list[float]) -> dict[str, float]:
     return {"p50": percentile(values, 0.5), "p99": percentile(values, 0.99)} if values else {}
 
 
-def _iteration_figures(report_jobs: list[dict]) -> dict[str, dict[str, float]]:
+def _iteration_figures(report_jobs: list[JobFigures]) -> dict[str, dict[str, float]]:
     """Every job's iterations pooled: their times, and each over its optimum (the report's)."""
-    times = [took for job in report_jobs for _, took in job["times_s"] if took is not None]
-    return {"time_s": _pooled(times), "slowdown": _pooled([x for job in report_jobs for x in job["slowdowns"]])}
+    times = [took for job in report_jobs for _, took in job.times_s if took is not None]
+    return {"time_s": _pooled(times), "slowdown": _pooled([x for job in report_jobs for x in job.slowdowns])}
 
 
 def emulated(workload: Workload, seed: int) -> dict[str, Any]:
     report = emulated_report(workload, seed)
-    te, ecmp = report["modes"]["te"], report["modes"]["ecmp"]
+    te, ecmp = report.modes["te"], report.modes["ecmp"]
     return {
-        "te": _iteration_figures(te["jobs"]),
-        "e_ecmp": _iteration_figures(ecmp["jobs"]),
+        "te": _iteration_figures(te.jobs),
+        "e_ecmp": _iteration_figures(ecmp.jobs),
         "iterations_finished": {
-            mode: sum(j["iterations_finished"] for j in report["modes"][mode]["jobs"]) for mode in ("ecmp", "te")
+            mode: sum(j.iterations_finished for j in report.modes[mode].jobs) for mode in ("ecmp", "te")
         },
-        "path_changes_per_flow_max": te["path_changes_per_flow"]["max"],
-        "path_changes_per_flow_per_change_max": te["path_changes_per_flow_per_change_max"],
-        "moves_in_steady_traffic": te["moves_in_steady_traffic"],
-        "reroutes": te["te_decisions"].get("reroute", 0),
-        "flow_errors": sum(1 for m in report["modes"].values() for f in m["flows"] if f["error"]),
+        "path_changes_per_flow_max": te.te.path_changes_per_flow.max,
+        "path_changes_per_flow_per_change_max": te.te.path_changes_per_flow_per_change_max,
+        "moves_in_steady_traffic": te.te.moves_in_steady_traffic,
+        "reroutes": te.te_decisions.get("reroute", 0),
+        "flow_errors": report.failed_flows,
     }
 
 

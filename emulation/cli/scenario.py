@@ -77,7 +77,7 @@ def scenario_run(args) -> int:
             f"{time.monotonic() - started:.0f} s"
         )
 
-    emit(args.json, report, text)
+    emit(args.json, report.as_json(), text)
     return 0
 
 

@@ -22,6 +22,7 @@ from controller.fabric import Endpoint, Fabric
 from controller.te.demand import nic_limited
 from emulation.model.optimum import Outage, Units, concurrent_time_s
 from emulation.model.stats import percentile
+from emulation.scenarios.records import BurstFigures, Dispatch, JobFigures, OnOffFigures, OptimumStretch, Spread
 from emulation.traffic.records import Iteration, StreamResult
 from emulation.workload.expand import JobPlan, Plan
 
@@ -67,7 +68,7 @@ def job_figures(
     stretches: Sequence[Stretch],
     emulated_flow_bytes: dict[str, int],
     underlay_vias: Mapping[int, str] | None = None,
-) -> list[dict]:
+) -> list[JobFigures]:
     """Per job with iterations; each iteration is judged against the optimum
     of the stretch it started in. With `underlay_vias` (the ECMP run's), the
     links ECMP overloads for each job."""
@@ -93,48 +94,48 @@ def job_figures(
             if bounds:
                 slowdowns.append((end - start) / min(bounds))
         out.append(
-            {
-                "job": job.job_id,
-                "collective": job.collective.value,
-                "gpus": job.gpus,
-                "flows": len(job.transfers),
-                "message_bytes": job.message_bytes,
-                "flow_bytes": job.flow_bytes,
-                "iterations_planned": job.iterations,
-                "iterations_started": len(mine),
-                "iterations_finished": len(finished),
-                "iteration_s": _spread(times),
-                "optimum_iteration_s": [{"from_s": a, "to_s": b, "seconds": o} for (a, b), o in optimum.items()],
-                "slowdown_vs_optimum": _spread(slowdowns),
+            JobFigures(
+                job=job.job_id,
+                collective=job.collective.value,
+                gpus=job.gpus,
+                flows=len(job.transfers),
+                message_bytes=job.message_bytes,
+                flow_bytes=job.flow_bytes,
+                iterations_planned=job.iterations,
+                iterations_started=len(mine),
+                iterations_finished=len(finished),
+                iteration_s=spread(times),
+                optimum_iteration_s=[OptimumStretch(a, b, o) for (a, b), o in optimum.items()],
+                slowdown_vs_optimum=spread(slowdowns),
                 # NCCL-tests: algbw = S / t; busbw = algbw x 2(n-1)/n (all-reduce), x (n-1)/n (all-to-all).
-                "algbw_gbytes_s": _spread([job.message_bytes / t / 1e9 for t in times]),
-                "busbw_gbytes_s": _spread([job.message_bytes / t / 1e9 * job.busbw_factor for t in times]),
-                "dispatch_overhead": {
-                    "max_s": max((it.dispatch_s for it in mine), default=0.0),
-                    "max_share_of_iteration": max((it.dispatch_s / t for it in mine if (t := it.time_s)), default=0.0),
-                },
-                "times_s": [[it.start_s, it.time_s] for it in mine],
-                "slowdowns": slowdowns,  # per finished iteration with a bound, in order
-                **({"ecmp_collided_links": collided.get(job.job_id, [])} if underlay_vias else {}),
-            }
+                algbw_gbytes_s=spread([job.message_bytes / t / 1e9 for t in times]),
+                busbw_gbytes_s=spread([job.message_bytes / t / 1e9 * job.busbw_factor for t in times]),
+                dispatch_overhead=Dispatch(
+                    max_s=max((it.dispatch_s for it in mine), default=0.0),
+                    max_share_of_iteration=max((it.dispatch_s / t for it in mine if (t := it.time_s)), default=0.0),
+                ),
+                times_s=[(it.start_s, it.time_s) for it in mine],
+                slowdowns=slowdowns,
+                ecmp_collided_links=collided.get(job.job_id, []) if underlay_vias else None,
+            )
         )
     return out
 
 
-def _spread(values: Sequence[float]) -> dict:
+def spread(values: Sequence[float]) -> Spread:
     if not values:
-        return {"n": 0, "mean": None, "min": None, "p50": None, "p99": None, "max": None}
-    return {
-        "n": len(values),
-        "mean": statistics.fmean(values),
-        "min": min(values),
-        "p50": percentile(values, 0.5),
-        "p99": percentile(values, 0.99),
-        "max": max(values),
-    }
+        return Spread(0)
+    return Spread(
+        n=len(values),
+        mean=statistics.fmean(values),
+        min=min(values),
+        p50=percentile(values, 0.5),
+        p99=percentile(values, 0.99),
+        max=max(values),
+    )
 
 
-def burst_figures(plan: Plan, streams: Sequence[tuple[int, StreamResult]]) -> list[dict]:
+def burst_figures(plan: Plan, streams: Sequence[tuple[int, StreamResult]]) -> list[BurstFigures]:
     """Per traffic item, its finite flows' bursts (not jobs'): completion time
     from the burst's window opening to its last byte, and what arrived."""
     by_item: dict[int, list[tuple[float | None, float]]] = {}
@@ -148,18 +149,18 @@ def burst_figures(plan: Plan, streams: Sequence[tuple[int, StreamResult]]) -> li
                 (None if burst.done is None else burst.done - burst.released, burst.received / result.stream.bytes)
             )
     return [
-        {
-            "item": item,
-            "bursts": len(rows),
-            "unfinished": sum(1 for t, _ in rows if t is None),
-            "completion_s": _spread([t for t, _ in rows if t is not None]),
-            "delivered_share": _spread([share for _, share in rows]),
-        }
+        BurstFigures(
+            item=item,
+            bursts=len(rows),
+            unfinished=sum(1 for t, _ in rows if t is None),
+            completion_s=spread([t for t, _ in rows if t is not None]),
+            delivered_share=spread([share for _, share in rows]),
+        )
         for item, rows in sorted(by_item.items())
     ]
 
 
-def on_off_figures(plan: Plan, streams: Sequence[tuple[int, StreamResult]], duration_s: float) -> list[dict]:
+def on_off_figures(plan: Plan, streams: Sequence[tuple[int, StreamResult]], duration_s: float) -> list[OnOffFigures]:
     """Per traffic item, its on/off sources: what they carried while on."""
     by_item: dict[int, list[tuple[int, float]]] = {}
     for index, result in streams:
@@ -169,10 +170,6 @@ def on_off_figures(plan: Plan, streams: Sequence[tuple[int, StreamResult]], dura
         on_time = sum(stop - start for start, stop in transfer.window.bursts(duration_s))
         by_item.setdefault(transfer.item, []).append((sum(result.interval_bytes), on_time))
     return [
-        {
-            "item": item,
-            "flows": len(rows),
-            "goodput_while_on_mbps": _spread([8 * carried / on / 1e6 for carried, on in rows if on > 0]),
-        }
+        OnOffFigures(item, len(rows), spread([8 * carried / on / 1e6 for carried, on in rows if on > 0]))
         for item, rows in sorted(by_item.items())
     ]

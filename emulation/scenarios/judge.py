@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from controller.errors import RailyardError
 from controller.fabric import Fabric
 from emulation.model.optimum import Bounds, ModelFlow, OptimumKind, Outage, Units, optimum_bounds
+from emulation.scenarios.records import ModeFigures, PhaseFigures, ScenarioReport, Totals
 from emulation.traffic.iperf import FlowResult, FlowSpec
 from emulation.workload.model import Event
 
@@ -55,7 +56,7 @@ class RunInvalid(RailyardError):
     """A run whose figures are not what they claim to be. `report` carries
     the figures that show it, for whoever writes them down."""
 
-    report: dict | None = None
+    report: ScenarioReport | None = None
 
 
 class OptimumExceeded(RunInvalid):
@@ -160,7 +161,22 @@ def _optimum_over(phases_: Sequence[Phase], flow: int, t0: float, t1: float, kin
     return total / (t1 - t0)
 
 
-def judge(phases_: Sequence[Phase], results: Sequence[FlowResult], duration_s: float) -> dict:
+@dataclass(frozen=True)
+class JudgedFlow:
+    goodput_bps: float
+    optimum_bps: float
+    single_path_bps: float | None
+    intervals: int  # the seconds judged
+
+
+@dataclass(frozen=True)
+class Judged:
+    flows: list[JudgedFlow]
+    totals: Totals
+    phases: list[PhaseFigures]
+
+
+def judge(phases_: Sequence[Phase], results: Sequence[FlowResult], duration_s: float) -> Judged:
     """Per flow, per phase and for the run: goodput, optimum, fractions."""
     flows = []
     # Per phase, per flow measured in it: (goodput, optimum, single-path optimum) means.
@@ -175,27 +191,16 @@ def judge(phases_: Sequence[Phase], results: Sequence[FlowResult], duration_s: f
             )
             for a, b, bps in seconds
         ]
-        flows.append((*_means(judged), len(seconds)))
+        flows.append(JudgedFlow(*_means(judged), len(seconds)))
         for k, p in enumerate(phases_):
             inside = [j for (a, b, _), j in zip(seconds, judged) if p.start_s <= a and b <= p.end_s]
             if inside:
                 rows[k].append(_means(inside))
     phase_figures = [
-        {
-            "from_s": p.start_s,
-            "to_s": p.end_s,
-            "dead_links": list(p.dead_links),
-            **_totals(phase_rows),
-            "flows_measured": len(phase_rows),  # flows with a judged second inside the phase
-            "bound_over_optimum": _ceiling(p),
-        }
+        PhaseFigures(p.start_s, p.end_s, list(p.dead_links), _totals(phase_rows), len(phase_rows), _ceiling(p))
         for p, phase_rows in zip(phases_, rows)
     ]
-    return {
-        "flows": [{"goodput_bps": g, "optimum_bps": o, "single_path_bps": s, "intervals": n} for g, o, s, n in flows],
-        **_totals([(g, o, s) for g, o, s, _ in flows]),
-        "phases": phase_figures,
-    }
+    return Judged(flows, _totals([(f.goodput_bps, f.optimum_bps, f.single_path_bps) for f in flows]), phase_figures)
 
 
 def _means(judged: Sequence[tuple[float, float, float | None]]) -> tuple[float, float, float | None]:
@@ -207,20 +212,20 @@ def _means(judged: Sequence[tuple[float, float, float | None]]) -> tuple[float, 
     return sum(g for g, _, _ in judged) / n, sum(o for _, o, _ in judged) / n, single
 
 
-def _totals(rows: Sequence[tuple[float, float, float | None]]) -> dict:
+def _totals(rows: Sequence[tuple[float, float, float | None]]) -> Totals:
     goodput = sum(g for g, _, _ in rows)
     optimum = sum(o for _, o, _ in rows)
     credited = sum(min(g, o) for g, o, _ in rows)
     singles = [s for _, _, s in rows]
     single = None if any(s is None for s in singles) else sum(s for s in singles if s is not None)
-    return {
-        "aggregate_mbps": goodput / 1e6,
-        "optimum_mbps": optimum / 1e6,
-        "fraction_of_optimum": credited / optimum if optimum else 0.0,
-        "aggregate_over_optimum": goodput / optimum if optimum else 0.0,
-        "single_path_mbps": None if single is None else single / 1e6,
-        "fraction_of_single_path": goodput / single if single else None,
-    }
+    return Totals(
+        aggregate_mbps=goodput / 1e6,
+        optimum_mbps=optimum / 1e6,
+        fraction_of_optimum=credited / optimum if optimum else 0.0,
+        aggregate_over_optimum=goodput / optimum if optimum else 0.0,
+        single_path_mbps=None if single is None else single / 1e6,
+        fraction_of_single_path=goodput / single if single else None,
+    )
 
 
 def _ceiling(p: Phase) -> float:
@@ -233,28 +238,28 @@ def _ceiling(p: Phase) -> float:
     return p.bounds.throughput_bps / full if full else 1.0
 
 
-def check(mode: str, figures: dict) -> None:
+def check(mode: str, figures: ModeFigures) -> None:
     """Raises OptimumExceeded when the run's or a phase's goodput is above
     what no routing can carry (the optimum, or the throughput bound where
     that is higher), or an iteration is faster than its job's optimum,
     beyond the measurement tolerance."""
-    for job in figures.get("jobs", []):
-        fastest = job["slowdown_vs_optimum"]["min"]
+    for job in figures.jobs:
+        fastest = job.slowdown_vs_optimum.min
         if fastest is not None and fastest < 1 - TOLERANCE:
             raise OptimumExceeded(
-                f"{mode} run, job {job['job']}: an iteration took {fastest:.1%} of its optimum iteration time, "
+                f"{mode} run, job {job.job}: an iteration took {fastest:.1%} of its optimum iteration time, "
                 f"more than the {TOLERANCE:.0%} measurement tolerance below what no routing can beat: a bug in "
                 "the optimum or in the measurement, not a result"
             )
-    phases_ = figures["phases"]
-    judged = [(f"{p['from_s']:g}-{p['to_s']:g} s", p, p["bound_over_optimum"]) for p in phases_]
-    judged.append(("the whole run", figures, max((p["bound_over_optimum"] for p in phases_), default=1.0)))
-    for where, fig, ceiling in judged:
-        if fig["optimum_mbps"] and fig["aggregate_over_optimum"] > ceiling * (1 + TOLERANCE):
+    phases_ = figures.phases
+    judged = [(p.where, p.totals, p.bound_over_optimum) for p in phases_]
+    judged.append(("the whole run", figures.totals, max((p.bound_over_optimum for p in phases_), default=1.0)))
+    for where, totals, ceiling in judged:
+        if totals.optimum_mbps and totals.aggregate_over_optimum > ceiling * (1 + TOLERANCE):
             bound = "" if ceiling <= 1 + 1e-6 else f"; throughput bound {ceiling:.1%} of it"
             raise OptimumExceeded(
-                f"{mode} run, {where}: aggregate goodput {fig['aggregate_mbps']:.2f} Mb/s is "
-                f"{fig['aggregate_over_optimum']:.1%} of the exact {OptimumKind.SPLITTABLE.value} optimum's aggregate "
-                f"({fig['optimum_mbps']:.2f} Mb/s{bound}), more than the {TOLERANCE:.0%} measurement tolerance above "
-                "what no routing can carry: a bug in the optimum or in the measurement, not a result"
+                f"{mode} run, {where}: aggregate goodput {totals.aggregate_mbps:.2f} Mb/s is "
+                f"{totals.aggregate_over_optimum:.1%} of the exact {OptimumKind.SPLITTABLE.value} optimum's "
+                f"aggregate ({totals.optimum_mbps:.2f} Mb/s{bound}), more than the {TOLERANCE:.0%} measurement "
+                "tolerance above what no routing can carry: a bug in the optimum or in the measurement, not a result"
             )

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from controller.fabric import Endpoint, Fabric
+from emulation.scenarios.records import ScenarioReport
 from emulation.scenarios.runner import ModeRun, ScenarioMode
 
 
@@ -23,12 +24,11 @@ def report_stem(scenario: str, fabric: str, seed: int, telemetry: str = "agent",
     return re.sub(r"[^A-Za-z0-9._-]", "_", f"{scenario}-{fabric}-seed{seed}{sources}").lstrip(".") or "scenario"
 
 
-def write(report: dict, runs: Mapping[ScenarioMode, ModeRun], fabric: Fabric, out_dir: Path) -> Path:
+def write(report: ScenarioReport, runs: Mapping[ScenarioMode, ModeRun], fabric: Fabric, out_dir: Path) -> Path:
     out_dir.mkdir(parents=True, exist_ok=True)
-    sources = report.get("telemetry", "agent"), report.get("underlay", "fabric")
-    stem = report_stem(report["scenario"], report["fabric"], report["seed"], *sources)
+    stem = report_stem(report.scenario, report.fabric, report.seed, report.telemetry, report.underlay)
     path = out_dir / f"{stem}.json"
-    path.write_text(json.dumps(report, indent=2) + "\n")
+    path.write_text(json.dumps(report.as_json(), indent=2) + "\n")
     _plots(report, runs, fabric, out_dir / f"{stem}.png")
     for mode, run in runs.items():
         if run.controller_log:
@@ -39,7 +39,7 @@ def write(report: dict, runs: Mapping[ScenarioMode, ModeRun], fabric: Fabric, ou
     return path
 
 
-def _plots(report: dict, runs: Mapping[ScenarioMode, ModeRun], fabric: Fabric, path: Path) -> None:
+def _plots(report: ScenarioReport, runs: Mapping[ScenarioMode, ModeRun], fabric: Fabric, path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -47,23 +47,21 @@ def _plots(report: dict, runs: Mapping[ScenarioMode, ModeRun], fabric: Fabric, p
 
     modes = list(runs)
     fig, axes = plt.subplots(1 + 2 * len(modes), 1, figsize=(10, 3 + 2.6 * 2 * len(modes)))
-    flows = report["modes"][modes[0]]["flows"]
+    flows = report.modes[modes[0]].flows
     x = range(len(flows))
     width = 0.8 / len(modes)
     for i, mode in enumerate(modes):
         axes[0].bar(
             [j + i * width for j in x],
-            [f["goodput_mbps"] for f in report["modes"][mode]["flows"]],
+            [f.goodput_mbps for f in report.modes[mode].flows],
             width,
             label=mode.upper(),
         )
     axes[0].plot(
-        [j + 0.4 - width / 2 for j in x], [f["optimum_mbps"] for f in flows], "k_", markersize=18, label="optimum"
+        [j + 0.4 - width / 2 for j in x], [f.optimum_mbps for f in flows], "k_", markersize=18, label="optimum"
     )
-    axes[0].set_xticks(
-        [j + 0.4 - width / 2 for j in x], [f["flow"].replace(" -> ", "\n-> ") for f in flows], fontsize=6
-    )
-    axes[0].set_title(f"{report['scenario']}: per-flow goodput (seed {report['seed']})")
+    axes[0].set_xticks([j + 0.4 - width / 2 for j in x], [f.flow.replace(" -> ", "\n-> ") for f in flows], fontsize=6)
+    axes[0].set_title(f"{report.scenario}: per-flow goodput (seed {report.seed})")
     axes[0].set_ylabel("Mb/s")
     axes[0].legend()
     uplinks = [e for egresses in fabric.pod_uplinks.values() for e in egresses]
@@ -79,7 +77,7 @@ def _plots(report: dict, runs: Mapping[ScenarioMode, ModeRun], fabric: Fabric, p
         ax.set_title(f"{mode.upper()}: leaf uplink utilization")
         ax.set_ylim(0, 1.15)
         ax.legend(fontsize=6, ncol=4)
-        bottleneck = report["modes"][mode]["bottleneck_queue"]["port"]
+        bottleneck = report.modes[mode].bottleneck_queue.port
         axq = axes[1 + len(modes) + i]
         if bottleneck:
             node, port = bottleneck.rsplit(":", 1)
@@ -90,19 +88,19 @@ def _plots(report: dict, runs: Mapping[ScenarioMode, ModeRun], fabric: Fabric, p
     fig.tight_layout()
     fig.savefig(path, dpi=90)
     plt.close(fig)
-    if report["modes"][modes[0]]["jobs"]:
+    if report.modes[modes[0]].jobs:
         _iteration_cdf(report, path.with_name(path.stem + "-iterations.png"))
 
 
-def _iteration_cdf(report: dict, path: Path) -> None:
+def _iteration_cdf(report: ScenarioReport, path: Path) -> None:
     """Per job, the CDF of its iteration times, ECMP against TE."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    styles = {ScenarioMode.ECMP: "--", ScenarioMode.TE: "-"}
-    for mode, figures in report["modes"].items():
-        for k, job in enumerate(figures["jobs"]):
-            times = sorted(t for _, t in job["times_s"] if t is not None)
+    styles: dict[str, str] = {ScenarioMode.ECMP: "--", ScenarioMode.TE: "-"}
+    for mode, figures in report.modes.items():
+        for k, job in enumerate(figures.jobs):
+            times = sorted(t for _, t in job.times_s if t is not None)
             if times:
                 ax.step(
                     times,
@@ -110,15 +108,14 @@ def _iteration_cdf(report: dict, path: Path) -> None:
                     styles.get(mode, ":"),
                     color=f"C{k}",
                     where="post",
-                    label=f"{job['job']} {mode.upper()}",
+                    label=f"{job.job} {mode.upper()}",
                 )
-    for k, job in enumerate(next(iter(report["modes"].values()))["jobs"]):
-        best = min((o["seconds"] for o in job["optimum_iteration_s"] if o["seconds"]), default=None)
-        if best:
-            ax.axvline(best, color=f"C{k}", linestyle=":", linewidth=1, label=f"{job['job']} optimum")
+    for k, job in enumerate(next(iter(report.modes.values())).jobs):
+        if job.optimum_s:
+            ax.axvline(job.optimum_s, color=f"C{k}", linestyle=":", linewidth=1, label=f"{job.job} optimum")
     ax.set_xlabel("iteration time (s)")
     ax.set_ylabel("CDF")
-    ax.set_title(f"{report['scenario']} on {report['fabric']}, seed {report['seed']}: iteration times")
+    ax.set_title(f"{report.scenario} on {report.fabric}, seed {report.seed}: iteration times")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=90)

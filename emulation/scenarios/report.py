@@ -3,9 +3,11 @@ Pure; `table.py` prints them, `output.py` writes them (JSON, PNG)."""
 
 from __future__ import annotations
 
+import functools
 import math
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from controller.fabric import Endpoint, Fabric
 from controller.fabric import addressing as ad
@@ -19,10 +21,21 @@ from emulation.scenarios.judge import (
     ControllerFailed,
     OptimumExceeded,
     Phase,
+    RunInvalid,
     check,
     judge,
     phases,
     planned_intervals,
+)
+from emulation.scenarios.records import (
+    FlowFigures,
+    Incast,
+    ModeFigures,
+    Optimum,
+    OptimumPhase,
+    Queue,
+    ScenarioReport,
+    SpineTier,
 )
 from emulation.scenarios.runner import AGENT_AND_FABRIC, ModeRun, ScenarioMode, Sources
 from emulation.scenarios.timeline import te_figures
@@ -48,10 +61,10 @@ def longest_zero_run_s(intervals: tuple[float, ...], floor_bps: float = 1e5) -> 
     return best
 
 
-def mode_figures(fabric: Fabric, run: ModeRun, phases_: Sequence[Phase], workload: Workload) -> dict:
+def mode_figures(fabric: Fabric, run: ModeRun, phases_: Sequence[Phase], workload: Workload) -> ModeFigures:
     duration_s = workload.duration_s
     judged = judge(phases_, run.results, duration_s)
-    share = [f["goodput_bps"] / f["optimum_bps"] if f["optimum_bps"] else 0.0 for f in judged["flows"]]
+    share = [f.goodput_bps / f.optimum_bps if f.optimum_bps else 0.0 for f in judged.flows]
     tier = fabric.spine_tier
     capacity = {e: fabric.link_at(e).emulated_bps for e in tier}
     peaks = [max((s.tx_bps.get(e, 0.0) / capacity[e] for e in tier), default=0.0) for s in run.samples]
@@ -78,49 +91,49 @@ def mode_figures(fabric: Fabric, run: ModeRun, phases_: Sequence[Phase], workloa
     streamed = run.streamed()
     stretches = [(p.start_s, p.end_s, p.outage) for p in phases_]
     sizes = {j.job_id: streamed[j.transfers[0]].stream.bytes for j in run.plan.jobs if j.iterations and j.transfers}
-    return {
-        "flows": [
-            {
-                "flow": r.flow.five_tuple,
-                "goodput_mbps": f["goodput_bps"] / 1e6,
-                "optimum_mbps": f["optimum_bps"] / 1e6,
-                "single_path_optimum_mbps": None if f["single_path_bps"] is None else f["single_path_bps"] / 1e6,
-                "min_interval_mbps": min(planned_intervals(r, duration_s), default=0.0) / 1e6,
-                "longest_zero_s": longest_zero_run_s(planned_intervals(r, duration_s)),
-                "error": r.error,
-            }
-            for r, f in zip(run.results, judged["flows"])
+    return ModeFigures(
+        flows=[
+            FlowFigures(
+                flow=r.flow.five_tuple,
+                goodput_mbps=f.goodput_bps / 1e6,
+                optimum_mbps=f.optimum_bps / 1e6,
+                single_path_optimum_mbps=None if f.single_path_bps is None else f.single_path_bps / 1e6,
+                min_interval_mbps=min(planned_intervals(r, duration_s), default=0.0) / 1e6,
+                longest_zero_s=longest_zero_run_s(planned_intervals(r, duration_s)),
+                error=r.error,
+            )
+            for r, f in zip(run.results, judged.flows)
         ],
-        **{k: v for k, v in judged.items() if k != "flows"},
-        "jain_fairness": jain(share),
-        "max_spine_tier_utilization": {
-            "mean_of_peaks": statistics.fmean(peaks) if peaks else 0.0,
-            "peak": max(peaks, default=0.0),
-        },
-        "bottleneck_queue": {
-            "port": f"{bottleneck.node}:{bottleneck.port}" if bottleneck else "",
-            "p50_bytes": percentile(backlog, 0.5),
-            "p99_bytes": percentile(backlog, 0.99),
-            "steady_from_s": steady_from,
-            "peak_bytes_any_port_any_time": peak,
-        },
-        "drops": run.drops,
-        "policed": run.policed,
-        **incast_figures(fabric, workload, run, share, steady_from),
-        "jobs": job_figures(fabric, run.plan, run.iterations, stretches, sizes, run.underlay_vias),
-        "bursts": burst_figures(run.plan, list(streamed.items())),
-        "on_off": on_off_figures(run.plan, list(streamed.items()), duration_s),
-        "emulation_scale": emulation_scale(fabric),
-        "transfer_errors": [f"{r.stream.name}: {r.error}" for r in run.streams if r.error],
-        "skipped_events": run.skipped_events,
-        "te_decisions": run.te_decisions,
-        **te,
-        "flow_mods": run.flow_mods,
-        "reconcile_failures": run.reconcile_failures,
-    }
+        totals=judged.totals,
+        phases=judged.phases,
+        jain_fairness=jain(share),
+        max_spine_tier_utilization=SpineTier(statistics.fmean(peaks) if peaks else 0.0, max(peaks, default=0.0)),
+        bottleneck_queue=Queue(
+            port=f"{bottleneck.node}:{bottleneck.port}" if bottleneck else "",
+            p50_bytes=percentile(backlog, 0.5),
+            p99_bytes=percentile(backlog, 0.99),
+            steady_from_s=steady_from,
+            peak_bytes_any_port_any_time=peak,
+        ),
+        drops=run.drops,
+        policed=run.policed,
+        incast=incast_figures(fabric, workload, run, share, steady_from),
+        jobs=job_figures(fabric, run.plan, run.iterations, stretches, sizes, run.underlay_vias),
+        bursts=burst_figures(run.plan, list(streamed.items())),
+        on_off=on_off_figures(run.plan, list(streamed.items()), duration_s),
+        emulation_scale=emulation_scale(fabric),
+        transfer_errors=[f"{r.stream.name}: {r.error}" for r in run.streams if r.error],
+        skipped_events=run.skipped_events,
+        te_decisions=run.te_decisions,
+        te=te,
+        flow_mods=run.flow_mods,
+        reconcile_failures=run.reconcile_failures,
+    )
 
 
-def incast_figures(fabric: Fabric, workload: Workload, run: ModeRun, share: list[float], steady_from: float) -> dict:
+def incast_figures(
+    fabric: Fabric, workload: Workload, run: ModeRun, share: list[float], steady_from: float
+) -> Incast | None:
     """The first incast item's senders' fairness, and its bystander's share
     of its fair rate. `share`: each unbounded flow's goodput over its max-min
     optimum. Senders with bytes (bursts) are judged by what each delivered."""
@@ -128,7 +141,7 @@ def incast_figures(fabric: Fabric, workload: Workload, run: ModeRun, share: list
         (i for i, it in enumerate(workload.traffic) if isinstance(it, PatternItem) and it.kind == "incast"), None
     )
     if item is None:
-        return {}
+        return None
     steady = {i: k for k, i in enumerate(i for i, t in enumerate(run.plan.transfers) if t.unbounded)}
     streamed = run.streamed()
     ours = [i for i, t in enumerate(run.plan.transfers) if t.item == item]
@@ -150,18 +163,16 @@ def incast_figures(fabric: Fabric, workload: Workload, run: ModeRun, share: list
         carried = [float(sum(streamed[i].interval_bytes)) for i in senders]
         delivered = [c / max(carried) if max(carried) else 0.0 for c in carried]
     fractions = [d for d in delivered if d is not None]
-    return {
-        "incast": {
-            "item": item,
-            "converging_ports": sorted(f"{e.node}:{e.port}" for e in into),
-            "converging_queue_p50_bytes": percentile(backlog, 0.5),
-            "converging_queue_p99_bytes": percentile(backlog, 0.99),
-            "converging_drops": sum(run.drops_by_port.get(name, 0) for name in names),
-            "senders_jain": jain(fractions),
-            "senders_min_share": min(fractions, default=0.0),
-            "bystander_share": share[bystander[0]] if bystander else None,
-        }
-    }
+    return Incast(
+        item=item,
+        converging_ports=sorted(f"{e.node}:{e.port}" for e in into),
+        converging_queue_p50_bytes=percentile(backlog, 0.5),
+        converging_queue_p99_bytes=percentile(backlog, 0.99),
+        converging_drops=sum(run.drops_by_port.get(name, 0) for name in names),
+        senders_jain=jain(fractions),
+        senders_min_share=min(fractions, default=0.0),
+        bystander_share=share[bystander[0]] if bystander else None,
+    )
 
 
 def _delivered(result: StreamResult, duration_s: float) -> float | None:
@@ -177,34 +188,35 @@ def _delivered(result: StreamResult, duration_s: float) -> float | None:
     return received / offered if offered else 0.0
 
 
-def optimum_figures(phases_: Sequence[Phase], duration_s: float) -> dict:
+def optimum_figures(phases_: Sequence[Phase], duration_s: float) -> Optimum:
     """The optimum the runs are judged against, phase by phase."""
-    return {
-        "kind": OptimumKind.SPLITTABLE.value,
-        "about": OPTIMUM_NOTE,
-        "tolerance": TOLERANCE,
-        # Time-weighted over the phases.
-        "aggregate_mbps": sum(p.bounds.splittable.aggregate_bps * (p.end_s - p.start_s) for p in phases_)
+    return Optimum(
+        kind=OptimumKind.SPLITTABLE.value,
+        about=OPTIMUM_NOTE,
+        tolerance=TOLERANCE,
+        aggregate_mbps=sum(p.bounds.splittable.aggregate_bps * (p.end_s - p.start_s) for p in phases_)
         / duration_s
         / 1e6,
-        "phases": [
-            {
-                "from_s": p.start_s,
-                "to_s": p.end_s,
-                "dead_links": list(p.dead_links),
-                "aggregate_mbps": p.bounds.splittable.aggregate_bps / 1e6,
-                "method": p.bounds.splittable.method,
-                "single_path_mbps": None if p.bounds.single_path is None else p.bounds.single_path.aggregate_bps / 1e6,
-                "single_path_method": None if p.bounds.single_path is None else p.bounds.single_path.method,
-                "throughput_bound_mbps": p.bounds.throughput_bps / 1e6,
-                "solve_s": p.bounds.solve_s,
-                "rates_mbps": [r / 1e6 for r in p.bounds.splittable.rates_bps],
-                "routes": [[[via, bps / 1e6] for via, bps in route] for route in p.bounds.splittable.routes],
-                "single_path_vias": None if p.bounds.single_path is None else list(p.bounds.single_path.vias),
-            }
-            for p in phases_
-        ],
-    }
+        phases=[_optimum_phase(p) for p in phases_],
+    )
+
+
+def _optimum_phase(p: Phase) -> OptimumPhase:
+    best, single = p.bounds.splittable, p.bounds.single_path
+    return OptimumPhase(
+        from_s=p.start_s,
+        to_s=p.end_s,
+        dead_links=list(p.dead_links),
+        aggregate_mbps=best.aggregate_bps / 1e6,
+        method=best.method,
+        single_path_mbps=None if single is None else single.aggregate_bps / 1e6,
+        single_path_method=None if single is None else single.method,
+        throughput_bound_mbps=p.bounds.throughput_bps / 1e6,
+        solve_s=p.bounds.solve_s,
+        rates_mbps=[r / 1e6 for r in best.rates_bps],
+        routes=[[[via, bps / 1e6] for via, bps in route] for route in best.routes],
+        single_path_vias=None if single is None else list(single.vias),
+    )
 
 
 def build_report(
@@ -213,7 +225,7 @@ def build_report(
     seed: int,
     runs: Mapping[ScenarioMode, ModeRun],
     sources: Sources = AGENT_AND_FABRIC,
-) -> dict:
+) -> ScenarioReport:
     """Both runs judged against the exact optimum, phase by phase around the
     failures: the unbounded flows by goodput, each job's iterations against
     its own lower bound. Raises OptimumExceeded (with the report attached)
@@ -231,37 +243,45 @@ def build_report(
             by_flows[key] = phases(fabric, workload.events, workload.duration_s, run.flows)
         phase_of[mode] = by_flows[key]
     shown = phase_of[ScenarioMode.TE] if ScenarioMode.TE in phase_of else next(iter(phase_of.values()))
-    report: dict = {
-        "scenario": workload.name,
-        "description": workload.description,
-        "fabric": fabric.spec.name,
-        "seed": seed,
-        # Where the TE run's telemetry came from, and who installed the underlay.
-        "telemetry": sources.telemetry,
-        "underlay": sources.underlay,
-        "duration_s": workload.duration_s,
-        "events": [{"at_s": e.at_s, e.kind: e.target} for e in workload.events],
-        "optimum": optimum_figures(shown, workload.duration_s),
-        "modes": {mode: mode_figures(fabric, run, phase_of[mode], workload) for mode, run in runs.items()},
+    modes: dict[str, ModeFigures] = {
+        mode: mode_figures(fabric, run, phase_of[mode], workload) for mode, run in runs.items()
     }
-    for mode, figures in report["modes"].items():
-        if figures["reconcile_failures"]:
-            failed = ControllerFailed(
-                f"{mode} run: the controller failed {figures['reconcile_failures']:g} reconcile pass(es); "
-                "the run measured a fabric TE did not program (see the controller log)"
-            )
-            failed.report = report
-            raise failed
-        if any(f["error"] for f in figures["flows"]) or figures["transfer_errors"]:
-            # A flow that did not run (an iperf3 error, reported per flow) leaves
-            # its share to the others: the optimum of the flows that were meant
-            # to run is no bound on them. The error is the finding.
-            figures["optimum_check"] = "skipped: a flow reported an error"
-            continue
-        figures["optimum_check"] = "passed"
+    report = functools.partial(
+        ScenarioReport,
+        scenario=workload.name,
+        description=workload.description,
+        fabric=fabric.spec.name,
+        seed=seed,
+        telemetry=sources.telemetry,
+        underlay=sources.underlay,
+        duration_s=workload.duration_s,
+        events=[{"at_s": e.at_s, e.kind: e.target} for e in workload.events],
+        optimum=optimum_figures(shown, workload.duration_s),
+    )
+    checked: dict[str, ModeFigures] = {}
+    for name, figures in modes.items():
         try:
-            check(mode, figures)
-        except OptimumExceeded as exc:
-            exc.report = report
+            checked[name] = _checked(name, figures)
+        except RunInvalid as exc:
+            if isinstance(exc, OptimumExceeded):
+                checked[name] = replace(figures, optimum_check=f"failed: {exc}")
+            exc.report = report(modes={**modes, **checked})  # the figures that show it, kept for inspection
             raise
-    return report
+    return report(modes=checked)
+
+
+def _checked(mode: str, figures: ModeFigures) -> ModeFigures:
+    """The figures with what the optimum check found; raises what makes a
+    run's figures not what they claim to be."""
+    if figures.reconcile_failures:
+        raise ControllerFailed(
+            f"{mode} run: the controller failed {figures.reconcile_failures:g} reconcile pass(es); "
+            "the run measured a fabric TE did not program (see the controller log)"
+        )
+    if figures.failed_flows or figures.transfer_errors:
+        # A flow that did not run (an iperf3 error, reported per flow) leaves
+        # its share to the others: the optimum of the flows that were meant
+        # to run is no bound on them. The error is the finding.
+        return replace(figures, optimum_check="skipped: a flow reported an error")
+    check(mode, figures)
+    return replace(figures, optimum_check="passed")

@@ -32,6 +32,7 @@ from controller.fabric import Endpoint, Fabric, FabricError, NicId
 from controller.fabric import addressing as ad
 from controller.te.engine import Decision, DecisionKind
 from emulation.model.stats import percentile
+from emulation.scenarios.records import CollisionToFix, Episode, PerFlow, TeFigures
 
 SATURATED = 0.9  # of capacity: an uplink carrying a collision runs full
 MOVES = (DecisionKind.REROUTE, DecisionKind.REVERT)  # decisions that rewrite a flow's entries
@@ -88,18 +89,6 @@ def read_decisions(path: Path, started_at: float) -> list[Decided]:
     return [Decided(d, max(0.0, d.at - started_at)) for d in decisions]
 
 
-@dataclass(frozen=True)
-class Episode:
-    uplink: str
-    detected_s: float
-    onset_s: float
-    fixed_s: float | None  # None: no move relieved it
-
-    @property
-    def to_fix_s(self) -> float | None:
-        return None if self.fixed_s is None else self.fixed_s - self.onset_s
-
-
 def episodes(
     fabric: Fabric,
     decisions: Sequence[Decided],
@@ -141,7 +130,7 @@ def episodes(
             ),
             None,
         )
-        out.append(Episode(d.subject, d.at_s, onset, fixed))
+        out.append(Episode(d.subject, onset_s=onset, detected_s=d.at_s, fixed_s=fixed))
         last_end[d.subject] = fixed if fixed is not None else d.at_s
     return out
 
@@ -162,40 +151,36 @@ def te_figures(
     changes_s: Sequence[float],
     commit_s: float | None,
     n_flows: int,
-) -> dict:
+) -> TeFigures:
     found = episodes(fabric, decisions, samples, changes_s, commit_s)
     times = sorted(e.to_fix_s for e in found if e.to_fix_s is not None)
     moves = Counter(d.subject for d in decisions if d.kind in MOVES)
     changes = Counter(d.subject for d in decisions if changed_path(d))
     moved_at = sorted(d.at_s for d in decisions if d.kind in MOVES)
-    return {
-        "last_move_s": moved_at[-1] if moved_at else None,
-        "moves_in_steady_traffic": sum(in_steady_traffic(at, changes_s) for at in moved_at),
-        "collision_to_fix_s": {
-            "median": statistics.median(times) if times else None,
-            "p99": percentile(times, 0.99) if times else None,
-            "all": times,
-            "unfixed": sum(e.fixed_s is None for e in found),
-            "commit_latency_s": commit_s,
-            "episodes": [
-                {"uplink": e.uplink, "onset_s": e.onset_s, "detected_s": e.detected_s, "fixed_s": e.fixed_s}
-                for e in found
-            ],
-        },
-        "unfixable_collisions": sum(d.kind == DecisionKind.UNFIXABLE for d in decisions),
-        "moves_per_flow": _per_flow(moves, n_flows),
-        "path_changes_per_flow": _per_flow(changes, n_flows),
-        # The most path changes one flow took between two changes of traffic or links.
-        "path_changes_per_flow_per_change_max": max(
+    return TeFigures(
+        last_move_s=moved_at[-1] if moved_at else None,
+        moves_in_steady_traffic=sum(in_steady_traffic(at, changes_s) for at in moved_at),
+        collision_to_fix_s=CollisionToFix(
+            median=statistics.median(times) if times else None,
+            p99=percentile(times, 0.99) if times else None,
+            all=times,
+            unfixed=sum(e.fixed_s is None for e in found),
+            commit_latency_s=commit_s,
+            episodes=found,
+        ),
+        unfixable_collisions=sum(d.kind == DecisionKind.UNFIXABLE for d in decisions),
+        moves_per_flow=_per_flow(moves, n_flows),
+        path_changes_per_flow=_per_flow(changes, n_flows),
+        path_changes_per_flow_per_change_max=max(
             Counter((d.subject, bisect.bisect_right(changes_s, d.at_s)) for d in decisions if changed_path(d)).values(),
             default=0,
         ),
-        "returned_to_ecmp": sum(d.kind == DecisionKind.EXPIRE and d.nics is not None for d in decisions),
-    }
+        returned_to_ecmp=sum(d.kind == DecisionKind.EXPIRE and d.nics is not None for d in decisions),
+    )
 
 
-def _per_flow(counts: Counter[str], n_flows: int) -> dict:
-    return {"mean": sum(counts.values()) / n_flows if n_flows else 0.0, "max": max(counts.values(), default=0)}
+def _per_flow(counts: Counter[str], n_flows: int) -> PerFlow:
+    return PerFlow(mean=sum(counts.values()) / n_flows if n_flows else 0.0, max=max(counts.values(), default=0))
 
 
 def _endpoint(name: str) -> Endpoint | None:

@@ -1,7 +1,7 @@
 """Scenario files and the report's arithmetic."""
 
 import json
-from dataclasses import replace
+from dataclasses import fields, replace
 
 import pytest
 
@@ -12,6 +12,7 @@ from emulation.model.pairs import incast_pairs, permutation_pairs
 from emulation.model.stats import percentile
 from emulation.scenarios.emulable import steady_flows
 from emulation.scenarios.judge import ControllerFailed, OptimumExceeded, planned_intervals
+from emulation.scenarios.records import PerFlow, Totals
 from emulation.scenarios.report import build_report, jain, longest_zero_run_s
 from emulation.scenarios.runner import AGENT_AND_FABRIC, ModeRun, ScenarioMode, _daemon
 from emulation.scenarios.table import table
@@ -85,24 +86,38 @@ def test_the_optimum_of_a_link_failure_scenario_is_exact_per_phase():
         return 25e6 if second >= 4 and _on_failed_leaf(flow) else 50e6
 
     report = build_report(fabric, scenario, 1, {ScenarioMode.ECMP: _run(fabric, scenario, ScenarioMode.ECMP, ideal)})
-    before, after = report["optimum"]["phases"]
-    assert (before["from_s"], before["to_s"], before["dead_links"]) == (0.0, 4.0, [])
-    assert (after["from_s"], after["to_s"], after["dead_links"]) == (4.0, 12.0, ["ryl0r0:3"])
+    before, after = report.optimum.phases
+    assert (before.from_s, before.to_s, before.dead_links) == (0.0, 4.0, [])
+    assert (after.from_s, after.to_s, after.dead_links) == (4.0, 12.0, ["ryl0r0:3"])
     # Before: 8 NICs at 50 Mb/s. After: the four flows through ryl0r0 get 25, the others 50.
-    assert before["aggregate_mbps"] == pytest.approx(400.0)
-    assert after["aggregate_mbps"] == pytest.approx(300.0)
-    assert after["single_path_mbps"] == pytest.approx(300.0)
-    assert report["optimum"]["aggregate_mbps"] == pytest.approx((4 * 400 + 8 * 300) / 12)
-    assert report["optimum"]["kind"] == "max-min fair, splittable"
-    ecmp = report["modes"]["ecmp"]
+    assert before.aggregate_mbps == pytest.approx(400.0)
+    assert after.aggregate_mbps == pytest.approx(300.0)
+    assert after.single_path_mbps == pytest.approx(300.0)
+    assert report.optimum.aggregate_mbps == pytest.approx((4 * 400 + 8 * 300) / 12)
+    assert report.optimum.kind == "max-min fair, splittable"
+    ecmp = report.modes["ecmp"]
     # A run at the optimum in each phase is at 100% of it, per phase and overall.
-    assert [p["fraction_of_optimum"] for p in ecmp["phases"]] == pytest.approx([1.0, 1.0])
-    assert ecmp["fraction_of_optimum"] == pytest.approx(1.0)
-    assert ecmp["fraction_of_single_path"] == pytest.approx(1.0)
+    assert [p.totals.fraction_of_optimum for p in ecmp.phases] == pytest.approx([1.0, 1.0])
+    assert ecmp.totals.fraction_of_optimum == pytest.approx(1.0)
+    assert ecmp.totals.fraction_of_single_path == pytest.approx(1.0)
     # Per flow, the optimum over its judged seconds (1-3 at 50, 4-11 at 25 or 50).
-    hit = [f for f, spec in zip(ecmp["flows"], scenario_flows(fabric, scenario, 1)) if _on_failed_leaf(spec)]
-    assert len(hit) == 4 and all(f["optimum_mbps"] == pytest.approx((3 * 50 + 8 * 25) / 11) for f in hit)
+    hit = [f for f, spec in zip(ecmp.flows, scenario_flows(fabric, scenario, 1)) if _on_failed_leaf(spec)]
+    assert len(hit) == 4 and all(f.optimum_mbps == pytest.approx((3 * 50 + 8 * 25) / 11) for f in hit)
     assert "optimum 4-12 s (ryl0r0:3 down): 300.0 Mb/s" in table(report)
+
+
+def test_a_report_is_written_as_its_records_with_a_runs_totals_and_te_figures_beside_the_rest():
+    scenario = load_workload("link-failure")
+    run = _run(FABRIC, scenario, ScenarioMode.TE, lambda f, s: 25e6 if s >= 4 and _on_failed_leaf(f) else 50e6)
+    report = build_report(FABRIC, scenario, 1, {ScenarioMode.TE: run})
+    written = json.loads(json.dumps(report.as_json()))
+    te = written["modes"]["te"]
+    assert list(te)[:8] == ["flows", *[f.name for f in fields(Totals)], "phases"]
+    assert te["fraction_of_optimum"] == report.modes["te"].totals.fraction_of_optimum
+    assert te["collision_to_fix_s"]["episodes"] == [] and te["moves_per_flow"] == {"mean": 0.0, "max": 0}
+    assert "totals" not in te and "te" not in te and "incast" not in te  # no incast in this scenario
+    assert te["phases"][1]["dead_links"] == ["ryl0r0:3"] and "fraction_of_optimum" in te["phases"][1]
+    assert te["optimum_check"] == "passed" and written["optimum"]["phases"][1]["aggregate_mbps"] == 300.0
 
 
 def test_the_report_raises_on_a_figure_above_the_optimum():
@@ -111,14 +126,16 @@ def test_the_report_raises_on_a_figure_above_the_optimum():
     run = _run(FABRIC, scenario, ScenarioMode.TE, lambda flow, second: 50e6)
     with pytest.raises(OptimumExceeded, match=r"te run, 4-12 s: .* 133\.3% of the exact max-min fair") as err:
         build_report(FABRIC, scenario, 1, {ScenarioMode.TE: run})
-    assert err.value.report is not None and err.value.report["optimum"]["phases"][1]["aggregate_mbps"] == 300.0
+    kept = err.value.report
+    assert kept is not None and kept.optimum.phases[1].aggregate_mbps == 300.0
+    assert (kept.modes["te"].optimum_check or "").startswith("failed: te run, 4-12 s: aggregate goodput")
     # Within the tolerance (measurement noise) it stands.
     noisy = _run(
         FABRIC, scenario, ScenarioMode.TE, lambda f, s: (25e6 if s >= 4 and _on_failed_leaf(f) else 50e6) * 1.005
     )
-    te = build_report(FABRIC, scenario, 1, {ScenarioMode.TE: noisy})["modes"]["te"]
-    assert te["aggregate_over_optimum"] == pytest.approx(1.005)
-    assert te["fraction_of_optimum"] == pytest.approx(1.0)  # no flow is credited above its optimum rate
+    te = build_report(FABRIC, scenario, 1, {ScenarioMode.TE: noisy}).modes["te"]
+    assert te.totals.aggregate_over_optimum == pytest.approx(1.005)
+    assert te.totals.fraction_of_optimum == pytest.approx(1.0)  # no flow is credited above its optimum rate
 
 
 def test_a_fraction_of_the_optimum_credits_each_flow_up_to_its_own_rate():
@@ -132,9 +149,9 @@ def test_a_fraction_of_the_optimum_credits_each_flow_up_to_its_own_rate():
         return 50e6
 
     te = build_report(FABRIC, scenario, 1, {ScenarioMode.TE: _run(FABRIC, scenario, ScenarioMode.TE, unfair)})
-    after = te["modes"]["te"]["phases"][1]
-    assert after["aggregate_over_optimum"] == pytest.approx(1.0)
-    assert after["fraction_of_optimum"] == pytest.approx((200 + 25 + 25 + 15 + 15) / 300)
+    after = te.modes["te"].phases[1].totals
+    assert after.aggregate_over_optimum == pytest.approx(1.0)
+    assert after.fraction_of_optimum == pytest.approx((200 + 25 + 25 + 15 + 15) / 300)
 
 
 def test_the_report_refuses_a_te_run_whose_controller_failed_a_reconcile_pass():
@@ -142,7 +159,7 @@ def test_the_report_refuses_a_te_run_whose_controller_failed_a_reconcile_pass():
     run = replace(_run(FABRIC, scenario, ScenarioMode.TE, lambda f, s: 50e6), reconcile_failures=3.0)
     with pytest.raises(ControllerFailed, match=r"te run: the controller failed 3 reconcile pass") as err:
         build_report(FABRIC, scenario, 1, {ScenarioMode.TE: run})
-    assert err.value.report is not None and err.value.report["modes"]["te"]["reconcile_failures"] == 3.0
+    assert err.value.report is not None and err.value.report.modes["te"].reconcile_failures == 3.0
 
 
 def test_goodput_counts_the_planned_duration_only():
@@ -152,9 +169,9 @@ def test_goodput_counts_the_planned_duration_only():
     flow = run.results[0]
     assert planned_intervals(flow, scenario.duration_s) == flow.interval_bps[:10]
     report = build_report(FABRIC, scenario, 1, {ScenarioMode.ECMP: run})
-    figures = report["modes"]["ecmp"]
-    assert [f["goodput_mbps"] for f in figures["flows"]] == pytest.approx([23.0] * 8)
-    assert all(f["longest_zero_s"] == 0 for f in figures["flows"])
+    figures = report.modes["ecmp"]
+    assert [f.goodput_mbps for f in figures.flows] == pytest.approx([23.0] * 8)
+    assert all(f.longest_zero_s == 0 for f in figures.flows)
     # A flow that starts late was asked for duration - start seconds.
     late = FlowResult(replace(flow.flow, start_s=2.0), 0.0, (1.0,) * 12)
     assert len(planned_intervals(late, 10.0)) == 8
@@ -235,28 +252,28 @@ def test_collision_to_fix_runs_from_the_first_sample_showing_it_to_the_commit_re
     up = Endpoint("ryl0r0", 3)  # ryl0r0's uplink to rys0, full from the 0.5 s sample on
     samples = [(t, {up: 50e6 if t >= 0.5 else 10e6}) for t in (0.25, 0.5, 0.75, 1.0)]
     figures = te_figures(FABRIC, decisions, samples, [0.0], commit_s=0.05, n_flows=8)
-    fix = figures["collision_to_fix_s"]
-    first, second = fix["episodes"]
+    fix = figures.collision_to_fix_s
+    first, second = fix.episodes
     # Onset at the 0.5 s sample; the move off rys0 decided at 0.8, committed 0.05 later.
-    assert (first["onset_s"], first["detected_s"], first["fixed_s"]) == pytest.approx((0.5, 0.6, 0.85))
-    assert fix["all"] == pytest.approx([0.35]) and fix["median"] == pytest.approx(0.35)
-    assert fix["p99"] == pytest.approx(0.35)
+    assert (first.onset_s, first.detected_s, first.fixed_s) == pytest.approx((0.5, 0.6, 0.85))
+    assert fix.all == pytest.approx([0.35]) and fix.median == pytest.approx(0.35)
+    assert fix.p99 == pytest.approx(0.35)
     # The second collision is never relieved: counted, not timed.
-    assert second["fixed_s"] is None and fix["unfixed"] == 1
+    assert second.fixed_s is None and fix.unfixed == 1
     # Two moves of one flow, one of which changed its path; one flow back to ECMP.
-    assert figures["moves_per_flow"] == {"mean": 2 / 8, "max": 2}
-    assert figures["path_changes_per_flow"] == {"mean": 1 / 8, "max": 1}
-    assert figures["returned_to_ecmp"] == 1
+    assert figures.moves_per_flow == PerFlow(mean=2 / 8, max=2)
+    assert figures.path_changes_per_flow == PerFlow(mean=1 / 8, max=1)
+    assert figures.returned_to_ecmp == 1
     # The move at 4.0 s comes more than 2 s after the last change (traffic start): churn.
-    assert figures["last_move_s"] == pytest.approx(4.0) and figures["moves_in_steady_traffic"] == 1
+    assert figures.last_move_s == pytest.approx(4.0) and figures.moves_in_steady_traffic == 1
     # With a link event at 3.0 s it is the reaction to that event instead.
     again = te_figures(FABRIC, decisions, samples, [0.0, 3.0], commit_s=0.05, n_flows=8)
-    assert again["moves_in_steady_traffic"] == 0
+    assert again.moves_in_steady_traffic == 0
     # A second path change of the flow at 4.5 s: two since the change at 0.0 s, one each with a change at 3.0 s.
     back = Decision(DecisionKind.REROUTE, "f", "back", 1004.5, flow=FLOW, from_via="rys1", to_via="rys0")
     twice = [*decisions, Decided(back, 4.5)]
-    assert te_figures(FABRIC, twice, samples, [0.0], 0.05, 8)["path_changes_per_flow_per_change_max"] == 2
-    assert te_figures(FABRIC, twice, samples, [0.0, 3.0], 0.05, 8)["path_changes_per_flow_per_change_max"] == 1
+    assert te_figures(FABRIC, twice, samples, [0.0], 0.05, 8).path_changes_per_flow_per_change_max == 2
+    assert te_figures(FABRIC, twice, samples, [0.0, 3.0], 0.05, 8).path_changes_per_flow_per_change_max == 1
 
 
 def test_report_names_stay_inside_the_output_directory():
