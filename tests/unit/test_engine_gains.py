@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from controller.fabric import Endpoint, NicId, build_fabric, parse_spec
 from controller.fabric import addressing as ad
 from controller.te.engine import EngineConfig, FlowFrame, PortFrame
-from controller.te.engine.catalog import FlowCatalog
+from controller.te.engine.catalog import PAIRS_BETWEEN_PAUSES, FlowCatalog
 from controller.te.engine.fleet import Fleet
 from controller.te.engine.gains import best_of
 from controller.te.engine.links import UNKNOWN, LinkIndex
@@ -116,6 +116,21 @@ def test_the_catalog_reads_each_flow_as_the_fabric_does(shape):
         assert catalog.base[row] == routes.base and catalog.nroutes[row] == len(routes.vias)
         assert catalog.leaf_names[catalog.leaf[row]] == fabric.attachment(src).node
     assert (catalog.rows(keys) == cat).all()  # the same rows the second time
+
+
+def test_the_catalog_steps_aside_every_so_many_new_leaf_pairs_and_reads_flows_the_same():
+    """A cold start or a catalog started over works out thousands of leaf
+    pairs' routes in one cycle: it calls `pause` (the daemon's API goes
+    first) once per PAIRS_BETWEEN_PAUSES of them."""
+    fabric = build_fabric(parse_spec("pods: 24\nservers_per_pod: 1\nrails: 1\nspines: 2\n" + RATES))
+    nics = list(fabric.nics)
+    keys = [(ad.nic_ip(s), ad.nic_ip(d), "tcp", 1, 2) for s in nics for d in nics if s != d]  # 552 leaf pairs
+    paused: list[int] = []
+    catalog = FlowCatalog(LinkIndex(fabric))
+    cat = catalog.rows(keys, lambda: paused.append(len(catalog)))
+    assert len(paused) == len(keys) // PAIRS_BETWEEN_PAUSES == 2
+    assert (FlowCatalog(LinkIndex(fabric)).rows(keys) == cat).all()
+    assert catalog.rows(keys, lambda: paused.append(-1)) is not None and len(paused) == 2  # nothing new: no pause
 
 
 @pytest.mark.parametrize("shape", sorted(FABRICS))

@@ -149,7 +149,7 @@ class _Cycle:
         # Only fresh records are acted on (elephants, incast). The live view
         # keeps a minute of them: the rest would only cost catalog rows.
         self.flows = flows.since(self.now - self.cfg.max_age_s)
-        self.cat = self.catalog.rows(self.flows.keys)
+        self.cat = self.catalog.rows(self.flows.keys, engine.pause)
         self.decisions: list[Decision] = []
         self.moves: dict[FlowKey, Move] = dict(state.moves)
 
