@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from controller.fabric import Endpoint, NicId, build_fabric, parse_spec
 from controller.fabric import addressing as ad
-from controller.te.engine import EngineConfig, FlowFrame, PortFrame
+from controller.te.engine import Engine, EngineConfig, FlowFrame, PortFrame, Snapshot, TeState
 from controller.te.engine.catalog import PAIRS_BETWEEN_PAUSES, FlowCatalog
 from controller.te.engine.fleet import Fleet
 from controller.te.engine.gains import best_of
@@ -127,10 +127,21 @@ def test_the_catalog_steps_aside_every_so_many_new_leaf_pairs_and_reads_flows_th
     keys = [(ad.nic_ip(s), ad.nic_ip(d), "tcp", 1, 2) for s in nics for d in nics if s != d]  # 552 leaf pairs
     paused: list[int] = []
     catalog = FlowCatalog(LinkIndex(fabric))
-    cat = catalog.rows(keys, lambda: paused.append(len(catalog)))
+    cat = catalog.rows(keys, lambda: paused.append(1))
     assert len(paused) == len(keys) // PAIRS_BETWEEN_PAUSES == 2
     assert (FlowCatalog(LinkIndex(fabric)).rows(keys) == cat).all()
-    assert catalog.rows(keys, lambda: paused.append(-1)) is not None and len(paused) == 2  # nothing new: no pause
+    assert (catalog.rows(keys, lambda: paused.append(1)) == cat).all() and len(paused) == 2  # nothing new: no pause
+    # The engine passes its own pause: a cold start on these flows pauses twice more than one on a single flow.
+    now = 100.0
+    flows = {k: FlowSample(100e9, 0, now, None, None) for k in keys}
+
+    def pauses(records) -> int:
+        engine, calls = Engine(fabric), []
+        engine.pause = lambda: calls.append(1)
+        engine.step(TeState(), Snapshot(records, {}, now))
+        return len(calls)
+
+    assert pauses(flows) == pauses(dict([next(iter(flows.items()))])) + 2
 
 
 @pytest.mark.parametrize("shape", sorted(FABRICS))

@@ -346,11 +346,13 @@ class _Cycle:
 
     def changes_so_far(self) -> Mapping[FlowKey, int]:
         """Per elephant, the path changes TE made it since it became one
-        (seen lately without a break of `expire_after_s`) or a link went
-        down or came back, whichever is later. Not since the set of
-        elephants last changed: under TCP, flows cross the elephant
-        threshold and fall back all through a run, and each time every
-        flow's count started over (randx5 reached 3 path changes a flow)."""
+        (seen lately: within `expire_after_s`, or for as long as its job is
+        placed) or a link went down or came back, whichever is later. Not
+        since the set of elephants last changed: under TCP, flows cross the
+        elephant threshold and fall back all through a run, and each time
+        every flow's count started over (randx5 reached 3 path changes a
+        flow). A drain does not start it over (a plan, not a failure); a new
+        leader, which starts from no state, does."""
         return self.state.changes if self.state.down == self.down else {}
 
     def changes(self, outcome: Outcome) -> dict[FlowKey, int]:

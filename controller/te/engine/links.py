@@ -250,7 +250,9 @@ class LinkIndex:
     def loads(self, rows: np.ndarray, bps: np.ndarray) -> np.ndarray:
         """Per egress (and pad), the sum of `bps` of flows on route-table `rows`."""
         links = self.table()[rows]
-        return np.bincount(links.ravel(), np.repeat(bps, links.shape[1]), len(self.capacity))
+        # With no rows numpy counts in integers, weights or not: a cycle whose
+        # elephants were all unlocated then failed adding rates to it.
+        return np.bincount(links.ravel(), np.repeat(bps, links.shape[1]), len(self.capacity)).astype(float, copy=False)
 
     def dead(self, drains: Drains) -> np.ndarray:
         """Per egress: True if drained (its link, its switch or the switch it faces)."""
