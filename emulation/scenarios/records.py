@@ -226,9 +226,6 @@ class ModeFigures:
         """Flows that reported an error (iperf3's, per flow)."""
         return sum(1 for f in self.flows if f.error)
 
-    def as_json(self) -> Json:
-        return _flat(self)
-
 
 @dataclass(frozen=True)
 class OptimumPhase:
@@ -273,10 +270,7 @@ class ScenarioReport:
         return sum(m.failed_flows for m in self.modes.values())
 
     def as_json(self) -> Json:
-        return {
-            **{f.name: _plain(getattr(self, f.name)) for f in dataclasses.fields(self) if f.name != "modes"},
-            "modes": {mode: figures.as_json() for mode, figures in self.modes.items()},
-        }
+        return _flat(self)
 
 
 _FLATTENED = ("totals", "te")  # records whose fields sit in their parent's JSON object

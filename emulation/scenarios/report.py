@@ -19,6 +19,7 @@ from emulation.scenarios.judge import (
     OPTIMUM_NOTE,
     TOLERANCE,
     ControllerFailed,
+    JudgedFlow,
     OptimumExceeded,
     Phase,
     RunInvalid,
@@ -39,6 +40,7 @@ from emulation.scenarios.records import (
 )
 from emulation.scenarios.runner import AGENT_AND_FABRIC, ModeRun, ScenarioMode, Sources
 from emulation.scenarios.timeline import te_figures
+from emulation.traffic.iperf import FlowResult
 from emulation.traffic.records import StreamResult
 from emulation.workload import Workload
 from emulation.workload.events import check_events
@@ -92,18 +94,7 @@ def mode_figures(fabric: Fabric, run: ModeRun, phases_: Sequence[Phase], workloa
     stretches = [(p.start_s, p.end_s, p.outage) for p in phases_]
     sizes = {j.job_id: streamed[j.transfers[0]].stream.bytes for j in run.plan.jobs if j.iterations and j.transfers}
     return ModeFigures(
-        flows=[
-            FlowFigures(
-                flow=r.flow.five_tuple,
-                goodput_mbps=f.goodput_bps / 1e6,
-                optimum_mbps=f.optimum_bps / 1e6,
-                single_path_optimum_mbps=None if f.single_path_bps is None else f.single_path_bps / 1e6,
-                min_interval_mbps=min(planned_intervals(r, duration_s), default=0.0) / 1e6,
-                longest_zero_s=longest_zero_run_s(planned_intervals(r, duration_s)),
-                error=r.error,
-            )
-            for r, f in zip(run.results, judged.flows)
-        ],
+        flows=[_flow_figures(r, f, duration_s) for r, f in zip(run.results, judged.flows)],
         totals=judged.totals,
         phases=judged.phases,
         jain_fairness=jain(share),
@@ -128,6 +119,19 @@ def mode_figures(fabric: Fabric, run: ModeRun, phases_: Sequence[Phase], workloa
         te=te,
         flow_mods=run.flow_mods,
         reconcile_failures=run.reconcile_failures,
+    )
+
+
+def _flow_figures(result: FlowResult, judged: JudgedFlow, duration_s: float) -> FlowFigures:
+    intervals = planned_intervals(result, duration_s)
+    return FlowFigures(
+        flow=result.flow.five_tuple,
+        goodput_mbps=judged.goodput_bps / 1e6,
+        optimum_mbps=judged.optimum_bps / 1e6,
+        single_path_optimum_mbps=None if judged.single_path_bps is None else judged.single_path_bps / 1e6,
+        min_interval_mbps=min(intervals, default=0.0) / 1e6,
+        longest_zero_s=longest_zero_run_s(intervals),
+        error=result.error,
     )
 
 
