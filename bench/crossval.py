@@ -34,6 +34,7 @@ from emulation.scenarios.records import ScenarioReport
 from emulation.scenarios.report import build_report
 from emulation.scenarios.runner import ScenarioMode, run_scenario
 from emulation.scenarios.timeline import MOVES, Decided
+from emulation.simulate.records import PhaseFigures, SimulationReport
 from emulation.simulate.replay import Rerouted, RoutingWorth, routing_worth
 from emulation.simulate.run import simulate
 from emulation.workload import Workload, load_workload, spec_file
@@ -91,28 +92,27 @@ def rerouted(decisions: Sequence[Decided]) -> list[Rerouted]:
     return out
 
 
-def simulated_fractions(result: dict, judged_from_s: float = JUDGED_FROM_S) -> dict[str, float]:
+def simulated_fractions(result: SimulationReport, judged_from_s: float = JUDGED_FROM_S) -> dict[str, float]:
     """Over the window the emulated report judges (from `judged_from_s`):
     ECMP time-weighted over its phases, TE averaged over its (evenly
     spaced) cycles; each as credited (`fraction_of_optimum`) and as the
     aggregate's ratio to the optimum's aggregate (`*_aggregate`)."""
-    duration = result["duration_s"]
-    phases = result["phases"]
-    ends = [p["start_s"] for p in phases[1:]] + [duration]
-    spans = [(p, max(end - max(p["start_s"], judged_from_s), 0.0)) for p, end in zip(phases, ends)]
+    phases, te_optimum = result.goodput_phases, result.te_optimum or []
+    ends = [p.start_s for p in phases[1:]] + [result.duration_s]
+    spans = [(p, max(end - max(p.start_s, judged_from_s), 0.0)) for p, end in zip(phases, ends)]
     total = sum(span for _, span in spans)
 
-    def ecmp(ratio: Callable[[dict], float]) -> float:
+    def ecmp(ratio: Callable[[PhaseFigures], float]) -> float:
         return sum(ratio(p) * span for p, span in spans) / total
 
-    cycles = [c for c in result["cycles"] if c["t"] > judged_from_s]
-    starts = [o["start_s"] for o in result["te_optimum"]]
-    optimum = [result["te_optimum"][bisect.bisect_right(starts, c["t"] + 1e-9) - 1]["aggregate_bps"] for c in cycles]
+    cycles = [c for c in result.cycles if c.t > judged_from_s]
+    starts = [o.start_s for o in te_optimum]
+    optimum = [te_optimum[bisect.bisect_right(starts, c.t + 1e-9) - 1].optimum.aggregate_bps for c in cycles]
     return {
-        "ecmp": ecmp(lambda p: p["ecmp"]["fraction_of_optimum"]),
-        "te": statistics.fmean(c["fraction_of_optimum"] for c in cycles),
-        "ecmp_aggregate": ecmp(lambda p: _ratio(p["ecmp"]["aggregate_bps"], p["optimum"]["aggregate_bps"])),
-        "te_aggregate": statistics.fmean(_ratio(c["aggregate_bps"], o) for c, o in zip(cycles, optimum)),
+        "ecmp": ecmp(lambda p: p.ecmp.fraction_of_optimum),
+        "te": statistics.fmean(c.fraction_of_optimum or 0.0 for c in cycles),
+        "ecmp_aggregate": ecmp(lambda p: _ratio(p.ecmp.aggregate_bps, p.optimum.aggregate_bps)),
+        "te_aggregate": statistics.fmean(_ratio(c.aggregate_bps, o) for c, o in zip(cycles, optimum)),
     }
 
 

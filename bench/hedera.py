@@ -68,7 +68,7 @@ def simulated(workload: Workload, seed: int) -> dict[str, Any]:
     fabric = load_fabric(spec_file(workload))
     result = simulate(fabric, workload, seed)
     fractions = simulated_fractions(result)
-    return {**fractions, "path_changes_per_flow_max": result["te"]["path_changes_per_flow_max"]}
+    return {**fractions, "path_changes_per_flow_max": result.te.loop.path_changes_per_flow_max}
 
 
 def run_pattern(pattern: Pattern, seeds: list[int], emulate: bool) -> dict[str, Any]:

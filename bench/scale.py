@@ -28,6 +28,7 @@ from typing import Any
 
 from bench import write_result
 from bench.simulated import simulated
+from emulation.model.jsonable import plain
 from emulation.simulate.run import STEADY_CYCLES
 from emulation.workload import load_workload
 
@@ -41,41 +42,41 @@ def run_one(fabric_name: str, workload_name: str, seed: int, cycles: int) -> dic
     started = time.perf_counter()
     workload = load_workload(workload_name)
     result, build_s = simulated(fabric_name, workload, seed, cycles * workload.telemetry.interval_s)
-    te, phase = result["te"], result["phases"][-1]
-    fractions = [c["fraction_of_optimum"] for c in result["cycles"]]
+    goal, loop, phase = result.te.goal, result.te.loop, (result.goodput_phases)[-1]
+    assert goal is not None  # a goodput workload
     return {
         "fabric": fabric_name,
-        "gpus": result["gpus"],
+        "gpus": result.gpus,
         "workload": workload_name,
-        "flows": result["flows"],
+        "flows": result.flows,
         "seed": seed,
         "fabric_build_and_warm_s": build_s,
-        "placement": result["placement"],
-        "optimum": phase["optimum"],
-        "ecmp_fraction_of_optimum": phase["ecmp"]["fraction_of_optimum"],
-        "ecmp_collided_uplinks": phase["ecmp"]["collided_uplinks"],
-        "spray_fraction_of_optimum": phase["spray"]["fraction_of_optimum"],
-        "te_fraction_of_optimum_per_cycle": fractions,
-        "te_fraction_of_optimum_final": te["fraction_of_optimum_final"],
-        "te_cycles_to_97": te["cycles_to_target"],
-        "te_cycles_to_97_and_holds": te["cycles_to_target_and_holds"],
-        "te_min_fraction_steady": te["fraction_of_optimum_min_last_100"],
-        "reroutes_total": te["reroutes_total"],
-        "reroutes_per_cycle_max": te["reroutes_per_cycle_max"],
-        "steady_cycles": te["steady_cycles"],
-        "moves_steady": te["reroutes_steady"],
-        "flow_mods_total": te["flow_mods_total"],
-        "flow_mods_steady": te["flow_mods_steady"],
-        "path_changes_per_flow_max": te["path_changes_per_flow_max"],
-        "engine_step_s": te["engine_step_s"],
-        "engine_step_cpu_s": te["engine_step_cpu_s"],
-        "loop_time_split_s": te["time_split_s"],
-        "simulated_s": te["simulated_s"],
-        "sim_s_per_wall_s": te["sim_s_per_wall_s"],
-        "setup_s": result["setup_s"],
+        "placement": plain(result.placement),
+        "optimum": plain(phase.optimum),
+        "ecmp_fraction_of_optimum": phase.ecmp.fraction_of_optimum,
+        "ecmp_collided_uplinks": phase.ecmp.collided_uplinks,
+        "spray_fraction_of_optimum": phase.spray.fraction_of_optimum,
+        "te_fraction_of_optimum_per_cycle": [c.fraction_of_optimum for c in result.cycles],
+        "te_fraction_of_optimum_final": goal.fraction_of_optimum_final,
+        "te_cycles_to_97": goal.cycles_to_target,
+        "te_cycles_to_97_and_holds": goal.cycles_to_target_and_holds,
+        "te_min_fraction_steady": goal.fraction_of_optimum_min_last_100,
+        "reroutes_total": loop.reroutes_total,
+        "reroutes_per_cycle_max": loop.reroutes_per_cycle_max,
+        "steady_cycles": loop.steady_cycles,
+        "moves_steady": loop.reroutes_steady,
+        "flow_mods_total": loop.flow_mods_total,
+        "flow_mods_steady": loop.flow_mods_steady,
+        "path_changes_per_flow_max": loop.path_changes_per_flow_max,
+        "engine_step_s": plain(loop.engine_step_s),
+        "engine_step_cpu_s": plain(loop.engine_step_cpu_s),
+        "loop_time_split_s": plain(loop.time_split_s),
+        "simulated_s": loop.simulated_s,
+        "sim_s_per_wall_s": loop.sim_s_per_wall_s,
+        "setup_s": result.setup_s,
         "wall_s": time.perf_counter() - started,
-        "noise": result["telemetry"]["noise"],
-        "interval_s": result["telemetry"]["interval_s"],
+        "noise": result.telemetry.noise,
+        "interval_s": result.telemetry.interval_s,
     }
 
 

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import gc
 import time
-from typing import Any
 
 from controller.fabric import load_fabric
 from controller.fabric.spec import SPECS_DIR
+from emulation.simulate.records import SimulationReport
 from emulation.simulate.run import simulate
 from emulation.workload import Workload
 
 
 def simulated(
     fabric_name: str, workload: Workload, seed: int, duration_s: float | None
-) -> tuple[dict[str, Any], float]:
+) -> tuple[SimulationReport, float]:
     """(the simulator's result, the seconds building and warming the fabric took)."""
     started = time.perf_counter()
     fabric = load_fabric(SPECS_DIR / f"{fabric_name}.yaml")

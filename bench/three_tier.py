@@ -31,7 +31,10 @@ from typing import Any
 from bench import write_result
 from bench.scale import SETTLE_CYCLES, run_one, summary_line
 from bench.simulated import simulated
+from emulation.model.jsonable import plain
+from emulation.simulate.arms import FIRST_FIT_ECMP, RAILYARD_TE
 from emulation.simulate.run import STEADY_CYCLES
+from emulation.simulate.traffic import RAILYARD
 from emulation.workload import load_workload
 
 FABRIC = "meta-32k"
@@ -70,26 +73,22 @@ def targets(run: dict[str, Any]) -> dict[str, Any]:
 def training(seed: int, duration_s: float | None) -> dict[str, Any]:
     started = time.perf_counter()
     result, _ = simulated(FABRIC, load_workload(TRAINING), seed, duration_s)
-    arms = result["arms"]
-    te, first_fit = arms["railyard+te"], arms["first-fit+ecmp"]
-    inside = result["placement"]["railyard"]["jobs_fitting_a_cluster_kept_inside"]
+    arms = result.arms or {}
+    te, first_fit = arms[RAILYARD_TE], arms[FIRST_FIT_ECMP]
+    clusters = result.placement[RAILYARD].clusters
+    inside = clusters.jobs_fitting_a_cluster_kept_inside if clusters else None
     # Pooled, the p99 is the slowest job's own (an all-to-all bound by its
     # NICs in every arm): the jobs the placement slowed are named apart.
-    slower = {
-        job: {"first-fit+ecmp": row["p99_s"], "railyard+te": te["jobs"][job]["p99_s"]}
-        for job, row in first_fit["jobs"].items()
-        if row["iterations"]
-        and te["jobs"].get(job, {}).get("iterations")
-        and row["p99_s"] > te["jobs"][job]["p99_s"] * 1.01
-    }
+    slower = {}
+    for job, row in first_fit.jobs.items():
+        mine = te.jobs.get(job)
+        if row.iterations and mine and mine.iterations and row.p99_s > mine.p99_s * 1.01:
+            slower[job] = {FIRST_FIT_ECMP: row.p99_s, RAILYARD_TE: mine.p99_s}
     return {
         "seed": seed,
-        "placement": result["placement"],
-        "iteration_p99_s": {"railyard+te": te["overall"]["p99_s"], "first-fit+ecmp": first_fit["overall"]["p99_s"]},
-        "slowdown_p99": {
-            "railyard+te": te["overall"]["slowdown_p99"],
-            "first-fit+ecmp": first_fit["overall"]["slowdown_p99"],
-        },
+        "placement": plain(result.placement),
+        "iteration_p99_s": {RAILYARD_TE: te.overall.p99_s, FIRST_FIT_ECMP: first_fit.overall.p99_s},
+        "slowdown_p99": {RAILYARD_TE: te.overall.slowdown_p99, FIRST_FIT_ECMP: first_fit.overall.slowdown_p99},
         "jobs_slower_under_first_fit_p99_s": slower,
         "jobs_inside_one_cluster": {"value": inside, "target": TARGETS["inside"], "met": (inside or 0) >= 0.95},
         "wall_s": time.perf_counter() - started,

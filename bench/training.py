@@ -32,6 +32,8 @@ from typing import Any
 
 from bench import write_result
 from bench.simulated import simulated
+from emulation.simulate.arms import FIRST_FIT_ECMP, RAILYARD_TE, TOPOLOGY_ECMP
+from emulation.simulate.records import IterationFigures, SimulationReport
 from emulation.simulate.report import table
 from emulation.workload import load_workload
 
@@ -44,24 +46,20 @@ VS_FIRST_FIT = 0.70
 COLLIDED = 1.05  # an iteration 5% over its own placement's bound: something on the fabric slowed it
 
 
-def targets(result: dict) -> dict[str, Any]:
-    arms = result["arms"]
-    te, topology, first_fit = arms["railyard+te"], arms["topology+ecmp"], arms["first-fit+ecmp"]
-    te_p99 = te["overall"]["slowdown_p99"]
-    topology_p99 = topology["overall"]["slowdown_p99"]
+def targets(result: SimulationReport) -> dict[str, Any]:
+    arms = result.arms or {}
+    te, topology, first_fit = arms[RAILYARD_TE], arms[TOPOLOGY_ECMP], arms[FIRST_FIT_ECMP]
+    te_p99 = te.overall.slowdown_p99
+    topology_p99 = topology.overall.slowdown_p99
     collided = {
         job: row
-        for job, row in first_fit["jobs"].items()
-        if row["iterations"] and row["p99_s"] > COLLIDED * row["own_optimum_s"]
+        for job, row in first_fit.jobs.items()
+        if row.iterations and row.p99_s > COLLIDED * (row.own_optimum_s or 0.0)
     }
-    per_job = {
-        job: te["jobs"][job]["p99_s"] / row["p99_s"]
-        for job, row in collided.items()
-        if te["jobs"].get(job, {}).get("iterations")
-    }
+    per_job = {job: te.jobs[job].p99_s / row.p99_s for job, row in collided.items() if _ran(te.jobs.get(job))}
     worst = max(per_job.values(), default=None)
     # Pooled over every iteration, one slow job hides among many fast ones: its own p99 is judged too.
-    worst_job = max((row["slowdown_p99"] for row in te["jobs"].values() if row["iterations"]), default=0.0)
+    worst_job = max((row.slowdown_p99 for row in te.jobs.values() if row.iterations), default=0.0)
     return {
         "railyard_p99_over_optimum": {"ratio": te_p99, "target": NEAR_OPTIMUM, "met": te_p99 <= NEAR_OPTIMUM},
         "railyard_worst_job_p99_over_optimum": {
@@ -84,12 +82,16 @@ def targets(result: dict) -> dict[str, Any]:
     }
 
 
-def run_one(fabric_name: str, seed: int, duration_s: float | None) -> dict[str, Any]:
+def _ran(row: IterationFigures | None) -> bool:
+    return row is not None and row.iterations > 0
+
+
+def run_one(fabric_name: str, seed: int, duration_s: float | None) -> tuple[SimulationReport, dict[str, Any]]:
+    """The simulation, and its JSON with the run's wall time and targets."""
     started = time.perf_counter()
-    result, _ = simulated(fabric_name, load_workload(SCENARIO), seed, duration_s)
-    result["wall_s"] = time.perf_counter() - started
-    result["targets"] = targets(result)
-    return result
+    report, _ = simulated(fabric_name, load_workload(SCENARIO), seed, duration_s)
+    wall_s = time.perf_counter() - started
+    return report, {**report.as_json(), "wall_s": wall_s, "targets": targets(report)}
 
 
 def target_lines(result: dict) -> list[str]:
@@ -151,10 +153,10 @@ def main() -> None:
     runs = []
     for fabric_name in args.fabric or FABRICS:
         for seed in args.seed or SEEDS[fabric_name]:
-            result = run_one(fabric_name, seed, args.duration)
-            print(table(result))
-            print("\n".join(target_lines(result)), flush=True)
-            runs.append(result)
+            report, run = run_one(fabric_name, seed, args.duration)
+            print(table(report))
+            print("\n".join(target_lines(run)), flush=True)
+            runs.append(run)
     summary = [
         summary_line(fabric, [r for r in runs if r["fabric"] == fabric])
         for fabric in dict.fromkeys(r["fabric"] for r in runs)

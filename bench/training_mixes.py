@@ -35,6 +35,8 @@ from emulation.model.stats import percentile
 from emulation.net import ovs
 from emulation.scenarios.records import JobFigures
 from emulation.scenarios.timeline import in_steady_traffic
+from emulation.simulate.arms import RAILYARD_TE, SPRAY, TOPOLOGY_ECMP
+from emulation.simulate.records import IterationFigures
 from emulation.simulate.run import simulate
 from emulation.workload import Workload, load_workload, spec_file
 
@@ -46,16 +48,25 @@ PATH_CHANGES = 2
 def simulated(workload: Workload, seed: int) -> dict[str, Any]:
     fabric = load_fabric(spec_file(workload))
     result = simulate(fabric, workload, seed)
-    arms = result["arms"]
-    te, spray, e_ecmp = arms["railyard+te"]["overall"], arms["spray"]["overall"], arms["topology+ecmp"]["overall"]
-    changes = workload.traffic_changes(result["duration_s"])
-    steady = sum(c["reroutes"] for c in result["cycles"] if in_steady_traffic(c["t"], changes))
+    arms = result.arms or {}
+    te, spray, e_ecmp = arms[RAILYARD_TE].overall, arms[SPRAY].overall, arms[TOPOLOGY_ECMP].overall
+    changes = workload.traffic_changes(result.duration_s)
+    steady = sum(c.reroutes for c in result.cycles if in_steady_traffic(c.t, changes))
     return {
-        "te": {k: te[k] for k in ("p50_s", "p99_s", "slowdown_p50", "slowdown_p99", "iterations")},
-        "spray_p99_s": spray["p99_s"],
-        "e_ecmp": {k: e_ecmp[k] for k in ("p50_s", "p99_s", "slowdown_p50", "slowdown_p99")},
-        "path_changes_per_flow_max": result["te"]["path_changes_per_flow_max"],
+        "te": {**_times(te), "iterations": te.iterations},
+        "spray_p99_s": spray.p99_s,
+        "e_ecmp": _times(e_ecmp),
+        "path_changes_per_flow_max": result.te.loop.path_changes_per_flow_max,
         "moves_in_steady_traffic": steady,
+    }
+
+
+def _times(figures: IterationFigures) -> dict[str, float]:
+    return {
+        "p50_s": figures.p50_s,
+        "p99_s": figures.p99_s,
+        "slowdown_p50": figures.slowdown_p50,
+        "slowdown_p99": figures.slowdown_p99,
     }
 
 

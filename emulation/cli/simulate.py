@@ -67,7 +67,7 @@ def simulate(args) -> int:
         print(table(result))
         print(f"\nresult: {path} (plot: {path.with_suffix('.png')}); {time.monotonic() - started:.1f} s")
 
-    emit(args.json, result, text)
+    emit(args.json, result.as_json(), text)
     return 0
 
 

@@ -5,13 +5,11 @@ totals and TE figures sit beside its other figures, as they always have."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-Json = dict[str, Any]
-OMITTED_IF_NONE = {"omitted_if_none": True}  # a field the JSON leaves out rather than writing null
+from emulation.model.jsonable import FLATTENED, OMITTED_IF_NONE, Json, as_json
 
 
 @dataclass(frozen=True)
@@ -57,7 +55,7 @@ class PhaseFigures:
     from_s: float
     to_s: float
     dead_links: list[str]
-    totals: Totals
+    totals: Totals = field(metadata=FLATTENED)
     flows_measured: int  # flows with a judged second inside the phase
     bound_over_optimum: float  # the throughput bound over the optimum's aggregate (>= 1)
 
@@ -199,7 +197,7 @@ class ModeFigures:
     """One run (ECMP or TE) judged against the optimum."""
 
     flows: list[FlowFigures]
-    totals: Totals
+    totals: Totals = field(metadata=FLATTENED)
     phases: list[PhaseFigures]
     jain_fairness: float
     max_spine_tier_utilization: SpineTier
@@ -214,7 +212,7 @@ class ModeFigures:
     transfer_errors: list[str]
     skipped_events: list[str]
     te_decisions: dict[str, float]  # decisions by kind, from the controller's counter
-    te: TeFigures
+    te: TeFigures = field(metadata=FLATTENED)
     flow_mods: float
     reconcile_failures: float
     # "passed", "failed: ..." or "skipped: ..." (a flow reported an error); absent: not checked
@@ -270,30 +268,4 @@ class ScenarioReport:
         return sum(m.failed_flows for m in self.modes.values())
 
     def as_json(self) -> Json:
-        return _flat(self)
-
-
-_FLATTENED = ("totals", "te")  # records whose fields sit in their parent's JSON object
-
-
-def _flat(record: Any) -> Json:
-    out: Json = {}
-    for f in dataclasses.fields(record):
-        value = _plain(getattr(record, f.name))
-        if value is None and f.metadata.get("omitted_if_none"):
-            continue
-        if f.name in _FLATTENED:
-            out.update(value)
-        else:
-            out[f.name] = value
-    return out
-
-
-def _plain(value: Any) -> Any:
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _flat(value)
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    return value
+        return as_json(self)

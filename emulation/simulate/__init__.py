@@ -21,5 +21,6 @@ and the real TE engine in a closed loop, each judged against the optimum.
 - goodput.py     unbounded flows judged by aggregate against the optimum
 - iterations.py  iteration times per job and arm against the optimum
 - run.py         one simulation: every arm, judged by goodput or by time
+- records.py     the result as typed records, written as the JSON they name
 - report*.py     the tables; output.py (the only I/O) writes JSON and the PNG
 """

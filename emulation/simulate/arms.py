@@ -40,6 +40,7 @@ RULES = {
     ECMP: "the underlay's 5-tuple hash",
     SPRAY: "Railyard's placement; every flow sprayed evenly over its live paths",
     RAILYARD_TE: "Railyard's placement (controller.te.placement.place) and the closed loop with the real engine",
+    OPTIMUM: "each job alone on the live fabric, split over every path",
 }
 
 PLACEMENT_OF = {

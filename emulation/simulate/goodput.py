@@ -23,13 +23,24 @@ from emulation.simulate.conditions import Condition, Phase
 from emulation.simulate.figures import natural_demand, outcome
 from emulation.simulate.loop import LoopResult, LoopSettings
 from emulation.simulate.prepared import Prepared, ecmp_routing, spray_routing
+from emulation.simulate.records import (
+    CycleFigures,
+    LoopFigures,
+    OptimumFigures,
+    PhaseFigures,
+    RoutingFigures,
+    Spread,
+    TargetFigures,
+    TeFigures,
+    TimeSplit,
+)
 from emulation.simulate.traffic import demands
 
 TARGET = 0.97
 STEADY_CYCLES = 100
 
 
-def static_figures(prep: Prepared, phase: Phase, bound: Bound) -> dict:
+def static_figures(prep: Prepared, phase: Phase, bound: Bound) -> PhaseFigures:
     """ECMP and spraying at one phase, against its optimum."""
     network = prep.network
     condition = Condition(phase.start_s, phase.dead)
@@ -44,32 +55,14 @@ def static_figures(prep: Prepared, phase: Phase, bound: Bound) -> dict:
     def judged(rates: np.ndarray) -> float:
         return credited(rates, best) / bound.aggregate_bps if bound.aggregate_bps else 0.0
 
-    return {
-        "start_s": phase.start_s,
-        "dead_links": list(phase.dead),
-        "flows": int(phase.started.sum()),
-        "optimum": bound_row(bound),
-        "ecmp": {
-            "aggregate_bps": ecmp_outcome.aggregate_bps,
-            "fraction_of_optimum": judged(ecmp_outcome.rates),
-            "collided_uplinks": ecmp_outcome.collided_uplinks,
-        },
-        "spray": {
-            "aggregate_bps": spray_outcome.aggregate_bps,
-            "fraction_of_optimum": judged(spray_outcome.rates),
-            "collided_uplinks": spray_outcome.collided_uplinks,
-        },
-    }
-
-
-def bound_row(bound: Bound) -> dict:
-    return {
-        "aggregate_bps": bound.aggregate_bps,
-        "single_path_bps": bound.single_path_bps,
-        "throughput_bound_bps": bound.throughput_bps,
-        "method": bound.method,
-        "solve_s": bound.solve_s,
-    }
+    return PhaseFigures(
+        phase.start_s,
+        list(phase.dead),
+        int(phase.started.sum()),
+        OptimumFigures.of(bound),
+        RoutingFigures(ecmp_outcome.aggregate_bps, judged(ecmp_outcome.rates), ecmp_outcome.collided_uplinks),
+        RoutingFigures(spray_outcome.aggregate_bps, judged(spray_outcome.rates), spray_outcome.collided_uplinks),
+    )
 
 
 def fractions(result: LoopResult, phases: Sequence[Phase], bounds: Sequence[Bound]) -> list[float]:
@@ -91,32 +84,32 @@ def yardstick(phases: Sequence[Phase], bounds: Sequence[Bound]) -> Callable[[flo
     return lambda t: best[bisect.bisect_right(starts, t + 1e-9) - 1]
 
 
-def cycle_rows(result: LoopResult, judged: Sequence[float] | None) -> list[dict]:
+def cycle_rows(result: LoopResult, judged: Sequence[float] | None) -> list[CycleFigures]:
     """Per cycle; with `judged` (fractions of the optimum) for goodput runs."""
     return [
-        {
-            "t": round(c.t, 6),
-            **({} if judged is None else {"fraction_of_optimum": judged[i]}),
-            "aggregate_bps": c.aggregate_bps,
-            "collided_uplinks": c.collided_uplinks,
-            "engine_collisions": c.engine_collisions,
-            "reroutes": c.reroutes,
-            "moves_active": c.moves_active,
-            "meters_active": c.meters_active,
-            "flow_mods": c.flow_mods,
-            "meter_mods": c.meter_mods,
-            "path_changes": c.path_changes,
-            "step_s": c.step_s,
-            "fluid_s": c.fluid_s,
-            "telemetry_s": c.telemetry_s,
-            "overlay_s": c.overlay_s,
-            "decisions": dict(c.decisions),
-        }
+        CycleFigures(
+            round(c.t, 6),
+            None if judged is None else judged[i],
+            c.aggregate_bps,
+            c.collided_uplinks,
+            c.engine_collisions,
+            c.reroutes,
+            c.moves_active,
+            c.meters_active,
+            c.flow_mods,
+            c.meter_mods,
+            c.path_changes,
+            c.step_s,
+            c.fluid_s,
+            c.telemetry_s,
+            c.overlay_s,
+            dict(c.decisions),
+        )
         for i, c in enumerate(result.cycles)
     ]
 
 
-def te_summary(result: LoopResult, judged: Sequence[float], settings: LoopSettings) -> dict:
+def te_summary(result: LoopResult, judged: Sequence[float], settings: LoopSettings) -> TeFigures:
     """The loop's figures with TE's fraction of the optimum (`fractions`)."""
     frac = judged
     # The first cycle from which TE stays at or above the target to the end,
@@ -127,28 +120,26 @@ def te_summary(result: LoopResult, judged: Sequence[float], settings: LoopSettin
             break
         holds_from = i
     first = next((i for i, f in enumerate(frac) if f >= TARGET), None)
-    return {
-        "fraction_of_optimum_first": frac[0] if frac else 0.0,
-        "fraction_of_optimum_final": frac[-1] if frac else 0.0,
-        "fraction_of_optimum_min_last_100": min(frac[-STEADY_CYCLES:], default=0.0),
-        "target": TARGET,
-        "cycles_to_target": first,
-        "cycles_to_target_and_holds": holds_from,
-        "time_to_target_s": None if first is None else result.cycles[first].t,
-        **loop_summary(result, settings),
-    }
+    goal = TargetFigures(
+        frac[0] if frac else 0.0,
+        frac[-1] if frac else 0.0,
+        min(frac[-STEADY_CYCLES:], default=0.0),
+        TARGET,
+        first,
+        holds_from,
+        None if first is None else result.cycles[first].t,
+    )
+    return TeFigures(goal, loop_summary(result, settings))
 
 
-def _spread(times: list[float]) -> dict[str, float]:
-    return {
-        "p50": percentile(times, 0.5),
-        "p99": percentile(times, 0.99),
-        "max": max(times, default=0.0),
-        "mean": statistics.fmean(times) if times else 0.0,
-    }
+def _spread(times: list[float]) -> Spread:
+    return Spread(
+        percentile(times, 0.5), percentile(times, 0.99), max(times, default=0.0),
+        statistics.fmean(times) if times else 0.0,
+    )  # fmt: skip
 
 
-def loop_summary(result: LoopResult, settings: LoopSettings) -> dict:
+def loop_summary(result: LoopResult, settings: LoopSettings) -> LoopFigures:
     """What the closed loop did and what it cost, whatever it is judged by."""
     cycles = result.cycles
     steady = cycles[-STEADY_CYCLES:]
@@ -156,30 +147,30 @@ def loop_summary(result: LoopResult, settings: LoopSettings) -> dict:
     sim_s = len(cycles) * settings.interval_s
     loop_wall = result.wall_s  # everything in the loop, bookkeeping and progress included
     moved = result.path_changes_per_flow
-    return {
-        "reroutes_total": sum(c.reroutes for c in cycles),
-        "reroutes_per_cycle_max": max((c.reroutes for c in cycles), default=0),
-        "steady_cycles": len(steady),
-        "reroutes_steady": sum(c.reroutes for c in steady),
-        "flow_mods_total": sum(c.flow_mods for c in cycles),
-        "flow_mods_steady": sum(c.flow_mods for c in steady),
-        "meter_mods_total": sum(c.meter_mods for c in cycles),
-        "path_changes_per_flow_max": int(moved.max()) if moved.size else 0,
-        "path_changes_per_moved_flow_mean": float(moved[moved > 0].mean()) if (moved > 0).any() else 0.0,
-        "flows_moved": int((moved > 0).sum()),
-        "collided_uplinks_first": cycles[0].collided_uplinks if cycles else 0,
-        "collided_uplinks_final": cycles[-1].collided_uplinks if cycles else 0,
-        "engine_step_s": _spread(steps),
-        "engine_step_cpu_s": _spread([c.step_cpu_s for c in cycles]),
-        "time_split_s": {
-            "fluid_model": sum(c.fluid_s for c in cycles),
-            "telemetry": sum(c.telemetry_s for c in cycles),
-            "engine": sum(steps),
-            "overlay": sum(c.overlay_s for c in cycles),
-            "other": max(result.wall_s - sum(c.fluid_s + c.telemetry_s + c.step_s + c.overlay_s for c in cycles), 0.0),
-        },
-        "cycles": len(cycles),
-        "simulated_s": sim_s,
-        "loop_wall_s": loop_wall,
-        "sim_s_per_wall_s": sim_s / loop_wall if loop_wall else math.inf,
-    }
+    return LoopFigures(
+        reroutes_total=sum(c.reroutes for c in cycles),
+        reroutes_per_cycle_max=max((c.reroutes for c in cycles), default=0),
+        steady_cycles=len(steady),
+        reroutes_steady=sum(c.reroutes for c in steady),
+        flow_mods_total=sum(c.flow_mods for c in cycles),
+        flow_mods_steady=sum(c.flow_mods for c in steady),
+        meter_mods_total=sum(c.meter_mods for c in cycles),
+        path_changes_per_flow_max=int(moved.max()) if moved.size else 0,
+        path_changes_per_moved_flow_mean=float(moved[moved > 0].mean()) if (moved > 0).any() else 0.0,
+        flows_moved=int((moved > 0).sum()),
+        collided_uplinks_first=cycles[0].collided_uplinks if cycles else 0,
+        collided_uplinks_final=cycles[-1].collided_uplinks if cycles else 0,
+        engine_step_s=_spread(steps),
+        engine_step_cpu_s=_spread([c.step_cpu_s for c in cycles]),
+        time_split_s=TimeSplit(
+            fluid_model=sum(c.fluid_s for c in cycles),
+            telemetry=sum(c.telemetry_s for c in cycles),
+            engine=sum(steps),
+            overlay=sum(c.overlay_s for c in cycles),
+            other=max(result.wall_s - sum(c.fluid_s + c.telemetry_s + c.step_s + c.overlay_s for c in cycles), 0.0),
+        ),
+        cycles=len(cycles),
+        simulated_s=sim_s,
+        loop_wall_s=loop_wall,
+        sim_s_per_wall_s=sim_s / loop_wall if loop_wall else math.inf,
+    )

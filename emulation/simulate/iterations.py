@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from controller.errors import RailyardError
 from emulation.model.stats import percentile
 from emulation.simulate.conditions import Condition
 from emulation.simulate.jobbound import Cuts, JobBound, job_bound
 from emulation.simulate.prepared import Prepared
+from emulation.simulate.records import ArmFigures, BurstFigures, IterationFigures
 from emulation.simulate.timeline import Burst, Iteration
 from emulation.workload.expand import JobPlan
 
@@ -72,27 +74,26 @@ def iteration_bound(
     return min(met, default=0.0)
 
 
-def _figures(times: Sequence[float], slowdowns: Sequence[float], job: JobPlan | None) -> dict:
-    out: dict = {
-        "iterations": len(times),
-        "p50_s": percentile(times, 0.5),
-        "p99_s": percentile(times, 0.99),
-        "max_s": max(times, default=0.0),
-        "slowdown_p50": percentile(slowdowns, 0.5),
-        "slowdown_p99": percentile(slowdowns, 0.99),
-        "slowdown_max": max(slowdowns, default=0.0),
-    }
-    if job is not None:
-        out["gpus"] = job.gpus
-        out["collective"] = job.collective.value
-        out["message_bytes"] = job.message_bytes
-    if job is not None and times:
-        for q in ("p50", "p99"):
-            t = out[f"{q}_s"]
-            algbw = job.message_bytes * 8 / t if t > 0 else 0.0
-            out[f"algbw_{q}_gbps"] = algbw / 1e9
-            out[f"busbw_{q}_gbps"] = algbw * job.busbw_factor / 1e9
-    return out
+def _figures(times: Sequence[float], slowdowns: Sequence[float], job: JobPlan | None, **extra: Any) -> IterationFigures:
+    """Iteration times and slowdowns; for a job that ran, its algbw and busbw at p50 and p99."""
+    p50, p99 = percentile(times, 0.5), percentile(times, 0.99)
+
+    def gbps(seconds: float, factor: float) -> float | None:
+        if job is None or not times:
+            return None
+        return job.message_bytes * 8 / seconds * factor / 1e9 if seconds > 0 else 0.0
+
+    busbw = job.busbw_factor if job is not None else 1.0
+    return IterationFigures(
+        len(times), p50, p99, max(times, default=0.0),
+        percentile(slowdowns, 0.5), percentile(slowdowns, 0.99), max(slowdowns, default=0.0),
+        gpus=job.gpus if job else None,
+        collective=job.collective.value if job else None,
+        message_bytes=job.message_bytes if job else None,
+        algbw_p50_gbps=gbps(p50, 1.0), busbw_p50_gbps=gbps(p50, busbw),
+        algbw_p99_gbps=gbps(p99, 1.0), busbw_p99_gbps=gbps(p99, busbw),
+        **extra,
+    )  # fmt: skip
 
 
 def arm_figures(
@@ -103,7 +104,7 @@ def arm_figures(
     own: Bounds,
     conditions: Sequence[Condition],
     arm: str,
-) -> dict:
+) -> tuple[dict[str, IterationFigures], IterationFigures]:
     """Per job and overall, against the optimum (`bounds`, over all
     placements) and with the bound of the arm's own placement beside it
     (`own`: what routing alone could reach there). An iteration still
@@ -123,17 +124,20 @@ def arm_figures(
     per_job = {}
     for job in jobs:
         rows = by_job.get(job.job_id, [])
-        figures = _figures([t for t, _ in rows], [s for _, s in rows], job)
         placed = own.get(job.job_id)
-        figures["own_optimum_s"] = min(b.time_s for b in placed.values()) if placed else 0.0
-        figures["unfinished_counted"] = sum(1 for it in late if it.job == job.job_id)
-        figures["times_s"] = [round(t, 6) for t, _ in rows]
-        per_job[job.job_id] = figures
+        per_job[job.job_id] = _figures(
+            [t for t, _ in rows],
+            [s for _, s in rows],
+            job,
+            own_optimum_s=min(b.time_s for b in placed.values()) if placed else 0.0,
+            unfinished_counted=sum(1 for it in late if it.job == job.job_id),
+            times_s=[round(t, 6) for t, _ in rows],
+        )
     every = [row for rows in by_job.values() for row in rows]
-    return {"jobs": per_job, "overall": _figures([t for t, _ in every], [s for _, s in every], None)}
+    return per_job, _figures([t for t, _ in every], [s for _, s in every], None)
 
 
-def optimum_figures(jobs: Sequence[JobPlan], bounds: Bounds) -> dict:
+def optimum_figures(jobs: Sequence[JobPlan], bounds: Bounds, rule: str) -> ArmFigures:
     """The optimum as an arm: per job its bound in the healthiest condition and how it was found."""
     per_job = {}
     for job in jobs:
@@ -141,25 +145,18 @@ def optimum_figures(jobs: Sequence[JobPlan], bounds: Bounds) -> dict:
         if not found:
             continue
         best = min(found.values(), key=lambda b: b.time_s)
-        figures = _figures([best.time_s], [1.0], job)
-        figures["method"] = best.method
-        per_job[job.job_id] = figures
-    times = [f["p50_s"] for f in per_job.values()]
-    methods = sorted({f["method"] for f in per_job.values()})
-    overall = _figures(times, [1.0] * len(times), None)
-    overall["method"] = "+".join(methods)
-    return {"jobs": per_job, "overall": overall}
+        per_job[job.job_id] = _figures([best.time_s], [1.0], job, method=best.method)
+    times = [f.p50_s for f in per_job.values()]
+    methods = sorted({f.method or "" for f in per_job.values()})
+    overall = _figures(times, [1.0] * len(times), None, method="+".join(methods))
+    return ArmFigures(rule=rule, jobs=per_job, overall=overall)
 
 
-def burst_figures(bursts: Sequence[Burst]) -> dict:
-    """Completion times of the finite flows outside jobs (none: empty)."""
+def burst_figures(bursts: Sequence[Burst]) -> BurstFigures | None:
+    """Completion times of the finite flows outside jobs (none: None)."""
     if not bursts:
-        return {}
+        return None
     times = [b.end_s - b.start_s for b in bursts if b.end_s is not None]
-    return {
-        "completed": len(times),
-        "cut_off": len(bursts) - len(times),
-        "p50_s": percentile(times, 0.5),
-        "p99_s": percentile(times, 0.99),
-        "max_s": max(times, default=0.0),
-    }
+    return BurstFigures(
+        len(times), len(bursts) - len(times), percentile(times, 0.5), percentile(times, 0.99), max(times, default=0.0)
+    )

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from emulation.simulate.records import CycleFigures, SimulationReport
 from emulation.simulate.report_iterations import iteration_table
 from emulation.simulate.report_lines import header, loop_lines, pct, placement_line
 
 _UNIT = {"Tb/s": 1e12, "Gb/s": 1e9}
 
 
-def _unit(result: dict) -> str:
-    biggest = max((p["optimum"]["aggregate_bps"] for p in result["phases"]), default=0.0)
+def _unit(result: SimulationReport) -> str:
+    biggest = max((p.optimum.aggregate_bps for p in result.goodput_phases), default=0.0)
     return "Tb/s" if biggest >= 10e12 else "Gb/s"
 
 
@@ -17,36 +18,35 @@ def _rate(bps: float | None, unit: str) -> str:
     return "-" if bps is None else f"{bps / _UNIT[unit]:.1f}"
 
 
-def table(result: dict) -> str:
-    if "arms" in result:
+def table(result: SimulationReport) -> str:
+    if result.arms is not None:
         return iteration_table(result)
     unit = _unit(result)
     lines = [header(result)]
-    placement = result.get("placement") or {}
-    if placement:
-        lines.append(placement_line(placement))
+    if result.placement:
+        lines.append(placement_line(result.placement))
     lines += _optimum_lines(result, unit)
     lines.append("")
-    lines += _arm_lines(result, unit, bool(placement))
+    lines += _arm_lines(result, unit, bool(result.placement))
     lines.append("")
     lines += _te_lines(result)
     lines += loop_lines(result)
     return "\n".join(lines)
 
 
-def _optimum_lines(result: dict, unit: str) -> list[str]:
+def _optimum_lines(result: SimulationReport, unit: str) -> list[str]:
     """Each phase's optimum, and the bounds it was weighed against."""
     lines = []
-    for phase in result["phases"]:
-        opt = phase["optimum"]
-        extra = [f"single-path {_rate(opt['single_path_bps'], unit)}"] if opt.get("single_path_bps") is not None else []
-        if opt.get("throughput_bound_bps") is not None:
-            extra.append(f"throughput bound {_rate(opt['throughput_bound_bps'], unit)}")
-        dead = f", links down: {', '.join(phase['dead_links'])}" if phase["dead_links"] else ""
+    for phase in result.goodput_phases:
+        opt = phase.optimum
+        extra = [f"single-path {_rate(opt.single_path_bps, unit)}"] if opt.single_path_bps is not None else []
+        if opt.throughput_bound_bps is not None:
+            extra.append(f"throughput bound {_rate(opt.throughput_bound_bps, unit)}")
+        dead = f", links down: {', '.join(phase.dead_links)}" if phase.dead_links else ""
         lines.append(
-            f"from {phase['start_s']:g} s ({phase['flows']} flows{dead}): optimum "
-            f"{_rate(opt['aggregate_bps'], unit)} {unit} "
-            f"(splittable max-min; {'; '.join(extra)}), {opt['method']}, {opt['solve_s']:.2f} s"
+            f"from {phase.start_s:g} s ({phase.flows} flows{dead}): optimum "
+            f"{_rate(opt.aggregate_bps, unit)} {unit} "
+            f"(splittable max-min; {'; '.join(extra)}), {opt.method}, {opt.solve_s:.2f} s"
         )
     return lines
 
@@ -55,63 +55,66 @@ def _arm_row(name: str, ecmp: str, spray: str, te_first: str, te_last: str) -> s
     return f"{name:28s}{ecmp:>10s}{spray:>10s}{te_first:>10s}{te_last:>10s}"
 
 
-def _arm_lines(result: dict, unit: str, placed: bool) -> list[str]:
+def _arm_lines(result: SimulationReport, unit: str, placed: bool) -> list[str]:
     """ECMP and spraying (static) beside TE's first and last cycle."""
-    cycles = result["cycles"]
-    first_phase, last_phase = result["phases"][0], result["phases"][-1]
-    ecmp, spray = last_phase["ecmp"], last_phase["spray"]
-    first, last = (cycles[0], cycles[-1]) if cycles else ({}, {})
+    phases = result.goodput_phases
+    first_phase, last_phase = phases[0], phases[-1]
+    ecmp, spray = last_phase.ecmp, last_phase.spray
+    first: CycleFigures | None = result.cycles[0] if result.cycles else None
+    last: CycleFigures | None = result.cycles[-1] if result.cycles else None
     base_note = " (baseline placement)" if placed else ""
     lines = [
         f"{'':28s}{'ECMP':>10s}{'spraying':>10s}{'TE first':>10s}{'TE final':>10s}",
         _arm_row(
             "fraction of optimum",
-            pct(ecmp["fraction_of_optimum"]),
-            pct(spray["fraction_of_optimum"]),
-            pct(first.get("fraction_of_optimum")),
-            pct(last.get("fraction_of_optimum")),
+            pct(ecmp.fraction_of_optimum),
+            pct(spray.fraction_of_optimum),
+            pct(first.fraction_of_optimum if first else None),
+            pct(last.fraction_of_optimum if last else None),
         ),
         _arm_row(
             f"aggregate ({unit})",
-            _rate(ecmp["aggregate_bps"], unit),
-            _rate(spray["aggregate_bps"], unit),
-            _rate(first.get("aggregate_bps"), unit),
-            _rate(last.get("aggregate_bps"), unit),
+            _rate(ecmp.aggregate_bps, unit),
+            _rate(spray.aggregate_bps, unit),
+            _rate(first.aggregate_bps if first else None, unit),
+            _rate(last.aggregate_bps if last else None, unit),
         ),
         _arm_row(
             "collided uplinks",
-            str(ecmp["collided_uplinks"]),
-            str(spray["collided_uplinks"]),
-            str(first.get("collided_uplinks", "-")),
-            str(last.get("collided_uplinks", "-")),
+            str(ecmp.collided_uplinks),
+            str(spray.collided_uplinks),
+            str(first.collided_uplinks) if first else "-",
+            str(last.collided_uplinks) if last else "-",
         ),
     ]
-    if len(result["phases"]) > 1:
+    if len(phases) > 1:
         lines.append(
             f"(ECMP and spraying in the last phase{base_note}; in the first: "
-            f"{pct(first_phase['ecmp']['fraction_of_optimum'])} and "
-            f"{pct(first_phase['spray']['fraction_of_optimum'])})"
+            f"{pct(first_phase.ecmp.fraction_of_optimum)} and "
+            f"{pct(first_phase.spray.fraction_of_optimum)})"
         )
     elif base_note:
         lines.append(f"(ECMP and spraying{base_note}; TE on Railyard's placement, each against its own optimum)")
     return lines
 
 
-def _te_lines(result: dict) -> list[str]:
+def _te_lines(result: SimulationReport) -> list[str]:
     """How soon TE reached its target and held it, and what it cost in moves and mods."""
-    te, cycles = result["te"], result["cycles"]
-    reach = te["cycles_to_target_and_holds"]
+    goal, loop, cycles = result.te.goal, result.te.loop, result.cycles
+    if goal is None:  # judged by time: no goodput target
+        return []
+    reach = goal.cycles_to_target_and_holds
     reached = (
-        f"{te['target']:.0%} of optimum after {reach} TE cycle(s) ({cycles[reach]['t']:.2f} s) and holds"
+        f"{goal.target:.0%} of optimum after {reach} TE cycle(s) ({cycles[reach].t:.2f} s) and holds"
         if reach is not None
-        else f"{te['target']:.0%} of optimum not held to the end"
-        + (f" (first reached after {te['cycles_to_target']} cycles)" if te["cycles_to_target"] is not None else "")
+        else f"{goal.target:.0%} of optimum not held to the end"
+        + (f" (first reached after {goal.cycles_to_target} cycles)" if goal.cycles_to_target is not None else "")
     )
     return [
         f"TE: {reached}",
-        f"    reroutes {te['reroutes_total']} (at most {te['reroutes_per_cycle_max']} in a cycle), "
-        f"{te['reroutes_steady']} in the last {te['steady_cycles']} cycles; flow-mods {te['flow_mods_total']} "
-        f"({te['flow_mods_steady']} in the last {te['steady_cycles']}), meter-mods {te['meter_mods_total']}",
-        f"    flows moved {te['flows_moved']}, path changes per flow: max {te['path_changes_per_flow_max']}, "
-        f"mean over moved {te['path_changes_per_moved_flow_mean']:.2f}",
+        f"    reroutes {loop.reroutes_total} (at most {loop.reroutes_per_cycle_max} in a cycle), "
+        f"{loop.reroutes_steady} in the last {loop.steady_cycles} cycles; flow-mods {loop.flow_mods_total} "
+        f"({loop.flow_mods_steady} in the last {loop.steady_cycles}), meter-mods {loop.meter_mods_total}",
+        f"    flows moved {loop.flows_moved}, path changes per flow: max {loop.path_changes_per_flow_max}, "
+        f"mean over moved {loop.path_changes_per_moved_flow_mean:.2f}",
     ]

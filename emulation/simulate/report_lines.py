@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from emulation.simulate.records import PlacementFigures, SimulationReport
+
 
 def pct(x: float | None) -> str:
     return "-" if x is None else f"{x:.1%}"
@@ -11,36 +15,34 @@ def ms(s: float) -> str:
     return f"{s * 1e3:.0f} ms" if s >= 0.01 else f"{s * 1e3:.1f} ms"
 
 
-def placement_line(placement: dict) -> str:
+def placement_line(placement: Mapping[str, PlacementFigures]) -> str:
     b, r = placement["first-fit"], placement["railyard"]
     t = placement.get("topology")
-    topology = f"topology packing {t['fill']:.1%}, {t['refused_jobs']} refused; " if t else ""
+    topology = f"topology packing {t.fill:.1%}, {t.refused_jobs} refused; " if t else ""
     return (
-        f"jobs: first-fit (hashed) {b['fill']:.1%} of GPUs, {b['refused_jobs']} refused; {topology}"
-        f"Railyard placement {r['fill']:.1%} ({r['jobs']} jobs, {r['steered_flows']} of {r['flows']} flows "
-        f"steered, {r['placement_flow_mods']} flow-mods), {r['refused_jobs']} refused"
+        f"jobs: first-fit (hashed) {b.fill:.1%} of GPUs, {b.refused_jobs} refused; {topology}"
+        f"Railyard placement {r.fill:.1%} ({r.jobs} jobs, {r.steered_flows} of {r.flows} flows "
+        f"steered, {r.placement_flow_mods} flow-mods), {r.refused_jobs} refused"
     )
 
 
-def header(result: dict) -> str:
-    te = result["te"]
+def header(result: SimulationReport) -> str:
+    telemetry = result.telemetry
     return (
-        f"{result['workload']} on {result['fabric']} ({result['gpus']} GPUs, {result['flows']} flows), "
-        f"seed {result['seed']}, {te['simulated_s']:g} s simulated; telemetry every "
-        f"{result['telemetry']['interval_s']:g} s, noise ±{result['telemetry']['noise']:.0%}, "
-        f"control latency {result['telemetry']['latency_s']:g} s"
+        f"{result.workload} on {result.fabric} ({result.gpus} GPUs, {result.flows} flows), "
+        f"seed {result.seed}, {result.te.loop.simulated_s:g} s simulated; telemetry every "
+        f"{telemetry.interval_s:g} s, noise ±{telemetry.noise:.0%}, "
+        f"control latency {telemetry.latency_s:g} s"
     )
 
 
-def loop_lines(result: dict) -> list[str]:
-    te = result["te"]
-    step, cpu = te["engine_step_s"], te["engine_step_cpu_s"]
-    split = te["time_split_s"]
-    setup = result["setup_s"]
+def loop_lines(result: SimulationReport) -> list[str]:
+    loop = result.te.loop
+    step, cpu, split = loop.engine_step_s, loop.engine_step_cpu_s, loop.time_split_s
     return [
-        f"engine step: p50 {ms(step['p50'])}, p99 {ms(step['p99'])}, max {ms(step['max'])} (CPU p99 {ms(cpu['p99'])}); "
-        f"loop time: engine {split['engine']:.2f} s, telemetry {split['telemetry']:.2f} s, "
-        f"fluid model {split['fluid_model']:.2f} s, overlay {split['overlay']:.2f} s",
-        f"speed: {te['sim_s_per_wall_s']:.2f} simulated s per wall s over the loop; setup: "
-        + ", ".join(f"{name.removesuffix('_s')} {seconds:.2f} s" for name, seconds in setup.items()),
+        f"engine step: p50 {ms(step.p50)}, p99 {ms(step.p99)}, max {ms(step.max)} (CPU p99 {ms(cpu.p99)}); "
+        f"loop time: engine {split.engine:.2f} s, telemetry {split.telemetry:.2f} s, "
+        f"fluid model {split.fluid_model:.2f} s, overlay {split.overlay:.2f} s",
+        f"speed: {loop.sim_s_per_wall_s:.2f} simulated s per wall s over the loop; setup: "
+        + ", ".join(f"{name.removesuffix('_s')} {seconds:.2f} s" for name, seconds in result.setup_s.items()),
     ]

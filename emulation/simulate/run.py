@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,7 +29,6 @@ from emulation.simulate.conditions import Condition, conditions, phases_of
 from emulation.simulate.goodput import (
     STEADY_CYCLES,
     TARGET,
-    bound_row,
     cycle_rows,
     fractions,
     loop_summary,
@@ -41,6 +40,18 @@ from emulation.simulate.iterations import arm_figures, burst_figures, lowest, op
 from emulation.simulate.jobbound import Cuts
 from emulation.simulate.loop import ClosedLoop, LoopResult, LoopSettings, Progress
 from emulation.simulate.prepared import Prepared, prepare
+from emulation.simulate.records import (
+    ArmFigures,
+    ClusterFigures,
+    CycleFigures,
+    OptimumFigures,
+    PhaseFigures,
+    PhaseOptimum,
+    PlacementFigures,
+    SimulationReport,
+    TeFigures,
+    TelemetryModel,
+)
 from emulation.simulate.routes import Network
 from emulation.simulate.timeline import Timeline
 from emulation.simulate.traffic import FIRST_FIT, RAILYARD, Arm, SimFlow, build_arms
@@ -64,8 +75,8 @@ def simulate(
     bound: BoundFn = optimum_bound,
     notify: Callable[[str], None] = lambda _: None,
     resolve_s: float = RESOLVE_S,
-) -> dict:
-    """The full result as a JSON-ready dict."""
+) -> SimulationReport:
+    """The full result, judged by goodput or by time."""
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -94,7 +105,6 @@ def simulate(
         seed,
         resolve_s,
     )
-    result = _heading(fabric, workload, seed, settings, len(railyard.arm.flows))
     iterating = any(p.arm.iterating for p in preps.values())
     if iterating:
         notify("baselines")
@@ -104,7 +114,7 @@ def simulate(
         lap("loop_s")
         runs[RAILYARD_TE] = loop.timeline
         notify("the optimum")
-        result.update(_judged_by_time(preps, runs, fabric_conditions, loop, settings))
+        judged = _judged_by_time(preps, runs, fabric_conditions, loop, settings)
         lap("optimum_s")
     else:
         baseline = preps.get(FIRST_FIT, railyard)
@@ -115,36 +125,59 @@ def simulate(
             fabric, railyard, fabric_conditions, settings, notify, progress, yardstick(te_phases, te_bounds)
         )
         lap("loop_s")
-        judged = fractions(loop, te_phases, te_bounds)
-        result.update(
-            {
-                "phases": static,
-                "te_optimum": [{"start_s": p.start_s, **bound_row(b)} for p, b in zip(te_phases, te_bounds)],
-                "te": te_summary(loop, judged, settings),
-                "cycles": cycle_rows(loop, judged),
-            }
+        by_cycle = fractions(loop, te_phases, te_bounds)
+        judged = _Judged(
+            te=te_summary(loop, by_cycle, settings),
+            cycles=cycle_rows(loop, by_cycle),
+            phases=static,
+            te_optimum=[PhaseOptimum(p.start_s, OptimumFigures.of(b)) for p, b in zip(te_phases, te_bounds)],
         )
-    result["placement"] = _placement(arms, loop, fabric)
-    result["setup_s"] = timings
-    return result
+    return _report(fabric, workload, seed, settings, railyard, judged, _placement(arms, loop, fabric), timings)
 
 
-def _heading(fabric: Fabric, workload: Workload, seed: int, settings: LoopSettings, flows: int) -> dict:
-    """What was simulated, and how: the result's first fields."""
-    return {
-        "workload": workload.name,
-        "description": workload.description,
-        "traffic": [type(item).__name__ for item in workload.traffic],
-        "fabric": fabric.spec.name,
-        "gpus": fabric.gpu_count,
-        "seed": seed,
-        "duration_s": settings.duration_s,
-        "flows": flows,
-        "events": [{"at_s": e.at_s, e.kind: e.target} for e in workload.events],
-        "telemetry": {"interval_s": settings.interval_s, "noise": settings.noise, "latency_s": settings.latency_s},
-        "engine": asdict(settings.engine),
-        "resolve_s": settings.resolve_s,
-    }
+@dataclass(frozen=True)
+class _Judged:
+    """A run's judgement: by goodput (phases, te_optimum) or by time (arms)."""
+
+    te: TeFigures
+    cycles: list[CycleFigures]
+    phases: list[PhaseFigures] | None = None
+    te_optimum: list[PhaseOptimum] | None = None
+    arms: dict[str, ArmFigures] | None = None
+
+
+def _report(
+    fabric: Fabric,
+    workload: Workload,
+    seed: int,
+    settings: LoopSettings,
+    railyard: Prepared,
+    judged: _Judged,
+    placement: dict[str, PlacementFigures],
+    timings: dict[str, float],
+) -> SimulationReport:
+    """What was simulated and how, beside how it was judged."""
+    return SimulationReport(
+        workload=workload.name,
+        description=workload.description,
+        traffic=[type(item).__name__ for item in workload.traffic],
+        fabric=fabric.spec.name,
+        gpus=fabric.gpu_count,
+        seed=seed,
+        duration_s=settings.duration_s,
+        flows=len(railyard.arm.flows),
+        events=[{"at_s": e.at_s, e.kind: e.target} for e in workload.events],
+        telemetry=TelemetryModel(settings.interval_s, settings.noise, settings.latency_s),
+        engine=settings.engine,
+        resolve_s=settings.resolve_s,
+        arms=judged.arms,
+        phases=judged.phases,
+        te_optimum=judged.te_optimum,
+        te=judged.te,
+        cycles=judged.cycles,
+        placement=placement,
+        setup_s=timings,
+    )
 
 
 def _closed_loop(
@@ -168,7 +201,7 @@ def _goodput_optimum(
     fabric_conditions: Sequence[Condition],
     settings: LoopSettings,
     bound: BoundFn,
-) -> tuple[list[dict], list[Bound], list]:
+) -> tuple[list[PhaseFigures], list[Bound], list]:
     """ECMP and spraying per phase of the baseline, and the optimum of every phase of both placements."""
     solved: dict[tuple[int, tuple[str, ...], bytes], Bound] = {}
 
@@ -192,7 +225,7 @@ def _judged_by_time(
     fabric_conditions: Sequence[Condition],
     loop: LoopResult,
     settings: LoopSettings,
-) -> dict:
+) -> _Judged:
     cuts = Cuts(preps[RAILYARD].network)
     own = {placement: placement_bounds(prep, cuts, fabric_conditions) for placement, prep in preps.items()}
     bounds = lowest(list(own.values()))
@@ -200,45 +233,40 @@ def _judged_by_time(
     for name, timeline in runs.items():
         placement = PLACEMENT_OF[name]
         placed = preps[placement].arm.jobs
-        figures = arm_figures(
+        jobs, overall = arm_figures(
             timeline.iterations, timeline.unfinished(), placed, bounds, own[placement], fabric_conditions, name
         )
-        arms[name] = {
-            "rule": RULES.get(name, name),
-            "placement": placement,
-            **figures,
-            "bursts": burst_figures(timeline.bursts + timeline.unfinished_bursts()),
-        }
+        arms[name] = ArmFigures(
+            rule=RULES.get(name, name),
+            placement=placement,
+            jobs=jobs,
+            overall=overall,
+            bursts=burst_figures(timeline.bursts + timeline.unfinished_bursts()),
+        )
     every_job = {job.job_id: job for prep in preps.values() for job in prep.arm.jobs}  # placed by any arm
-    arms[OPTIMUM] = {
-        "rule": "each job alone on the live fabric, split over every path",
-        **optimum_figures(sorted(every_job.values(), key=lambda j: j.job_id), bounds),
-    }
-    return {"arms": arms, "te": loop_summary(loop, settings), "cycles": cycle_rows(loop, None)}
+    arms[OPTIMUM] = optimum_figures(sorted(every_job.values(), key=lambda j: j.job_id), bounds, RULES[OPTIMUM])
+    return _Judged(te=TeFigures(None, loop_summary(loop, settings)), cycles=cycle_rows(loop, None), arms=arms)
 
 
-def _placement(arms: dict[str, Arm], loop: LoopResult, fabric: Fabric) -> dict:
+def _placement(arms: dict[str, Arm], loop: LoopResult, fabric: Fabric) -> dict[str, PlacementFigures]:
     if len(arms) == 1:
         return {}
-    out = {}
-    for name, arm in arms.items():
-        row: dict = {
-            "gpus_used": arm.gpus_used,
-            "fill": arm.gpus_used / fabric.gpu_count,
-            "refused_jobs": arm.refused,
-            "jobs": len(arm.jobs),
-            "flows": len(arm.flows),
-        }
-        if fabric.spec.clusters > 1:
-            row.update(_clusters_of_jobs(arm, fabric))
-        if name == RAILYARD:
-            row["steered_flows"] = sum(1 for f in arm.flows if f.via)
-            row["placement_flow_mods"] = loop.placement_flow_mods
-        out[name] = row
-    return out
+    return {
+        name: PlacementFigures(
+            gpus_used=arm.gpus_used,
+            fill=arm.gpus_used / fabric.gpu_count,
+            refused_jobs=arm.refused,
+            jobs=len(arm.jobs),
+            flows=len(arm.flows),
+            clusters=_clusters_of_jobs(arm, fabric) if fabric.spec.clusters > 1 else None,
+            steered_flows=sum(1 for f in arm.flows if f.via) if name == RAILYARD else None,
+            placement_flow_mods=loop.placement_flow_mods if name == RAILYARD else None,
+        )
+        for name, arm in arms.items()
+    }
 
 
-def _clusters_of_jobs(arm: Arm, fabric: Fabric) -> dict:
+def _clusters_of_jobs(arm: Arm, fabric: Fabric) -> ClusterFigures:
     """How well a placement keeps jobs inside a cluster: of the jobs that fit
     one (at most a cluster's GPUs), the fraction whose collectives never
     cross the core; and, over every job, the share of collective flows
@@ -256,8 +284,4 @@ def _clusters_of_jobs(arm: Arm, fabric: Fabric) -> dict:
         if job.gpus <= per_cluster:
             fitting += 1
             inside += not any(across)
-    return {
-        "jobs_fitting_a_cluster": fitting,
-        "jobs_fitting_a_cluster_kept_inside": inside / fitting if fitting else None,
-        "cross_cluster_flow_share": crossing / total if total else 0.0,
-    }
+    return ClusterFigures(fitting, inside / fitting if fitting else None, crossing / total if total else 0.0)

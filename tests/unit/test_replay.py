@@ -32,7 +32,7 @@ def _a_better_path() -> Rerouted:
 
 
 def test_with_no_path_change_the_routing_is_worth_what_the_simulator_says_ecmp_is():
-    simulated = simulate(FABRIC, WORKLOAD, 1)["phases"][0]["ecmp"]["fraction_of_optimum"]
+    simulated = simulate(FABRIC, WORKLOAD, 1).goodput_phases[0].ecmp.fraction_of_optimum
     worth = routing_worth(FABRIC, WORKLOAD, 1, [], 1.0, WORKLOAD.duration_s)
     assert worth is not None
     assert worth.mean == pytest.approx(simulated) and worth.end == pytest.approx(simulated)

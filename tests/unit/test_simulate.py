@@ -25,6 +25,7 @@ from emulation.simulate.flowmods import FlowModCounter
 from emulation.simulate.iterations import Bounds, OptimumBeaten, arm_figures
 from emulation.simulate.jobbound import Cuts, JobBound, lp_time_s
 from emulation.simulate.prepared import ecmp_routing, prepare, spray_routing
+from emulation.simulate.records import SimulationReport
 from emulation.simulate.routes import Network, build_routes, ecmp_routes, flow_hash
 from emulation.simulate.run import RESOLVE_S, simulate
 from emulation.simulate.timeline import Iteration
@@ -96,22 +97,34 @@ def test_spraying_splits_every_flow_evenly_over_its_paths():
     assert set(np.round(shares[:, uplinks][shares[:, uplinks] > 0], 9)) == {0.25}
 
 
+def _final(result: SimulationReport) -> float:
+    assert result.te.goal is not None  # judged by goodput
+    return result.te.goal.fraction_of_optimum_final
+
+
 def test_the_closed_loop_on_the_demo_fabric_fixes_the_ecmp_collision():
     # Seed 3 hashes two elephants of one leaf onto one uplink (as on the emulated demo).
     result = simulate(DEMO, parse_workload(PERMUTATION), seed=3)
-    phase = result["phases"][0]
-    assert phase["optimum"]["aggregate_bps"] == pytest.approx(8 * 400e9)
-    assert phase["ecmp"]["collided_uplinks"] >= 1
-    assert phase["ecmp"]["fraction_of_optimum"] < 0.9
-    assert phase["spray"]["fraction_of_optimum"] == pytest.approx(1.0)
-    te = result["te"]
-    assert te["fraction_of_optimum_first"] == pytest.approx(phase["ecmp"]["fraction_of_optimum"])
-    assert te["fraction_of_optimum_final"] == pytest.approx(1.0)
-    assert te["cycles_to_target_and_holds"] is not None and te["cycles_to_target_and_holds"] <= 3
-    assert te["collided_uplinks_final"] == 0
-    assert te["reroutes_total"] >= 1 and te["flow_mods_total"] >= 2  # a move: its data and ACK entries
-    assert te["path_changes_per_flow_max"] <= 2
-    assert json.loads(json.dumps(result)) == result  # JSON-ready as it is
+    phase = result.goodput_phases[0]
+    assert phase.optimum.aggregate_bps == pytest.approx(8 * 400e9)
+    assert phase.ecmp.collided_uplinks >= 1
+    assert phase.ecmp.fraction_of_optimum < 0.9
+    assert phase.spray.fraction_of_optimum == pytest.approx(1.0)
+    goal, loop = result.te.goal, result.te.loop
+    assert goal is not None
+    assert goal.fraction_of_optimum_first == pytest.approx(phase.ecmp.fraction_of_optimum)
+    assert goal.fraction_of_optimum_final == pytest.approx(1.0)
+    assert goal.cycles_to_target_and_holds is not None and goal.cycles_to_target_and_holds <= 3
+    assert loop.collided_uplinks_final == 0
+    assert loop.reroutes_total >= 1 and loop.flow_mods_total >= 2  # a move: its data and ACK entries
+    assert loop.path_changes_per_flow_max <= 2
+    written = result.as_json()
+    assert json.loads(json.dumps(written)) == written  # JSON-ready as it is
+    # The report's JSON keeps the shape the simulator has always written: TE's target and loop figures in one object.
+    assert written["te"]["fraction_of_optimum_final"] == goal.fraction_of_optimum_final
+    assert written["te"]["engine_step_s"]["p99"] == loop.engine_step_s.p99
+    assert written["te_optimum"][0] == {"start_s": 0, **written["phases"][0]["optimum"]}
+    assert "fraction_of_optimum" in written["cycles"][0] and "arms" not in written
 
 
 def test_a_fraction_of_the_optimum_never_exceeds_it_where_an_unfair_routing_carries_more():
@@ -120,22 +133,22 @@ def test_a_fraction_of_the_optimum_never_exceeds_it_where_an_unfair_routing_carr
     # aggregate (max-min fairness does not maximise the sum). Each flow is
     # credited up to its own optimum rate, so the fraction stays a true bound.
     result = simulate(load_fabric("fat-tree-k4.yaml"), load_workload("hedera/randx4"), seed=1, duration_s=3)
-    optimum = result["te_optimum"][0]["aggregate_bps"]
-    assert max(c["aggregate_bps"] for c in result["cycles"]) > optimum * 1.001
-    assert max(c["fraction_of_optimum"] for c in result["cycles"]) <= 1.0 + 1e-9
-    assert all(p[arm]["fraction_of_optimum"] <= 1.0 + 1e-9 for p in result["phases"] for arm in ("ecmp", "spray"))
+    optimum = (result.te_optimum or [])[0].optimum.aggregate_bps
+    assert max(c.aggregate_bps for c in result.cycles) > optimum * 1.001
+    assert max(c.fraction_of_optimum or 0.0 for c in result.cycles) <= 1.0 + 1e-9
+    assert all(max(p.ecmp.fraction_of_optimum, p.spray.fraction_of_optimum) <= 1 + 1e-9 for p in result.goodput_phases)
 
 
 def test_a_seed_that_does_not_collide_leaves_te_nothing_to_do():
     quiet = [
         s
         for s in range(1, 12)
-        if simulate(DEMO, parse_workload(PERMUTATION), s)["phases"][0]["ecmp"]["collided_uplinks"] == 0
+        if simulate(DEMO, parse_workload(PERMUTATION), s).goodput_phases[0].ecmp.collided_uplinks == 0
     ]
     assert quiet
     result = simulate(DEMO, parse_workload(PERMUTATION), quiet[0])
-    assert result["te"]["reroutes_total"] == 0
-    assert result["te"]["fraction_of_optimum_final"] == pytest.approx(1.0)
+    assert result.te.loop.reroutes_total == 0
+    assert _final(result) == pytest.approx(1.0)
 
 
 def test_a_link_failure_black_holes_remote_flows_until_te_moves_them():
@@ -143,11 +156,11 @@ def test_a_link_failure_black_holes_remote_flows_until_te_moves_them():
         PERMUTATION.replace("duration_s: 3", "duration_s: 4") + "events:\n  - {at_s: 2, link_down: 'ryl0r0:3'}\n"
     )
     result = simulate(DEMO, workload, seed=1)
-    _, after = result["phases"]
-    assert after["dead_links"] == ["ryl0r0:3"]
+    _, after = result.goodput_phases
+    assert after.dead_links == ["ryl0r0:3"]
     # Without the link each of ryl0r0's directions has one uplink for two flows.
-    assert after["optimum"]["aggregate_bps"] == pytest.approx(4 * 400e9 + 4 * 200e9)
-    assert result["te"]["fraction_of_optimum_final"] == pytest.approx(1.0)
+    assert after.optimum.aggregate_bps == pytest.approx(4 * 400e9 + 4 * 200e9)
+    assert _final(result) == pytest.approx(1.0)
 
 
 def test_a_tcp_flow_stalls_when_its_acks_cross_a_dead_link_whatever_carries_its_data():
@@ -187,11 +200,11 @@ traffic: [{jobs: 0.9, sizes: {4: 1, 8: 1, 16: 1}, collectives: {ring: 1, all-to-
 """
     )
     result = simulate(MID, workload, seed=2)
-    placement = result["placement"]
-    assert all(placement[p]["fill"] >= 0.9 for p in ("first-fit", "topology", "railyard"))
-    assert placement["railyard"]["jobs"] >= 2
-    assert 0.0 < result["te"]["fraction_of_optimum_final"] <= 1.0 + 1e-9
-    assert 0.0 < result["phases"][0]["ecmp"]["fraction_of_optimum"] <= 1.0 + 1e-9
+    placement = result.placement
+    assert all(placement[p].fill >= 0.9 for p in ("first-fit", "topology", "railyard"))
+    assert placement["railyard"].jobs >= 2
+    assert 0.0 < _final(result) <= 1.0 + 1e-9
+    assert 0.0 < result.goodput_phases[0].ecmp.fraction_of_optimum <= 1.0 + 1e-9
 
 
 def _moves(fabric, rng, keys, pairs):
@@ -348,19 +361,19 @@ events:
 def test_a_dead_spine_halves_the_optimum_and_te_keeps_to_it():
     text = PERMUTATION + "events:\n  - {at_s: 1, switch_down: rys0}\n  - {at_s: 2, switch_up: rys0}\n"
     result = simulate(DEMO, parse_workload(text), seed=2)
-    assert [p["optimum"]["aggregate_bps"] for p in result["phases"]] == pytest.approx([3.2e12, 1.6e12, 3.2e12])
-    during = [c for c in result["cycles"] if 1.2 <= c["t"] < 2.0]
-    assert all(c["fraction_of_optimum"] == pytest.approx(1.0) for c in during)
+    assert [p.optimum.aggregate_bps for p in result.goodput_phases] == pytest.approx([3.2e12, 1.6e12, 3.2e12])
+    during = [c for c in result.cycles if 1.2 <= c.t < 2.0]
+    assert all(c.fraction_of_optimum == pytest.approx(1.0) for c in during)
 
 
 def test_a_drain_moves_te_off_the_spine_while_the_baselines_ignore_it():
     text = PERMUTATION + "events:\n  - {at_s: 1, drain: rys0}\n  - {at_s: 2.6, undrain: rys0}\n"
     result = simulate(DEMO, parse_workload(text), seed=2)
-    (phase,) = result["phases"]  # a drain is no lost capacity: ECMP and spraying are as before
-    assert phase["ecmp"]["fraction_of_optimum"] == pytest.approx(1.0)
-    cycles = {round(c["t"], 1): c for c in result["cycles"]}
-    assert cycles[1.0]["reroutes"] == 8  # every flow off rys0 at once
-    assert cycles[2.0]["fraction_of_optimum"] == pytest.approx(0.5)  # two flows per rys1 uplink, as drained
+    (phase,) = result.goodput_phases  # a drain is no lost capacity: ECMP and spraying are as before
+    assert phase.ecmp.fraction_of_optimum == pytest.approx(1.0)
+    cycles = {round(c.t, 1): c for c in result.cycles}
+    assert cycles[1.0].reroutes == 8  # every flow off rys0 at once
+    assert cycles[2.0].fraction_of_optimum == pytest.approx(0.5)  # two flows per rys1 uplink, as drained
 
 
 def test_no_arm_beats_the_optimum_and_the_bound_is_tight_where_it_is_exact():
@@ -373,15 +386,18 @@ traffic:
 events: [{at_s: 1.5, link_down: 'ryl0r0:5'}]
 """
     result = simulate(MID, parse_workload(text), seed=3)  # OptimumBeaten would be raised
-    arms = result["arms"]
-    optimum = arms["optimum"]["jobs"]
+    arms = result.arms or {}
+    optimum = arms["optimum"].jobs
     assert optimum and set(arms) == {"first-fit+ecmp", "topology+ecmp", "spray", "railyard+te", "optimum"}
-    for name, arm in arms.items():
+    for name, figures in arms.items():
         if name == "optimum":
             continue
-        assert arm["overall"]["iterations"] > 0
-        for job, row in arm["jobs"].items():
-            assert min(row["times_s"], default=math.inf) >= optimum[job]["p50_s"] * (1 - 1e-6)
+        assert figures.overall.iterations > 0
+        for job_id, row in figures.jobs.items():
+            assert min(row.times_s or [], default=math.inf) >= optimum[job_id].p50_s * (1 - 1e-6)
+    written = result.as_json()
+    assert "phases" not in written and "fraction_of_optimum" not in written["cycles"][0]
+    assert "placement" not in written["arms"]["optimum"] and "method" in written["arms"]["optimum"]["overall"]
     # The cut bounds never exceed the exact LP (both are lower bounds; on a healthy fabric the NIC cut is tight).
     cuts = Cuts(Network(MID))
     arm = build_arms(MID, parse_workload(text), 3)[1]["railyard"]
@@ -411,9 +427,9 @@ def test_an_iteration_still_running_at_the_end_counts_once_it_is_past_the_optimu
     (job,) = run_arm(RING_ALONE, 1, railyard_placer(DEMO), ecmp_routing)[1].jobs
     bounds: Bounds = {"ring": {(): JobBound(0.7, "lp")}}
     healthy = conditions(DEMO, ())
-    stalled = arm_figures([], [Iteration("ring", 0, 0.0, 1.0)], [job], bounds, bounds, healthy, "ecmp")
-    assert stalled["jobs"]["ring"]["times_s"] == [1.0] and stalled["jobs"]["ring"]["unfinished_counted"] == 1
-    started = arm_figures([], [Iteration("ring", 0, 0.0, 0.5)], [job], bounds, bounds, healthy, "ecmp")
-    assert started["jobs"]["ring"]["iterations"] == 0  # too early to tell
+    stalled, _ = arm_figures([], [Iteration("ring", 0, 0.0, 1.0)], [job], bounds, bounds, healthy, "ecmp")
+    assert stalled["ring"].times_s == [1.0] and stalled["ring"].unfinished_counted == 1
+    started, _ = arm_figures([], [Iteration("ring", 0, 0.0, 0.5)], [job], bounds, bounds, healthy, "ecmp")
+    assert started["ring"].iterations == 0  # too early to tell
     with pytest.raises(OptimumBeaten):
         arm_figures([Iteration("ring", 0, 0.0, 0.5)], [], [job], bounds, bounds, healthy, "ecmp")
