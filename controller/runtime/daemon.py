@@ -36,7 +36,7 @@ from controller.intent.etcd_store import EtcdIntentStore, EtcdKv, EtcdUrl
 from controller.intent.service import IntentService
 from controller.intent.store import IntentStore, SqliteIntentStore
 from controller.metrics import Metrics, railyard_version
-from controller.runtime import collector, logs, notify
+from controller.runtime import collector, heap, logs, notify
 from controller.runtime.config import ConfigError, DaemonConfig, Listen
 from controller.runtime.ha import Replication
 from controller.runtime.listeners import listeners
@@ -263,6 +263,7 @@ class Daemon:
 
     def start(self) -> None:
         collector.tune(self._stop)
+        heap.tune(self._stop)
         priority.short_turns()
         self.ingest.start()
         if self.sflow is not None:

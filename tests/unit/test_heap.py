@@ -1,0 +1,46 @@
+"""The C heap's trim: freed memory goes back to the system (glibc, as Debian has)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from controller.runtime import heap
+
+
+def _rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+
+
+def _fragment() -> list[bytearray]:
+    """~62 MiB freed between live blocks on a thread's own arena: 64 KiB
+    blocks (under malloc's mmap threshold), every other one kept. free()
+    gives memory back only from the top of the main arena, so it stays."""
+    kept: list[bytearray] = []
+
+    def allocate() -> None:
+        blocks = [bytearray(b"x" * 65536) for _ in range(2000)]
+        kept.extend(blocks[::2])
+
+    worker = threading.Thread(target=allocate)
+    worker.start()
+    worker.join()
+    return kept
+
+
+def test_the_daemons_trimmer_gives_back_the_pages_of_blocks_freed_between_live_ones_then_stops():
+    kept = _fragment()
+    before = _rss_kib()
+    stop = threading.Event()
+    assert heap.tune(stop, every_s=0.05)
+    (trimmer,) = [t for t in threading.enumerate() if t.name == "heap-trim" and t.is_alive()]
+    deadline = time.monotonic() + 5
+    while before - _rss_kib() < 32 * 1024 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    released = before - _rss_kib()
+    stop.set()
+    trimmer.join(timeout=2)
+    assert released >= 32 * 1024, f"{released} KiB given back"
+    assert not trimmer.is_alive()
+    assert len(kept) == 1000  # the live blocks stay
