@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller.te.engine import EngineConfig
 from emulation.model.jsonable import FLATTENED, FLATTENED_IF_ANY, OMITTED_IF_NONE, Json, as_json
 from emulation.simulate.bound import Bound
 
@@ -240,7 +241,7 @@ class SimulationReport:
     flows: int
     events: list[dict[str, Any]]  # {"at_s": ..., kind: target}, as the workload names them
     telemetry: TelemetryModel
-    engine: Any  # the engine's settings record, as the run used them
+    engine: EngineConfig  # as the run used it
     resolve_s: float
     arms: dict[str, ArmFigures] | None = field(default=None, metadata=OMITTED_IF_NONE)
     phases: list[PhaseFigures] | None = field(default=None, metadata=OMITTED_IF_NONE)
