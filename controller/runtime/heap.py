@@ -5,12 +5,12 @@ steady, yet its RSS crept 1-3 MiB a minute (bench.soak). glibc's own
 counters (mallinfo2) showed where: over 10 minutes the bytes malloc had
 handed out stayed at 75-95 MiB while the free bytes it kept for itself
 grew from 9 to 125 MiB. Freed blocks (telemetry batches, protobuf
-messages, numpy arrays) lie scattered over a dozen per-thread arenas,
-and free() gives memory back to the system only from the top of the main
-arena. So the daemon caps the arenas at ARENA_MAX, and every
+messages, numpy arrays) lie scattered over many per-thread arenas (glibc
+makes up to 8 per core), and free() gives memory back to the system only
+from the top of a heap. So the daemon caps the arenas at ARENA_MAX, and every
 TRIM_EVERY_S asks malloc_trim to return the free pages of every arena
-(madvise: the pages go, the address space stays; a few ms with each
-arena's lock held in turn, never the interpreter lock).
+(madvise: the pages go, the address space stays; 0.6-7.2 ms a trim in a
+soak, with each arena's lock held in turn, never the interpreter lock).
 
 With another C library (musl) there is nothing to tune: `tune` says so
 and returns False.
