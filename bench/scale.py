@@ -42,7 +42,7 @@ def run_one(fabric_name: str, workload_name: str, seed: int, cycles: int) -> dic
     started = time.perf_counter()
     workload = load_workload(workload_name)
     result, build_s = simulated(fabric_name, workload, seed, cycles * workload.telemetry.interval_s)
-    goal, loop, phase = result.te.goal, result.te.loop, (result.goodput_phases)[-1]
+    goal, loop, phase = result.te.goal, result.te.loop, result.goodput_phases[-1]
     assert goal is not None  # a goodput workload
     return {
         "fabric": fabric_name,
