@@ -69,7 +69,7 @@ class TeRunner:
         the moves, so no reaction time is waited for."""
         self.fabric = fabric
         self.engine = Engine(fabric, config)  # this runner's: its caches are nobody else's
-        self.engine.pause = ingest.priority.yield_to_api  # a cycle steps aside for API calls between stages
+        self.engine.pause = ingest.priority.pace  # a cycle steps aside for API calls, and rests, between stages
         if enabled:
             ingest.keep_columns(self.engine.index.ids)  # the view as this engine's frames, kept as it arrives
         self.ingest = ingest

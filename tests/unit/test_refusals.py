@@ -5,7 +5,7 @@ import threading
 import time
 
 from controller.api.refusals import Sampler, Verdict, peer_address
-from controller.telemetry.priority import SWITCH_S, ApiFirst, short_turns
+from controller.telemetry.priority import BURST_S, REST_S, SWITCH_S, ApiFirst, short_turns
 
 
 def test_a_peer_gets_a_few_lines_a_window_and_the_next_line_counts_those_held_back():
@@ -63,6 +63,23 @@ def test_background_work_waits_while_an_api_call_runs_and_never_longer_than_its_
         started = time.monotonic()
         bounded.yield_to_api()
         assert time.monotonic() - started < 0.5  # a call that goes on does not stop the background
+
+
+def test_a_long_background_job_rests_after_each_burst_of_its_own_cpu_time_and_idle_time_is_not_work():
+    first = ApiFirst()
+    first.pace()
+    time.sleep(3 * BURST_S)  # idle: no CPU spent, so no rest owed
+    started = time.perf_counter()
+    first.pace()
+    assert time.perf_counter() - started < REST_S
+    cpu, wall = time.thread_time(), time.perf_counter()
+    while time.thread_time() - cpu < 20 * BURST_S:  # the work, in pieces of about a millisecond
+        piece = time.thread_time()
+        while time.thread_time() - piece < 0.001:
+            pass
+        first.pace()
+    rested = time.perf_counter() - wall - (time.thread_time() - cpu)
+    assert rested >= 15 * REST_S  # about one rest per burst (20); a busy machine only adds to it
 
 
 def test_the_daemon_hands_the_interpreter_lock_over_in_short_turns():
