@@ -81,9 +81,9 @@ class ApiFirst:
         taken off the wire, handed to a worker and decoded by gRPC's threads
         before it can say it is running, and each of those steps waits for
         the lock. A cold TE cycle on ft2-16k works out some 5,500 leaf
-        pairs' routes in one second of the lock; a placement arriving then
-        took 61-139 ms, 85-95% of it before its handler began, in 5 of 7
-        soaks' first seconds; with the rests the first minute's slowest
+        pairs' routes in 0.8 s of the lock; a placement arriving then took
+        61-139 ms, 77-95% of it before its handler began, in 5 of 7 soaks'
+        first seconds; with the rests the first minute's slowest
         placement read 16-29 ms in 5 of 5 (docs/benchmarks.md)."""
         self.yield_to_api()
         spent = time.thread_time()
