@@ -40,17 +40,33 @@ Listener = Callable[[Intent, list[JobEvent]], None]
 
 
 WATCH_HISTORY = 4096  # job events a watch can replay from
+# ... and GPUs plus flows over those events' jobs, at most: a history bounded
+# by events alone holds whatever the jobs weigh (4,096 events of 1,024-GPU
+# rings are some 8 million objects, gigabytes). At the soak's 8-64 GPUs a
+# job, the events fill it first.
+WATCH_HISTORY_ITEMS = 1 << 18
+
+
+def weight(event: JobEvent) -> int:
+    """What an event holds on to, in GPUs and flows."""
+    return len(event.job.gpus) + len(event.job.flows)
 
 
 class JobEvents:
-    def __init__(self, intent: Callable[[], Intent], history: int = WATCH_HISTORY) -> None:
-        """`intent`: the current intent (the service's snapshot), read under this object's lock."""
+    def __init__(
+        self, intent: Callable[[], Intent], history: int = WATCH_HISTORY, items: int = WATCH_HISTORY_ITEMS
+    ) -> None:
+        """`intent`: the current intent (the service's snapshot), read under
+        this object's lock. The history keeps the last `history` events,
+        fewer where their jobs weigh over `items` (GPUs and flows), and
+        always the last one."""
         self._intent = intent
         self._lock = threading.Lock()
         self._listeners: list[Listener] = []
         # Every event after `_history_from` is in `_history`.
-        self._history: deque[JobEvent] = deque(maxlen=history)
+        self._history: deque[JobEvent] = deque()
         self._history_from = intent().revision
+        self._events, self._items, self._weight = history, items, 0
         self._programmed: dict[str, int] = {}  # job id -> the intent revision the fabric held it at
 
     def subscribe(self, listener: Listener) -> None:
@@ -73,7 +89,7 @@ class JobEvents:
             if since < self._history_from:
                 raise RevisionGone(
                     f"revision {since} is older than the watch history, which starts after revision "
-                    f"{self._history_from} (the last {self._history.maxlen} job events); list again"
+                    f"{self._history_from} (the last {len(self._history)} job events); list again"
                 )
             self._listeners.append(listener)
             replay = [event for event in self._history if event.revision > since]
@@ -113,8 +129,10 @@ class JobEvents:
         with self._lock:
             for event in events:
                 self._programmed.pop(event.job.job_id, None)  # placed, moved or released: not on the fabric yet
-                if len(self._history) == self._history.maxlen:
-                    self._history_from = self._history[0].revision  # the oldest goes: the history starts after it
                 self._history.append(event)
+                self._weight += weight(event)
+            while len(self._history) > 1 and (len(self._history) > self._events or self._weight > self._items):
+                gone = self._history.popleft()  # the oldest goes: the history starts after it
+                self._history_from, self._weight = gone.revision, self._weight - weight(gone)
             for listener in list(self._listeners):
                 listener(intent, events)

@@ -1,7 +1,8 @@
 """Watching from a revision: the intent service's bounded history of job
 events replays what came after it, then the listener gets the rest, each
 event exactly once; a revision the history no longer reaches, or one ahead
-of the intent, is refused (RevisionGone: OUT_OF_RANGE on the API)."""
+of the intent, is refused (RevisionGone: OUT_OF_RANGE on the API). The
+history is bounded by events and by what their jobs weigh."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 
 from controller.errors import RevisionGone
 from controller.fabric import NicId, load_fabric
+from controller.intent.events import JobEvent, JobEventKind, JobEvents, weight
 from controller.intent.model import FlowMatch, FlowPin
 from controller.intent.service import IntentService
 from controller.intent.store import SqliteIntentStore
@@ -41,3 +43,19 @@ def test_a_watch_from_a_revision_replays_then_follows_each_event_once(tmp_path):
     assert svc.watch_from(svc.snapshot().revision, lambda *_: None) == []
     with pytest.raises(RevisionGone, match="ahead of the intent"):
         svc.watch_from(svc.snapshot().revision + 1, lambda *_: None)
+
+
+def test_the_history_also_keeps_no_more_than_its_weight_in_gpus_and_flows_and_always_the_last_event(tmp_path):
+    svc = IntentService(FABRIC, SqliteIntentStore(tmp_path / "i.db"), Metrics(sorted(FABRIC.switches)))
+    start = svc.snapshot().revision
+    jobs = [svc.place_job(JobRequest(name, 2, Pattern.ALL_TO_ALL, 100.0))[0] for name in ("a", "b", "c")]
+    heavy = len(jobs[0].gpus) + len(jobs[0].flows)
+    events = JobEvents(svc.snapshot, history=100, items=2 * heavy)
+    for revision, job in enumerate(jobs, start + 1):
+        events.publish(svc.snapshot(), [JobEvent(JobEventKind.PLACED, job, revision)])
+    assert sum(weight(e) for e in events.watch_from(start + 1, lambda *_: None)) <= 2 * heavy
+    with pytest.raises(RevisionGone, match="older than the watch history"):
+        events.watch_from(start, lambda *_: None)  # the first job's event went for its weight
+    alone, now = JobEvents(svc.snapshot, history=100, items=1), svc.snapshot().revision
+    alone.publish(svc.snapshot(), [JobEvent(JobEventKind.RELEASED, jobs[0], now + 1)])
+    assert [e.job.job_id for e in alone.watch_from(now, lambda *_: None)] == ["a"]  # over the weight, yet kept
