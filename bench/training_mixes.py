@@ -51,6 +51,10 @@ from emulation.workload.model import Telemetry
 MIXES = ("training-planes", "training-narrow", "training-three-pod")
 NEAR_OPTIMUM = 1.10
 PATH_CHANGES = 2
+# Iteration times are sums of fluid steps: equal routings' times differ in the
+# last digits (3.4800000004800005 against 3.4800000000800004 s). A microsecond
+# is far below any figure here and far above that noise.
+SAME_S = 1e-6
 
 
 def simulated(workload: Workload, seed: int) -> dict[str, Any]:
@@ -111,14 +115,14 @@ def judged(run: dict[str, Any]) -> dict[str, bool]:
     spray_p99 = sim["spray_p99_s"]
     out = {
         "simulated_p50": sim["te"]["slowdown_p50"] <= NEAR_OPTIMUM,
-        "simulated_p99_vs_spray": sim["te"]["p99_s"] <= spray_p99,
+        "simulated_p99_vs_spray": sim["te"]["p99_s"] <= spray_p99 + SAME_S,
         "simulated_path_changes": sim["path_changes_per_flow_max"] <= PATH_CHANGES,
         "simulated_steady": sim["moves_in_steady_traffic"] == 0,
     }
     if emu is not None and emu["te"]["slowdown"]:
         out |= {
             "emulated_p50": emu["te"]["slowdown"]["p50"] <= NEAR_OPTIMUM,
-            "emulated_p99_vs_spray": emu["te"]["time_s"]["p99"] <= spray_p99,
+            "emulated_p99_vs_spray": emu["te"]["time_s"]["p99"] <= spray_p99 + SAME_S,
             "emulated_path_changes": emu["path_changes_per_flow_per_change_max"] <= PATH_CHANGES,
             "emulated_steady": emu["moves_in_steady_traffic"] == 0,
         }
