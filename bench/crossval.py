@@ -23,7 +23,7 @@ import bisect
 import platform
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from bench import write_result
@@ -38,7 +38,8 @@ from emulation.simulate.records import PhaseFigures, SimulationReport
 from emulation.simulate.replay import Rerouted, RoutingWorth, routing_worth
 from emulation.simulate.run import simulate
 from emulation.workload import Workload, load_workload, spec_file
-from emulation.workload.model import PatternItem, Telemetry
+from emulation.workload.model import PatternItem, Telemetry, WorkloadError
+from emulation.workload.parse import parse_telemetry
 
 TOLERANCE_POINTS = 5.0
 
@@ -132,8 +133,11 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=TOLERANCE_POINTS, help="points")
     parser.add_argument("--out", default="bench/results/crossval.json")
     args = parser.parse_args()
+    try:
+        telemetry = parse_telemetry({"interval_s": args.interval, "noise": args.noise, "latency_s": args.latency})
+    except WorkloadError as exc:
+        parser.error(str(exc))
     ovs.check_running()
-    telemetry = Telemetry(args.interval, args.noise, args.latency)
     cases: list[dict[str, Any]] = []
     for spec_name in args.spec or ["default.yaml", "three-pod.yaml"]:
         for name in args.scenario or ["elephant", "link-failure"]:
@@ -176,7 +180,7 @@ def main() -> None:
         "benchmark": "crossval",
         "host": platform.node(),
         "tolerance_points": args.tolerance,
-        "simulated_telemetry": {"interval_s": args.interval, "noise": args.noise, "latency_s": args.latency},
+        "simulated_telemetry": asdict(telemetry),
         "summary": summary,
         "cases_within_tolerance": sum(c["within_tolerance"] for c in cases),
         "cases": cases,

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import platform
-from collections.abc import Callable
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -46,7 +45,8 @@ from emulation.simulate.arms import RAILYARD_TE, SPRAY, TOPOLOGY_ECMP
 from emulation.simulate.records import IterationFigures
 from emulation.simulate.run import simulate
 from emulation.workload import Workload, load_workload, spec_file
-from emulation.workload.model import Telemetry
+from emulation.workload.model import WorkloadError
+from emulation.workload.parse import parse_telemetry
 
 MIXES = ("training-planes", "training-narrow", "training-three-pod")
 NEAR_OPTIMUM = 1.10
@@ -148,41 +148,28 @@ def line(mix: str, seed: int, run: dict[str, Any]) -> str:
     return text
 
 
-def _seconds(least: float) -> Callable[[str], float]:
-    def seconds(text: str) -> float:
-        value = float(text)  # argparse reports a ValueError as "invalid seconds value"
-        if not least <= value <= 60.0:
-            raise argparse.ArgumentTypeError(f"{value} s is out of range: {least} to 60 s")
-        return value
-
-    return seconds
-
-
-def _telemetry(model: Telemetry, interval_s: float | None, latency_s: float | None) -> Telemetry:
-    return Telemetry(
-        model.interval_s if interval_s is None else interval_s,
-        model.noise,
-        model.latency_s if latency_s is None else latency_s,
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--mix", action="append", choices=MIXES, help="repeatable; default: all three")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--no-emulation", action="store_true", help="the simulator only")
-    parser.add_argument("--interval", type=_seconds(0.001), help="simulated telemetry interval, s (default: the mix's)")
-    parser.add_argument("--latency", type=_seconds(0.0), help="simulated flow-mod latency, s (default: the mix's)")
+    parser.add_argument("--interval", type=float, help="simulated telemetry interval, s (default: the mix's)")
+    parser.add_argument("--latency", type=float, help="simulated flow-mod latency, s (default: the mix's)")
     parser.add_argument("--out", default="bench/results/training-mixes.json")
     args = parser.parse_args()
+    changed = {k: v for k, v in (("interval_s", args.interval), ("latency_s", args.latency)) if v is not None}
+    if changed and not args.no_emulation:
+        parser.error("--interval and --latency change the simulator only: give --no-emulation too")
+    try:
+        parse_telemetry(changed)  # the same checks as a workload file's `telemetry:`
+    except WorkloadError as exc:
+        parser.error(str(exc))
     if not args.no_emulation:
-        if args.interval is not None or args.latency is not None:
-            parser.error("--interval and --latency change the simulator only: give --no-emulation too")
         ovs.check_running()
     runs: list[dict[str, Any]] = []
     for mix in args.mix or MIXES:
         workload = load_workload(mix)
-        model = _telemetry(workload.telemetry, args.interval, args.latency)
+        model = replace(workload.telemetry, **changed)
         for seed in args.seeds:
             run: dict[str, Any] = {"mix": mix, "seed": seed, "telemetry_model": asdict(model)}
             run["simulated"] = simulated(replace(workload, telemetry=model), seed)

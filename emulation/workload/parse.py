@@ -77,7 +77,7 @@ def workload_from_dict(doc: Any, default_name: str = "workload") -> Workload:
         traffic=items,
         events=parse_events([] if doc.get("events") is None else doc["events"], duration),
         fabric=_fabric(doc.get("fabric")),
-        telemetry=_telemetry(doc.get("telemetry", {})),
+        telemetry=parse_telemetry(doc.get("telemetry", {})),
         engine=_engine(doc.get("engine", {})),
     )
 
@@ -90,7 +90,8 @@ def _fabric(value: Any) -> str | None:
     return value
 
 
-def _telemetry(value: Any) -> Telemetry:
+def parse_telemetry(value: Any) -> Telemetry:
+    """A workload's `telemetry:` (the simulated agent), or a bench's flags for it: each field checked."""
     if not isinstance(value, Mapping):
         raise WorkloadError("telemetry", f"must be a mapping, got {kind_of(value)}", "interval_s, noise, latency_s")
     only(value, "telemetry.", {"interval_s", "noise", "latency_s"})
