@@ -11,7 +11,8 @@ switches attached) takes, for `--minutes` (20):
 First a minute of placements alone: the baseline in the same run. Measured:
 the daemon's RSS every 10 s and its slope after the first 2 minutes (least
 squares, MiB/min), threads and fds, each TE cache's gauge
-(railyard_te_cache_*, where the engine exports them), PlaceJob p50/p99 per
+(railyard_te_cache_*, where the engine exports them) and malloc's bytes in
+use and free (railyard_heap_bytes: what RSS is made of), PlaceJob p50/p99 per
 minute and over the soak (nearest-rank percentiles of the client's
 timings), TE cycle p50/p99 from railyard_te_cycle_seconds (its buckets, as
 Prometheus' histogram_quantile reads them), telemetry accepted, and every
@@ -135,6 +136,14 @@ def cache_gauges(samples: Samples) -> dict[str, float]:
     return {name: value for (name, labels), value in samples.items() if name.startswith("railyard_te_cache")}
 
 
+def heap_mib(samples: Samples) -> dict[str, float]:
+    return {
+        dict(labels)["state"]: value / 2**20
+        for (name, labels), value in samples.items()
+        if name == "railyard_heap_bytes"
+    }
+
+
 def slope_per_min(points: list[tuple[float, float]]) -> float:
     """Least-squares slope of (seconds, value), per minute."""
     if len(points) < 2:
@@ -176,6 +185,7 @@ def soak(args, workdir: Path) -> dict:
             samples = ctl.metrics()
             point = {"t_s": round(time.monotonic() - soak_started, 1), **process_figures(pid)}
             point["caches"] = cache_gauges(samples)
+            point["heap_mib"] = heap_mib(samples)
             point["accepted_total"] = total(samples, "railyard_telemetry_records_total", result="accepted")
             series.append(point)
             print(json.dumps(point), flush=True)
@@ -233,6 +243,10 @@ def figures(args, baseline, placer, soak_started, series, before, after, tally, 
         "rss_mib_start": series[0]["rss_mib"] if series else None,
         "rss_mib_end": series[-1]["rss_mib"] if series else None,
         "rss_slope_mib_per_min_after_2_min": slope_per_min(late),
+        "heap_slopes_mib_per_min_after_2_min": {
+            state: slope_per_min([(p["t_s"], p["heap_mib"][state]) for p in series if p["t_s"] >= 120])
+            for state in sorted({state for p in series for state in p["heap_mib"]})
+        },
         "cache_slopes_per_min_after_2_min": {
             name: slope_per_min([(p["t_s"], p["caches"].get(name, 0)) for p in series if p["t_s"] >= 120])
             for name in caches

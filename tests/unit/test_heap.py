@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ctypes
 import threading
 import time
 
@@ -47,30 +46,6 @@ def test_the_daemons_trimmer_gives_back_the_pages_of_blocks_freed_between_live_o
     assert len(kept) == 1000  # the live blocks stay
 
 
-_MALLINFO2_FIELDS = (
-    "arena",
-    "ordblks",
-    "smblks",
-    "hblks",
-    "hblkhd",
-    "usmblks",
-    "fsmblks",
-    "uordblks",
-    "fordblks",
-    "keepcost",
-)
-
-
-class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO2_FIELDS]
-
-
-def _mmapped_blocks() -> int:
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = _MallInfo2
-    return libc.mallinfo2().hblks
-
-
 def test_after_tuning_a_block_of_a_few_mib_gets_its_own_mapping_even_after_a_bigger_one_was_freed():
     """glibc by default raises its mmap threshold to the size of each mapped
     block freed: after an 8 MiB block is freed, a 2 MiB one would come from
@@ -79,9 +54,21 @@ def test_after_tuning_a_block_of_a_few_mib_gets_its_own_mapping_even_after_a_big
     assert heap.tune(stop, every_s=60)
     big = bytearray(8 << 20)
     del big
-    before = _mmapped_blocks()
+    before = heap.usage()
     block = bytearray(2 << 20)
-    mapped = _mmapped_blocks() - before
+    after = heap.usage()
     del block
     stop.set()
-    assert mapped == 1
+    assert before is not None and after is not None
+    assert after.mapped_blocks - before.mapped_blocks == 1
+    assert after.in_use - before.in_use >= 2 << 20
+
+
+def test_the_gauges_reader_follows_what_malloc_hands_out():
+    read = heap.reading("in_use")
+    before = read()
+    block = bytearray(4 << 20)
+    grown = read() - before
+    del block
+    assert grown >= 4 << 20
+    assert heap.reading("free")() >= 0
