@@ -10,11 +10,11 @@ switches attached) takes, for `--minutes` (20):
 
 First a minute of placements alone: the baseline in the same run. Measured:
 the daemon's RSS every 10 s and its slope after the first 2 minutes (least
-squares, MiB/min), threads and fds, each TE cache's gauge
-(railyard_te_cache_*, where the engine exports them) and malloc's bytes in
-use and free (railyard_heap_bytes: what RSS is made of), PlaceJob p50/p99 per
-minute and over the soak (nearest-rank percentiles of the client's
-timings), TE cycle p50/p99 from railyard_te_cycle_seconds (its buckets, as
+squares, MiB/min), threads and fds, each cache's gauge (the TE engine's,
+railyard_te_cache_*, and WatchJobs' history, railyard_watch_history),
+malloc's bytes in use and free (railyard_heap_bytes: what RSS is made of),
+PlaceJob p50/p99 per minute and over the soak (nearest-rank percentiles of
+the client's timings), TE cycle p50/p99 from railyard_te_cycle_seconds (its buckets, as
 Prometheus' histogram_quantile reads them), telemetry accepted, and every
 error: failed calls, cut streams, records rejected or dropped, and
 railyard_errors_total.
@@ -132,8 +132,16 @@ def process_figures(pid: int) -> dict:
     }
 
 
+CACHES = ("railyard_te_cache", "railyard_watch_history")
+
+
 def cache_gauges(samples: Samples) -> dict[str, float]:
-    return {name: value for (name, labels), value in samples.items() if name.startswith("railyard_te_cache")}
+    """Each cache's gauge by name and labels (`railyard_te_cache_entries{cache=routes}`)."""
+    return {
+        name + ("{" + ",".join(f"{k}={v}" for k, v in sorted(labels)) + "}" if labels else ""): value
+        for (name, labels), value in samples.items()
+        if name.startswith(CACHES)
+    }
 
 
 def heap_mib(samples: Samples) -> dict[str, float]:

@@ -193,6 +193,13 @@ class Metrics:
             "intent it last read and does not lead",
             registry=r,
         )
+        self.watch_history = Gauge(
+            "railyard_watch_history",
+            "What WatchJobs can replay: job events, and items (GPUs plus flows of their jobs); bounded by"
+            " --watch-history events and 262,144 items",
+            ["unit"],
+            registry=r,
+        )
         self.intent_revision = Gauge(
             "railyard_intent_revision",
             "The intent revision this replica holds (followers trail the leader's)",

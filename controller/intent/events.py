@@ -69,6 +69,11 @@ class JobEvents:
         self._events, self._items, self._weight = history, items, 0
         self._programmed: dict[str, int] = {}  # job id -> the intent revision the fabric held it at
 
+    def held(self) -> tuple[int, int]:
+        """The history's size: events, and what their jobs weigh (GPUs and flows)."""
+        with self._lock:
+            return len(self._history), self._weight
+
     def subscribe(self, listener: Listener) -> None:
         with self._lock:
             self._listeners.append(listener)

@@ -381,6 +381,8 @@ class IntentService:
         allocated = [e.job for e in events if e.kind in (JobEventKind.PLACED, JobEventKind.RELEASED)]
         self._publish_counts({(g.nic.pod, g.nic.rail) for job in allocated for g in job.gpus})
         self.events.publish(intent, events)
+        for unit, size in zip(("events", "items"), self.events.held(), strict=True):
+            self._metrics.watch_history.labels(unit).set(size)
 
     def _publish_counts(self, pod_rails: Iterable[tuple[int, int]] | None = None) -> None:
         """Gauges from the intent. The allocation gauges (one per pod and rail:

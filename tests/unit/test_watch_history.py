@@ -38,6 +38,10 @@ def test_a_watch_from_a_revision_replays_then_follows_each_event_once(tmp_path):
     ]
     svc.place_job(JobRequest("d", 2, Pattern.RING, 100.0))
     assert [(e.job.job_id, e.revision) for e in live] == [("d", start + 5)]
+    events, items = svc.events.held()
+    assert events == 3 and items == sum(weight(e) for e in replayed[1:] + live)
+    gauge = svc._metrics.watch_history  # what railyard_watch_history reads
+    assert (gauge.labels("events")._value.get(), gauge.labels("items")._value.get()) == (events, items)
     # A change that is no job's (a pin) moves the revision on: watching from it is fine.
     svc.pin_flow(FlowPin("p", FlowMatch(NicId(0, 0, 0), NicId(0, 1, 0)), "rys0"))
     assert svc.watch_from(svc.snapshot().revision, lambda *_: None) == []
