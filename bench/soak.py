@@ -14,9 +14,9 @@ squares, MiB/min), threads and fds, each cache's gauge (the TE engine's,
 railyard_te_cache_*, and WatchJobs' history, railyard_watch_history),
 malloc's bytes in use and free (railyard_heap_bytes: what RSS is made of),
 PlaceJob p50/p99 per minute and over the soak (nearest-rank percentiles of
-the client's timings), TE cycle p50/p99 from railyard_te_cycle_seconds (its buckets, as
-Prometheus' histogram_quantile reads them), telemetry accepted, and every
-error: failed calls, cut streams, records rejected or dropped, and
+the client's timings), TE cycle p50/p99 from railyard_te_cycle_seconds (its
+buckets, as Prometheus' histogram_quantile reads them), telemetry accepted,
+and every error: failed calls, cut streams, records rejected or dropped, and
 railyard_errors_total.
 
     make bench-soak  ->  bench/results/soak.json

@@ -379,20 +379,20 @@ class IntentService:
 
     def _changed(self, intent: Intent, events: list[JobEvent]) -> None:
         allocated = [e.job for e in events if e.kind in (JobEventKind.PLACED, JobEventKind.RELEASED)]
-        self._publish_counts({(g.nic.pod, g.nic.rail) for job in allocated for g in job.gpus})
         self.events.publish(intent, events)
-        for unit, size in zip(("events", "items"), self.events.held(), strict=True):
-            self._metrics.watch_history.labels(unit).set(size)
+        self._publish_counts({(g.nic.pod, g.nic.rail) for job in allocated for g in job.gpus})
 
     def _publish_counts(self, pod_rails: Iterable[tuple[int, int]] | None = None) -> None:
-        """Gauges from the intent. The allocation gauges (one per pod and rail:
-        hundreds on a large fabric) only where GPUs changed hands, unless
-        `pod_rails` is None (at start)."""
+        """Gauges from the intent and its watch history. The allocation
+        gauges (one per pod and rail: hundreds on a large fabric) only where
+        GPUs changed hands, unless `pod_rails` is None (at start)."""
         intent = self._intent
         for kind, count in intent.object_counts().items():
             self._metrics.intent_objects.labels(kind).set(count)
         self._metrics.jobs_active.set(len(intent.jobs))
         self._metrics.intent_revision.set(intent.revision)
+        for unit, size in zip(("events", "items"), self.events.held(), strict=True):
+            self._metrics.watch_history.labels(unit).set(size)
         held = self._usage.held
         for pod, rail in self.fabric.pod_rails if pod_rails is None else pod_rails:
             self._metrics.gpus_allocated.labels(str(pod), str(rail)).set(held.get((pod, rail), 0))

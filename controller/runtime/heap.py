@@ -64,7 +64,6 @@ def _glibc() -> ctypes.CDLL | None:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
         libc.malloc_trim.argtypes = [ctypes.c_size_t]
-        libc.mallinfo2.restype = _MallInfo2  # glibc 2.33 and later
     except (OSError, AttributeError):
         return None
     return libc
@@ -72,11 +71,13 @@ def _glibc() -> ctypes.CDLL | None:
 
 def usage() -> HeapUsage | None:
     """malloc's counters now (each arena's lock taken in turn); None
-    without glibc."""
+    without glibc (2.33 or later)."""
     libc = _glibc()
-    if libc is None:
+    mallinfo2 = getattr(libc, "mallinfo2", None)  # glibc 2.33 and later
+    if mallinfo2 is None:
         return None
-    info = libc.mallinfo2()
+    mallinfo2.restype = _MallInfo2
+    info = mallinfo2()
     return HeapUsage(in_use=info.uordblks + info.hblkhd, free=info.fordblks, mapped_blocks=info.hblks)
 
 
