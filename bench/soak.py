@@ -213,7 +213,7 @@ def figures(args, baseline, placer, soak_started, series, before, after, tally, 
         place_figures([t for at, t in during if minute * 60 <= at < (minute + 1) * 60])
         for minute in range(args.minutes)
     ]
-    late = [(p["t_s"], p["rss_mib"]) for p in series if p["t_s"] >= 120]
+    late = [p for p in series if p["t_s"] >= 120]  # after the first 2 minutes
     cycle = {le: buckets_of(after, "railyard_te_cycle_seconds").get(le, 0) - v
              for le, v in buckets_of(before, "railyard_te_cycle_seconds").items()}  # fmt: skip
     caches = sorted({name for p in series for name in p["caches"]})
@@ -250,14 +250,13 @@ def figures(args, baseline, placer, soak_started, series, before, after, tally, 
         "te_cycles": max(cycle.values(), default=0),
         "rss_mib_start": series[0]["rss_mib"] if series else None,
         "rss_mib_end": series[-1]["rss_mib"] if series else None,
-        "rss_slope_mib_per_min_after_2_min": slope_per_min(late),
+        "rss_slope_mib_per_min_after_2_min": slope_per_min([(p["t_s"], p["rss_mib"]) for p in late]),
         "heap_slopes_mib_per_min_after_2_min": {
-            state: slope_per_min([(p["t_s"], p["heap_mib"][state]) for p in series if p["t_s"] >= 120])
+            state: slope_per_min([(p["t_s"], p["heap_mib"][state]) for p in late])
             for state in sorted({state for p in series for state in p["heap_mib"]})
         },
         "cache_slopes_per_min_after_2_min": {
-            name: slope_per_min([(p["t_s"], p["caches"].get(name, 0)) for p in series if p["t_s"] >= 120])
-            for name in caches
+            name: slope_per_min([(p["t_s"], p["caches"].get(name, 0)) for p in late]) for name in caches
         },
         "daemon_cpu_share_of_a_core": cpu,
         "errors": errors,

@@ -65,13 +65,6 @@ class Metrics:
         self._te(r)
         self._real_fabric(r)
         self.errors = Counter("railyard_errors", "Errors by component and reason", ["component", "reason"], registry=r)
-        self.heap_bytes = Gauge(
-            "railyard_heap_bytes",
-            "glibc malloc's bytes by state: in_use (handed out, from its arenas and mapped on their own) and free"
-            " (kept in its arenas); RSS that grows with in_use flat is free space, not a leak",
-            ["state"],
-            registry=r,
-        )
         self.listener_refused = Counter(
             "railyard_listener_refused",
             "Connections to an HTTP listener dropped before a request: a failed TLS handshake, or over the "

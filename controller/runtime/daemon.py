@@ -263,9 +263,8 @@ class Daemon:
 
     def start(self) -> None:
         collector.tune(self._stop)
-        if heap.tune(self._stop):
-            for state in ("in_use", "free"):
-                self.metrics.heap_bytes.labels(state).set_function(heap.reading(state))
+        heap.tune(self._stop)
+        self.metrics.registry.register(heap.HeapCollector())
         priority.short_turns()
         self.ingest.start()
         if self.sflow is not None:

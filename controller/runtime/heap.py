@@ -20,8 +20,8 @@ MiB move into the arenas and fragment them. Fixing the threshold at 1 MiB
 (which also ends the raising) cut that growth to 0.15 MiB a minute and the
 soak's RSS slope from 1.36 to 0.77 MiB a minute over 15 minutes.
 
-`usage` reads glibc's own counters (mallinfo2), which the daemon exports as
-`railyard_heap_bytes{state}`: RSS that grows while `in_use` stays flat is
+`usage` reads glibc's own counters (mallinfo2), which the daemon exports
+(HeapCollector) as `railyard_heap_bytes{state}`: RSS that grows while `in_use` stays flat is
 malloc's free space, not a leak.
 
 With another C library (musl) there is nothing to tune or read: `tune` says
@@ -33,8 +33,11 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
 
@@ -81,14 +84,27 @@ def usage() -> HeapUsage | None:
     return HeapUsage(in_use=info.uordblks + info.hblkhd, free=info.fordblks, mapped_blocks=info.hblks)
 
 
-def reading(state: str) -> Callable[[], float]:
-    """A gauge's reader of one of HeapUsage's fields (0 without glibc)."""
+class HeapCollector(Collector):
+    """`railyard_heap_bytes{state}` from one reading of malloc's counters per
+    scrape; nothing where there are none to read."""
 
-    def read() -> float:
+    NAME = "railyard_heap_bytes"
+    HELP = (
+        "glibc malloc's bytes by state: in_use (handed out, from its arenas and mapped on their own) and free"
+        " (kept in its arenas); RSS that grows with in_use flat is free space, not a leak"
+    )
+
+    def describe(self) -> list[GaugeMetricFamily]:
+        return [GaugeMetricFamily(self.NAME, self.HELP, labels=["state"])]
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         now = usage()
-        return 0.0 if now is None else float(getattr(now, state))
-
-    return read
+        if now is None:
+            return
+        family = GaugeMetricFamily(self.NAME, self.HELP, labels=["state"])
+        family.add_metric(["in_use"], now.in_use)
+        family.add_metric(["free"], now.free)
+        yield family
 
 
 def tune(stop: threading.Event, every_s: float = TRIM_EVERY_S, arenas: int = ARENA_MAX) -> bool:

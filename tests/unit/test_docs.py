@@ -131,8 +131,10 @@ def make_targets() -> set[str]:
 
 
 def metric_names() -> set[str]:
-    # Metrics counts events; the link view's series are computed at scrape time from telemetry.
-    source = "".join((ROOT / p).read_text() for p in ("controller/metrics.py", "controller/telemetry/link_view.py"))
+    # Metrics counts events; the link view's series are computed at scrape time from telemetry,
+    # the heap's from malloc's counters.
+    defined_in = ("controller/metrics.py", "controller/telemetry/link_view.py", "controller/runtime/heap.py")
+    source = "".join((ROOT / p).read_text() for p in defined_in)
     names = set(re.findall(r'"(railyard_[a-z_]+)"', source))
     return names | {n + suffix for n in names for suffix in ("_total", "_bucket", "_sum", "_count")}
 
