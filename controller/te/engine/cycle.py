@@ -128,9 +128,12 @@ class Engine:
         if over or len(self.index) > max(CACHE_SLACK * rows, MIN_CACHE):
             # The state's rows are found again by key (TeState.recent); the
             # live view's leaf pairs keep their routes, copied.
-            self.index = self.index.carrying(live.tolist())
+            retired = self.index
+            self.index = retired.carrying(live.tolist())
             self.catalog = FlowCatalog(self.index, self.catalog.nic_tables)
             self.caches.restarts += 1
+            del cycle  # with it the old catalog, whose index is `retired`
+            retired.release(self.pause)
         return result
 
 
