@@ -620,3 +620,32 @@ def test_an_engine_whose_caches_start_over_every_cycle_decides_as_one_that_never
     restarting = decided(True)
     assert restarting == decided(False)
     assert restarting[1]  # it had collisions to fix
+
+
+def test_a_cycle_steps_aside_between_the_searches_of_its_joint_plans():
+    """A joint search is a cycle's longest stage (tens of milliseconds at
+    16K GPUs, a 34 ms wait for the interpreter in a soak): the engine's
+    `pause` (the daemon's API goes first) is called between two searches,
+    not only between stages, and a world that needs a plan still gets one."""
+    import traceback
+
+    rng = random.Random(1)
+    for _ in range(200):
+        world = random_world(rng, 3)
+        eng, state, now = Engine(world.fabric), TeState(), 100.0
+        inside: list[bool] = []
+
+        def pause(inside: list[bool] = inside) -> None:
+            inside.append(any(f.name in ("joint_plans", "_annealed") for f in traceback.extract_stack()))
+
+        eng.pause = pause
+        planned = False
+        for _ in range(10):
+            flows, ports = world.telemetry(now, state.moves)
+            state, decisions = eng.step(state, Snapshot(flows, ports, now))
+            planned |= any("a plan of" in d.reason for d in decisions)
+            now += 0.2
+        if planned:
+            assert any(inside)
+            return
+    pytest.fail("no world of 200 needed a joint plan")

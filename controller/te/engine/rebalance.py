@@ -308,6 +308,7 @@ class Pass:
                 if link in tried or planner.spent():
                     continue
                 tried.add(link)
+                inputs.pause()  # a search is the longest piece of a cycle: the API may go first between two
                 plan = planner.plans_for(link, self.allowed)
                 if plan is not None:
                     break
@@ -374,6 +375,7 @@ class Pass:
         link = confirmed[0]
         seed = int(self.inputs.now * 1000) & 0xFFFFFFFF
         for restart in range(ANNEALING_RESTARTS):
+            self.inputs.pause()
             moves = anneal(planner, self.free & planner.movable, seed + restart)
             if moves and (plan := planner.plan(moves, link)).worth:
                 return plan
