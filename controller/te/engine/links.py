@@ -47,6 +47,13 @@ class LinkIndex:
         self.egresses = egresses
         self.pad = len(egresses)
         self.capacity = np.array([*(fabric.capacity_bps[e] for e in egresses), np.inf], dtype=float)
+        self._dead: tuple[Drains, np.ndarray] | None = None
+        self._ends: list[tuple[str, str, str]] | None = None
+        self._no_routes()
+
+    def _no_routes(self) -> None:
+        """The route table and everything derived from it, empty: as new, and
+        as `release` leaves it (what the fabric alone gives is kept)."""
         # Every known route's hops, in table order, padded with `pad`: a
         # buffer that doubles, so a new leaf pair appends its rows in O(its rows).
         self._buf = np.zeros((0, 0), dtype=np.int64)
@@ -62,8 +69,6 @@ class LinkIndex:
         self._block_at: dict[int, int] = {}  # base -> block
         self._row_block: list[int] = []  # per row, its block
         self._reverse = np.zeros(0, dtype=np.int64)  # per row: the way back across its via (-2: unknown yet)
-        self._dead: tuple[Drains, np.ndarray] | None = None
-        self._ends: list[tuple[str, str, str]] | None = None
         self._via_rows: dict[int, int] = {}  # (routes, reported port ids), packed -> route-table row (via_rows)
 
     def __len__(self) -> int:
@@ -132,10 +137,7 @@ class LinkIndex:
         while self._at:
             del self._at[-RELEASED_AT_ONCE:]
             pause()
-        # Left as a new index is, with the same egress ids: one asked again works.
-        self.via_at, self._row_block = [], []
-        self._buf, self._n, self._reverse = np.zeros((0, 0), dtype=np.int64), 0, np.zeros(0, dtype=np.int64)
-        self._table = self._table_by_hop = self._blocks = self._through = None
+        self._no_routes()  # with the same egress ids: one asked again works
 
     def _append(self, hops: np.ndarray) -> None:
         count, width = hops.shape
