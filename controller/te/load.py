@@ -17,6 +17,8 @@ from controller.fabric import Endpoint, Fabric, Link
 from controller.te.jobs import Drains, Job, JobFlow
 
 Load = dict[Endpoint, float]
+# A copy of the measured load, with its rows over the egresses and their values.
+Indexed = tuple[Mapping[Endpoint, float], np.ndarray, np.ndarray]
 
 
 def flow_path(fabric: Fabric, flow: JobFlow) -> tuple[Endpoint, ...]:
@@ -78,7 +80,10 @@ class LoadLedger:
         self._pods = sorted(fabric.pod_uplinks)
         self.uplink_pod: dict[Endpoint, int] = {egress: pod for pod, egress in uplinks}
         self._pod_uplink_capacity = self._per_pod(self._capacity)
-        self._measured: tuple[Mapping[Endpoint, float], np.ndarray, np.ndarray] | None = None
+        # The last two copies of the measured load indexed, the newest first:
+        # the telemetry thread indexes a copy before placements see it, and a
+        # placement may still be reading the one before (ingest.py).
+        self._measured: tuple[Indexed, ...] = ()
         for job in jobs:
             self.add(job)
 
@@ -114,18 +119,14 @@ class LoadLedger:
         of the jobs' demand and `measured`: what placement reads under live
         telemetry, over arrays instead of a lookup per uplink (16,384 of
         them at 16k GPUs, on every placement)."""
-        found = self._measured
-        if found is None or found[0] is not measured:
-            found = self.index_measured(measured)
+        found = next((f for f in self._measured if f[0] is measured), None) or self.index_measured(measured)
         _, index, values = found
         larger = self._bps.copy()
         np.maximum.at(larger, index, values)
         peak = float((larger / self._capacity).max()) if len(larger) else 0.0
         return peak, self._per_pod(larger)
 
-    def index_measured(
-        self, measured: Mapping[Endpoint, float]
-    ) -> tuple[Mapping[Endpoint, float], np.ndarray, np.ndarray]:
+    def index_measured(self, measured: Mapping[Endpoint, float]) -> Indexed:
         """`measured` as (rows, values) over the egresses, kept for the same
         mapping: the live load is one copy for many placements, and the
         telemetry thread indexes each new copy before a placement reads it."""
@@ -133,7 +134,7 @@ class LoadLedger:
         values = np.fromiter(measured.values(), dtype=np.float64, count=len(measured))
         known = rows >= 0
         found = (measured, rows[known], values[known])
-        self._measured = found  # one assignment: a placement reads the old copy or this one
+        self._measured = (found, *self._measured[:1])  # one assignment: a placement reads the old pair or this one
         return found
 
     def _per_pod(self, per_egress: np.ndarray) -> dict[int, float]:
