@@ -15,7 +15,9 @@ railyard_te_cache_*, and WatchJobs' history, railyard_watch_history),
 malloc's bytes in use and free (railyard_heap_bytes: what RSS is made of),
 PlaceJob p50/p99 per minute and over the soak (nearest-rank percentiles of
 the client's timings), TE cycle p50/p99 from railyard_te_cycle_seconds (its
-buckets, as Prometheus' histogram_quantile reads them), telemetry accepted,
+buckets, as Prometheus' histogram_quantile reads them), the store's commit
+p50/p99 and the samples in which a commit (its fsync) took over 50 ms, from
+railyard_store_request_seconds{op="commit"}, telemetry accepted,
 and every error: failed calls, cut streams, records rejected or dropped, and
 railyard_errors_total.
 
@@ -49,6 +51,7 @@ from emulation.processes.controller_process import ControllerProcess, Ports, Sam
 
 SPEC = SPECS_DIR / "ft2-16k.yaml"
 SIZES = (8, 16, 32, 64)
+SLOW_COMMIT_S = 0.05  # a bucket edge of railyard_store_request_seconds
 
 
 def histogram_quantile(buckets: dict[float, float], q: float) -> float:
@@ -173,6 +176,20 @@ def place_figures(timings: list[float]) -> dict:
     }
 
 
+def commit_buckets(samples: Samples) -> dict[float, float]:
+    """The SQLite store's commits (its fsync included) so far, as histogram buckets."""
+    return {
+        float(dict(labels)["le"]): value
+        for (metric, labels), value in samples.items()
+        if metric == "railyard_store_request_seconds_bucket" and dict(labels).get("op") == "commit"
+    }
+
+
+def commits_over(samples: Samples, seconds: float) -> float:
+    buckets = commit_buckets(samples)
+    return buckets.get(math.inf, 0.0) - buckets.get(seconds, 0.0)
+
+
 def soak(args, workdir: Path) -> dict:
     ctl = ControllerProcess(args.spec, workdir / "intent.db", Ports.pick(), workdir / "controller.log", 10.0).start()
     try:
@@ -195,6 +212,8 @@ def soak(args, workdir: Path) -> dict:
             point["caches"] = cache_gauges(samples)
             point["heap_mib"] = heap_mib(samples)
             point["accepted_total"] = total(samples, "railyard_telemetry_records_total", result="accepted")
+            # A placement waits for its commit's fsync: the disk's tail is the API's.
+            point["commits_over_50ms"] = commits_over(samples, SLOW_COMMIT_S)
             series.append(point)
             print(json.dumps(point), flush=True)
         after = ctl.metrics()
@@ -216,6 +235,8 @@ def figures(args, baseline, placer, soak_started, series, before, after, tally, 
     late = [p for p in series if p["t_s"] >= 120]  # after the first 2 minutes
     cycle = {le: buckets_of(after, "railyard_te_cycle_seconds").get(le, 0) - v
              for le, v in buckets_of(before, "railyard_te_cycle_seconds").items()}  # fmt: skip
+    commits = {le: commit_buckets(after).get(le, 0) - v for le, v in commit_buckets(before).items()}
+    slow = [0.0] + [p["commits_over_50ms"] - commits_over(before, SLOW_COMMIT_S) for p in series]
     caches = sorted({name for p in series for name in p["caches"]})
     elapsed = series[-1]["t_s"] if series else 0.0
     accepted = total(after, "railyard_telemetry_records_total", result="accepted") - total(
@@ -245,6 +266,10 @@ def figures(args, baseline, placer, soak_started, series, before, after, tally, 
         "place_job_soak": place_figures([t for _, t in during]),
         "place_job_per_minute": per_minute,
         "place_job_worst_minute_p99_ms": max((m["p99_ms"] for m in per_minute if m["count"]), default=float("nan")),
+        "store_commit_p50_s": histogram_quantile(commits, 0.5),
+        "store_commit_p99_s": histogram_quantile(commits, 0.99),
+        # (end of the 10 s sample, commits in it): the samples in which a commit took over 50 ms.
+        "store_commits_over_50ms": [(p["t_s"], round(b - a)) for p, a, b in zip(series, slow, slow[1:]) if b > a],
         "te_cycle_p50_s": histogram_quantile(cycle, 0.5),
         "te_cycle_p99_s": histogram_quantile(cycle, 0.99),
         "te_cycles": max(cycle.values(), default=0),

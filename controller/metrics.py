@@ -200,18 +200,18 @@ class Metrics:
         )
         self.store_latency = Histogram(
             "railyard_store_request_seconds",
-            "Intent store (etcd) requests: range, txn, lease",
+            "Intent store requests: etcd range, txn and lease; SQLite commit (its fsync included)",
             ["op"],
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
             registry=r,
         )
         self.store_errors = Counter(
             "railyard_store_errors",
-            "Intent store (etcd) requests that no endpoint answered or etcd refused",
+            "Intent store requests that failed: etcd, no endpoint answered or etcd refused; SQLite, a commit",
             ["op"],
             registry=r,
         )
-        for op in ("range", "txn", "lease"):  # exported from the start, also by a lone controller
+        for op in ("range", "txn", "lease", "commit"):  # exported from the start, whatever the store
             self.store_latency.labels(op)
             self.store_errors.labels(op)
 

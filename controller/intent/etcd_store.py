@@ -26,12 +26,20 @@ import re
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from controller.errors import FieldError, Status
-from controller.intent.store import BadStoredValue, Change, Snapshot, StoreError, stored_document, stored_revision
+from controller.intent.store import (
+    BadStoredValue,
+    Change,
+    Observe,
+    Snapshot,
+    StoreError,
+    stored_document,
+    stored_revision,
+)
 
 with warnings.catch_warnings():
     # futurist (an etcd3gw dependency) imports eventlet when it is installed
@@ -137,9 +145,6 @@ def header_revision(reply: Mapping) -> int:
 def prefix_end(prefix: str) -> str:
     raw = prefix.encode()
     return b64(raw[:-1] + bytes([raw[-1] + 1]))
-
-
-Observe = Callable[[str, float, bool], None]  # (operation, seconds, ok)
 
 
 class EtcdKv:

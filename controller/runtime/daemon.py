@@ -133,7 +133,7 @@ class Daemon:
             kv = EtcdKv(config.store, config.etcd_tls, observe=self._observe_store)
             self.store = etcd = EtcdIntentStore(kv)
             return etcd
-        self.store = SqliteIntentStore(config.store)
+        self.store = SqliteIntentStore(config.store, observe=self._observe_store)
         return None
 
     def _southbound(self, config: DaemonConfig) -> None:

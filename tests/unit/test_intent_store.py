@@ -70,13 +70,16 @@ def test_a_pin_across_a_drain_is_refused_as_a_drain_across_a_pin_is(tmp_path):
         svc.set_drain(DrainTarget.SWITCH, "rys1", True)
 
 
-def test_a_failed_write_leaves_store_and_snapshot_unchanged(tmp_path):
-    store = SqliteIntentStore(tmp_path / "i.db")
+def test_a_failed_write_leaves_store_and_snapshot_unchanged_and_each_commit_is_timed(tmp_path):
+    timed = []
+    store = SqliteIntentStore(tmp_path / "i.db", observe=lambda op, seconds, ok: timed.append((op, seconds, ok)))
     store.apply(Change(puts={(RecordKind.PIN, "a"): {"x": 1}}), 1)
     with pytest.raises(TypeError):  # not JSON-serialisable: fails mid-transaction
         store.apply(Change(puts={(RecordKind.PIN, "b"): {"x": 2}, (RecordKind.PIN, "c"): {"x": object()}}), 2)
     snap = store.load()
     assert snap.revision == 1 and list(snap.records) == [("pin", "a")]
+    assert [(op, ok) for op, _, ok in timed] == [("commit", True), ("commit", False)]
+    assert all(0 < seconds < 10 for _, seconds, _ in timed)
 
 
 def test_store_refuses_a_newer_schema(tmp_path):
