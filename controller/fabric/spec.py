@@ -49,6 +49,13 @@ class PlaneMode(str, enum.Enum):
     PER_RAIL = "per-rail"  # multi-plane: each rail has its own spine set
 
 
+class NicArbitration(str, enum.Enum):
+    """How an emulated NIC serves the flows that leave it (docs/emulation.md)."""
+
+    FIFO = "fifo"  # one queue: TCP's windows share it as they will
+    PER_FLOW = "per-flow"  # a queue per flow, served in turn, as a RoCE NIC serves its QPs
+
+
 @dataclass(frozen=True)
 class Rates:
     nic_gbps: float  # the real fabric's NIC rate, used for the model at scale
@@ -63,6 +70,7 @@ class EmulationSettings:
     # Pure ACKs (any packet under 128 bytes) leave each egress ahead of the
     # data queue, in an HTB class of their own (emulation/net/links.py).
     ack_priority: bool = False
+    nic_arbitration: NicArbitration = NicArbitration.FIFO
 
 
 @dataclass(frozen=True)
@@ -269,7 +277,7 @@ def _rates(value: Any) -> Rates:
 def _emulation(value: Any) -> EmulationSettings:
     if not isinstance(value, Mapping):
         raise SpecError("emulation", f"must be a mapping, got {_type(value)}")
-    _only(value, "emulation", {"mtu", "queue_packets", "controller", "ack_priority"})
+    _only(value, "emulation", {"mtu", "queue_packets", "controller", "ack_priority", "nic_arbitration"})
     defaults = EmulationSettings()
     controller = value.get("controller", defaults.controller)
     if not isinstance(controller, str) or not _is_controller_target(controller):
@@ -277,11 +285,16 @@ def _emulation(value: Any) -> EmulationSettings:
     ack_priority = value.get("ack_priority", defaults.ack_priority)
     if not isinstance(ack_priority, bool):
         raise SpecError("emulation.ack_priority", f"got {ack_priority!r}", "true or false")
+    arbitration = value.get("nic_arbitration", defaults.nic_arbitration.value)
+    if not isinstance(arbitration, str) or arbitration not in {a.value for a in NicArbitration}:
+        allowed = " or ".join(a.value for a in NicArbitration)
+        raise SpecError("emulation.nic_arbitration", f"got {arbitration!r}", allowed)
     return EmulationSettings(
         mtu=_int(value, "mtu", 1280, 9000, prefix="emulation.", default=defaults.mtu),
         queue_packets=_int(value, "queue_packets", 2, 10000, prefix="emulation.", default=defaults.queue_packets),
         controller=controller,
         ack_priority=ack_priority,
+        nic_arbitration=NicArbitration(arbitration),
     )
 
 

@@ -13,11 +13,13 @@ import json
 import logging
 import os
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from controller.errors import HostError
 from controller.fabric import Fabric, NicId
 from controller.fabric import addressing as ad
+from controller.fabric.spec import NicArbitration
 from emulation.net import links, netns, ovs
 from emulation.net.underlay import build_underlay
 
@@ -114,6 +116,7 @@ class EmulatedFabric:
         self.net = None
         self.host_pids: dict[str, int] = {}
         self.netns_inodes: set[int] = set()
+        self._arbitrated: set[NicId] = set()  # NICs with a queue per flow (arbitrate)
 
     # --- lifecycle ---------------------------------------------------------
     def __enter__(self) -> EmulatedFabric:
@@ -198,6 +201,26 @@ class EmulatedFabric:
     def run(self, nic: NicId, args: list[str], **kwargs) -> str:
         return netns.run(self.pid_of(nic), args, **kwargs)
 
+    def arbitrate(self, flows: Iterable[tuple[NicId, links.FlowPorts]]) -> None:
+        """With the spec's `nic_arbitration: per-flow`, before a run's traffic:
+        each NIC that `flows` leave gets a queue per flow, served in turn
+        (links.htb_shaping), and a NIC that had a run's flows before and has
+        none now gets its one queue back. A no-op for `fifo`."""
+        if self.fabric.spec.emulation.nic_arbitration is not NicArbitration.PER_FLOW:
+            return
+        leaving: dict[NicId, list[links.FlowPorts]] = {}
+        for nic, ports in flows:
+            leaving.setdefault(nic, []).append(ports)
+        per_host: dict[int, list[str]] = {}
+        for nic in sorted(self._arbitrated | set(leaving)):
+            intf, rate = ad.nic_name(nic), self.fabric.access_link(nic).emulated_bps
+            # Built afresh: a replaced root keeps its classes and filters.
+            lines = [f"qdisc del dev {intf} root", *self._shaping(intf, rate, leaving.get(nic, ()))]
+            per_host.setdefault(self.pid_of(nic), []).extend(lines)
+        for pid, lines in per_host.items():
+            netns.run_batch(pid, "tc", lines)
+        self._arbitrated = set(leaving)
+
     # --- steps -------------------------------------------------------------
     def _build(self) -> None:
         Mininet, RemoteController, RailyardSwitch = _mininet()
@@ -258,10 +281,12 @@ class EmulatedFabric:
         }
         self.state_file.write_text(json.dumps(state, indent=2))
 
-    def _shaping(self, intf: str, rate_bps: float) -> list[str]:
+    def _shaping(self, intf: str, rate_bps: float, flows: Sequence[links.FlowPorts] = ()) -> list[str]:
         """`tc -batch` lines shaping one interface's egress as the spec says."""
         emulation = self.fabric.spec.emulation
-        shaping = links.htb_shaping(intf, rate_bps, emulation.mtu, emulation.queue_packets, emulation.ack_priority)
+        shaping = links.htb_shaping(
+            intf, rate_bps, emulation.mtu, emulation.queue_packets, emulation.ack_priority, flows
+        )
         return [" ".join(c[1:]) for c in shaping]
 
     def _configure_switch_ports(self) -> None:

@@ -8,6 +8,9 @@ backlog is the fabric's real queue, which the telemetry agent reads.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+IP_PROTOCOLS = {"tcp": 6, "udp": 17}
 OFFLOADS = ("rx", "tx", "sg", "tso", "gso", "gro", "lro", "rxvlan", "txvlan")
 
 
@@ -22,8 +25,17 @@ def ethtool_offloads_off(intf: str) -> list[str]:
     return args
 
 
+FlowPorts = tuple[str, int, int]  # (protocol, source port, destination port): a flow leaving a NIC
+FIRST_FLOW_CLASS = 0x100  # HTB class (and pfifo handle) of a NIC's first flow
+
+
 def htb_shaping(
-    intf: str, rate_bps: float, mtu: int, queue_packets: int, ack_priority: bool = False
+    intf: str,
+    rate_bps: float,
+    mtu: int,
+    queue_packets: int,
+    ack_priority: bool = False,
+    flows: Sequence[FlowPorts] = (),
 ) -> list[list[str]]:
     """The egress queue of one interface: an HTB class at the link's rate over
     a pfifo of `queue_packets` (handle 10:, the backlog the agent reads).
@@ -36,6 +48,12 @@ def htb_shaping(
     for tens of milliseconds, and a flow whose ACKs cross full queues at
     several hops loses link capacity that the fluid model, the optimum and
     RoCE (not ACK-clocked) do not.
+
+    With `flows` (a NIC's, nic_arbitration: per-flow) each flow has a class
+    and pfifo of its own beside the one for everything else, all at priority
+    1 with the same quantum, so HTB serves them in turn, a frame each, as a
+    RoCE NIC serves its queue pairs: TCP's windows no longer decide who gets
+    the NIC (docs/emulation.md, "A queue per flow at the NIC").
     """
     rate = int(rate_bps)
     # Burst: two MTUs or 2 ms at line rate, whichever is larger, so HTB's timer
@@ -43,21 +61,37 @@ def htb_shaping(
     burst = max(2 * (mtu + 64), int(rate_bps / 8 * 0.002))
     shaped = f"ceil {rate}bit burst {burst} cburst {burst}"
     lines = [
-        f"qdisc replace dev {intf} root handle 1: htb default {20 if ack_priority else 1}",
+        f"qdisc replace dev {intf} root handle 1: htb default {20 if ack_priority or flows else 1}",
         f"class replace dev {intf} parent 1: classid 1:1 htb rate {rate}bit {shaped}",
     ]
-    if not ack_priority:
+    if not ack_priority and not flows:
         lines.append(f"qdisc replace dev {intf} parent 1:1 handle 10: pfifo limit {queue_packets}")
+        return [["tc", *line.split()] for line in lines]
+    # Each child is guaranteed a share (the ACKs a twentieth, far more than
+    # they carry) and may borrow up to the link's rate; the parent caps the sum.
+    acks = max(rate // 20, 1) if ack_priority else 0
+    share = max((rate - acks) // (len(flows) + 1), 1)
+    turn = f" quantum {mtu + 64}" if flows else ""  # a frame a turn, the same for every flow
+    data = [
+        f"class replace dev {intf} parent 1:1 classid 1:20 htb rate {share}bit {shaped} prio 1{turn}",
+        f"qdisc replace dev {intf} parent 1:20 handle 10: pfifo limit {queue_packets}",
+    ]
+    if not ack_priority:
+        lines += data
     else:
-        # Each child is guaranteed a share (the ACKs a twentieth, far more than
-        # they carry) and may borrow up to the link's rate; the parent caps the sum.
-        acks = max(rate // 20, 1)
         lines += [
             f"class replace dev {intf} parent 1:1 classid 1:10 htb rate {acks}bit {shaped} prio 0",
-            f"class replace dev {intf} parent 1:1 classid 1:20 htb rate {rate - acks}bit {shaped} prio 1",
-            f"qdisc replace dev {intf} parent 1:20 handle 10: pfifo limit {queue_packets}",
+            *data,
             f"qdisc replace dev {intf} parent 1:10 handle 11: pfifo limit {queue_packets}",
             # The IPv4 total length (the low half of the header's first word) under 128.
             f"filter add dev {intf} parent 1: protocol ip prio 1 u32 match u32 0 0xff80 at 0 flowid 1:10",
+        ]
+    for k, (protocol, sport, dport) in enumerate(flows):
+        minor = f"{FIRST_FLOW_CLASS + k:x}"
+        lines += [
+            f"class replace dev {intf} parent 1:1 classid 1:{minor} htb rate {share}bit {shaped} prio 1{turn}",
+            f"qdisc replace dev {intf} parent 1:{minor} handle {minor}: pfifo limit {queue_packets}",
+            f"filter add dev {intf} parent 1: protocol ip prio 2 u32 match ip protocol {IP_PROTOCOLS[protocol]} 0xff"
+            f" match ip sport {sport} 0xffff match ip dport {dport} 0xffff flowid 1:{minor}",
         ]
     return [["tc", *line.split()] for line in lines]

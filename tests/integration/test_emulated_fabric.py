@@ -1,11 +1,13 @@
 """The emulated fabric on real OVS: wiring, reachability, and the ECMP underlay's behaviour."""
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from controller.fabric import NicId
+from controller.fabric import NicId, build_fabric
 from controller.fabric import addressing as ad
+from controller.fabric.spec import NicArbitration
 from emulation.net import netns, ovs
 from emulation.traffic.counters import counter_delta, ecmp_uplink, port_counters
 from emulation.traffic.iperf import TrafficRun, make_flows
@@ -128,3 +130,44 @@ def test_spread_elephants_all_run_at_line_rate(emu):
     assert not run.collisions
     steady = [r.steady_bps / run.nic_rate_bps for r in run.results]
     assert min(steady) >= 0.9, steady
+
+
+def test_a_per_flow_nic_puts_each_flow_in_a_queue_of_its_own_and_shares_the_nic_in_turn(emu):
+    """nic_arbitration: per-flow on the running fabric's NICs: each flow's
+    packets are counted in its own class, the two flows out of one NIC (to a
+    server on its leaf and one across the spines) split it evenly, and the
+    NIC gets its one queue back after."""
+    fifo = emu.fabric
+    spec = fifo.spec
+    emu.fabric = build_fabric(replace(spec, emulation=replace(spec.emulation, nic_arbitration=NicArbitration.PER_FLOW)))
+    src = NicId(0, 0, 0)
+    intf = ad.nic_name(src)
+    flows = make_flows([(src, NicId(0, 0, 1)), (src, NicId(0, 1, 0))], "tcp", seed=5)
+    try:
+        emu.arbitrate((f.src, (f.protocol, f.src_port, f.dst_port)) for f in flows)
+        results = TrafficRun(emu.popen, flows, 6.0).start().wait()
+        sent = _class_bytes(emu.run(src, ["tc", "-s", "class", "show", "dev", intf]))
+        rates = [r.steady_bps for r in results]
+        assert all(r.error == "" for r in results)
+        for i, r in enumerate(results):  # what arrived, all of it through the flow's own queue
+            assert sent[f"1:{0x100 + i:x}"] >= r.goodput_bps * 6.0 / 8 * 0.95, (sent, rates)
+        assert sent["1:20"] < 0.01 * sum(sent[f"1:{0x100 + i:x}"] for i in range(2))
+        assert min(rates) >= 0.8 * max(rates) and sum(rates) >= 0.85 * fifo.access_link(src).emulated_bps, rates
+    finally:
+        emu.arbitrate([])
+        emu.fabric = fifo
+    classes = emu.run(src, ["tc", "class", "show", "dev", intf])
+    assert [line.split()[2] for line in classes.splitlines()] == ["1:1"]
+    assert emu.run(src, ["tc", "filter", "show", "dev", intf]).strip() == ""
+
+
+def _class_bytes(shown: str) -> dict[str, int]:
+    """`tc -s class show` (this tc prints HTB classes as text only, even with -j): bytes sent per class."""
+    sent, handle = {}, ""
+    for line in shown.splitlines():
+        words = line.split()
+        if words[:2] == ["class", "htb"]:
+            handle = words[2]
+        elif words[:1] == ["Sent"] and handle:
+            sent[handle] = int(words[1])
+    return sent

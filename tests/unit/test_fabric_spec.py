@@ -3,7 +3,7 @@
 import pytest
 
 from controller.fabric import Kind, SpecError, parse_spec
-from controller.fabric.spec import DEFAULT_SPEC, SPECS_DIR, load_spec
+from controller.fabric.spec import DEFAULT_SPEC, SPECS_DIR, NicArbitration, load_spec
 
 GOOD = {
     "name": "t",
@@ -67,6 +67,8 @@ def test_default_spec_loads():
         ({"emulation": {"mtu": 100}}, "emulation.mtu", "an integer from 1280 to 9000"),
         ({"emulation": {"controller": "6653"}}, "emulation.controller", "tcp:HOST:PORT"),
         ({"emulation": {"ack_priority": "yes"}}, "emulation.ack_priority", "true or false"),
+        ({"emulation": {"nic_arbitration": "fair"}}, "emulation.nic_arbitration", "fifo or per-flow"),
+        ({"emulation": {"nic_arbitration": ["fifo"]}}, "emulation.nic_arbitration", "fifo or per-flow"),
         ({"spine": 2}, "spine", "kind, name"),
         ({"name": "has space"}, "name", "1-32 characters"),
     ],
@@ -83,6 +85,12 @@ def test_ack_priority_is_off_unless_a_spec_asks():
     assert parse_spec(spec_text()).emulation.ack_priority is False
     assert parse_spec(spec_text(emulation={"ack_priority": True})).emulation.ack_priority is True
     assert load_spec(SPECS_DIR / "three-tier.yaml").emulation.ack_priority is True
+
+
+def test_nics_have_one_queue_unless_a_spec_asks_for_one_per_flow():
+    assert parse_spec(spec_text()).emulation.nic_arbitration is NicArbitration.FIFO
+    asked = parse_spec(spec_text(emulation={"nic_arbitration": "per-flow"}))
+    assert asked.emulation.nic_arbitration is NicArbitration.PER_FLOW
 
 
 def test_fat_tree_k_must_be_even():
