@@ -70,10 +70,18 @@ def histogram_quantile(buckets: dict[float, float], q: float) -> float:
     return lower
 
 
-def buckets_of(samples: Samples, name: str) -> dict[float, float]:
+def buckets_of(samples: Samples, name: str, **wanted: str) -> dict[float, float]:
+    """A histogram's buckets, of the series with the `wanted` labels."""
     return {
-        float(dict(labels)["le"]): value for (metric, labels), value in samples.items() if metric == f"{name}_bucket"
+        float(labels["le"]): value
+        for (metric, pairs), value in samples.items()
+        if metric == f"{name}_bucket" and wanted.items() <= (labels := dict(pairs)).items()
     }
+
+
+def since(after: dict[float, float], before: dict[float, float]) -> dict[float, float]:
+    """What a histogram's buckets counted between two scrapes."""
+    return {le: after.get(le, 0) - v for le, v in before.items()}
 
 
 def _place(target: str, seed: int, per_s: float, stop, out) -> None:
@@ -178,11 +186,7 @@ def place_figures(timings: list[float]) -> dict:
 
 def commit_buckets(samples: Samples) -> dict[float, float]:
     """The SQLite store's commits (its fsync included) so far, as histogram buckets."""
-    return {
-        float(dict(labels)["le"]): value
-        for (metric, labels), value in samples.items()
-        if metric == "railyard_store_request_seconds_bucket" and dict(labels).get("op") == "commit"
-    }
+    return buckets_of(samples, "railyard_store_request_seconds", op="commit")
 
 
 def commits_over(samples: Samples, seconds: float) -> float:
@@ -233,10 +237,10 @@ def figures(args, baseline, placer, soak_started, series, before, after, tally, 
         for minute in range(args.minutes)
     ]
     late = [p for p in series if p["t_s"] >= 120]  # after the first 2 minutes
-    cycle = {le: buckets_of(after, "railyard_te_cycle_seconds").get(le, 0) - v
-             for le, v in buckets_of(before, "railyard_te_cycle_seconds").items()}  # fmt: skip
-    commits = {le: commit_buckets(after).get(le, 0) - v for le, v in commit_buckets(before).items()}
-    slow = [0.0] + [p["commits_over_50ms"] - commits_over(before, SLOW_COMMIT_S) for p in series]
+    cycle = since(buckets_of(after, "railyard_te_cycle_seconds"), buckets_of(before, "railyard_te_cycle_seconds"))
+    commits = since(commit_buckets(after), commit_buckets(before))
+    slow_before = commits_over(before, SLOW_COMMIT_S)
+    slow = [0.0] + [p["commits_over_50ms"] - slow_before for p in series]
     caches = sorted({name for p in series for name in p["caches"]})
     elapsed = series[-1]["t_s"] if series else 0.0
     accepted = total(after, "railyard_telemetry_records_total", result="accepted") - total(

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-IP_PROTOCOLS = {"tcp": 6, "udp": 17}
+from controller.southbound.overlay import IP_PROTO
+
 OFFLOADS = ("rx", "tx", "sg", "tso", "gso", "gro", "lro", "rxvlan", "txvlan")
 
 
@@ -91,7 +92,7 @@ def htb_shaping(
         lines += [
             f"class replace dev {intf} parent 1:1 classid 1:{minor} htb rate {share}bit {shaped} prio 1{turn}",
             f"qdisc replace dev {intf} parent 1:{minor} handle {minor}: pfifo limit {queue_packets}",
-            f"filter add dev {intf} parent 1: protocol ip prio 2 u32 match ip protocol {IP_PROTOCOLS[protocol]} 0xff"
+            f"filter add dev {intf} parent 1: protocol ip prio 2 u32 match ip protocol {IP_PROTO[protocol]} 0xff"
             f" match ip sport {sport} 0xffff match ip dport {dport} 0xffff flowid 1:{minor}",
         ]
     return [["tc", *line.split()] for line in lines]
