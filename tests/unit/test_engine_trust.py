@@ -255,10 +255,11 @@ def _settle(world):
     return _max_min(world.fabric, settled), _max_min(world.fabric, hashed), optimum.aggregate_bps
 
 
-def _moved_then_slower(full_route: bool):
+def _moved_then_slower(full_route: bool, full_receiver: bool = False):
     """The collided world settles one move; 3.5 s on, the moved flow sends
     at a tenth of its rate, with its new route's links `full_route` (others
-    fill them) or idle but for it. -> the decisions of that cycle."""
+    fill them) or idle but for it, and its receiver's NIC `full_receiver`
+    (others share it) or as slow as the flow. -> the decisions of that cycle."""
     world = collided_world()
     state, now = TeState(), 100.0
     while not state.moves:
@@ -270,8 +271,11 @@ def _moved_then_slower(full_route: bool):
     flows, ports = world.telemetry(now, state.moves)
     rate = flows[key].rate_bps / 10
     flows[key] = replace(flows[key], rate_bps=rate)
-    for hop in FABRIC.egress_path(move.src, move.dst, move.via)[1:-1]:  # its uplink and the spine's downlink
+    path = FABRIC.egress_path(move.src, move.dst, move.via)
+    for hop in path[1:-1]:  # its uplink and the spine's downlink
         ports[hop] = PortSample(FABRIC.capacity_bps[hop] if full_route else rate, 0, 0, now)
+    ports[path[0]] = PortSample(rate, 0, 0, now)
+    ports[path[-1]] = PortSample(FABRIC.capacity_bps[path[-1]] if full_receiver else rate, 0, 0, now)
     _, decisions = step(FABRIC, state, flows, ports, now)
     return [d.kind for d in decisions if d.kind in ("revert", "reroute")]
 
@@ -283,6 +287,13 @@ def test_a_moved_flow_that_sends_less_on_a_route_with_room_stays():
 
 def test_a_moved_flow_held_back_by_a_full_route_goes_back():
     assert _moved_then_slower(full_route=True) == ["revert"]
+
+
+def test_a_moved_flow_slower_at_a_full_receiver_stays():
+    # Its NIC's other flows took its share there (TCP shares a NIC unevenly),
+    # and would on any route: sent back and held, it would keep the collision
+    # the move fixed until the traffic changes.
+    assert _moved_then_slower(full_route=True, full_receiver=True) == []
 
 
 WORLDS = 1000

@@ -166,7 +166,12 @@ def settle(
     than the hash did. Worse counts only where its new route is to blame
     (`measured`: per link, its rate and whether a fresh sample came): a hop
     full or dead, or no hop measured. A flow that sends less on a route with room
-    was held back by itself: its iteration ending, its sender, its NIC."""
+    was held back by itself: its iteration ending, its sender, its NIC. So
+    was one whose sender's or receiver's NIC is full: it shares that NIC
+    with others on any route, and TCP shares it unevenly. Sent back and
+    held, it would keep a collision the move had fixed until the traffic
+    changes (Hedera's rand1: three flows into one NIC, the moved one
+    measuring 0.21 of its 0.33 share on a last hop they filled exactly)."""
     out = []
     for (key, move), i in zip(list(moves.items()), elephants.find(catalog.rows(list(moves))).tolist()):
         if i < 0 or move.settled or now - move.moved_at < cfg.hysteresis_s:
@@ -176,7 +181,9 @@ def settle(
         back = index.row_of(base, move.from_via) if move.from_via else -1
         before = min(move.rate_before, move.rate_expected) if move.rate_expected > 0 else move.rate_before
         worse = (
-            before > 0 and rate < before * (1 - cfg.revert_margin) and _to_blame(index, base, move.via, dead, measured)
+            before > 0
+            and rate < before * (1 - cfg.revert_margin)
+            and _to_blame(catalog, int(elephants.cat[i]), move.via, dead, measured)
         )
         if worse and back >= 0 and not dead[index.hops(back)].any():
             moves[key] = Move(
@@ -199,13 +206,24 @@ def settle(
     return out
 
 
-def _to_blame(index: LinkIndex, base: int, via: str, dead: np.ndarray, measured: tuple[np.ndarray, np.ndarray]) -> bool:
-    """The route across `via` holds its flows back: a hop dead or full, or none measured."""
-    row = index.row_of(base, via)
+def _to_blame(
+    catalog: FlowCatalog, cat: int, via: str, dead: np.ndarray, measured: tuple[np.ndarray, np.ndarray]
+) -> bool:
+    """The route across `via` holds back the flow of catalog row `cat`: a
+    hop dead, or none measured, or a hop full while neither of the flow's
+    NICs is."""
+    index = catalog.index
+    row = index.row_of(int(catalog.base[cat]), via)
     if row < 0:
         return True
     hops = index.hops(row)
-    tx, fresh = measured[0][hops], measured[1][hops]
-    if dead[hops].any() or not fresh.any():
+    if dead[hops].any() or not measured[1][hops].any():
         return True
-    return bool((tx[fresh] >= FULL * index.capacity[hops][fresh]).any())
+    ends = np.array([catalog.nic_tx[catalog.src[cat]], catalog.nic_rx[catalog.dst[cat]]])
+    return _full(index, hops, measured) and not _full(index, ends, measured)
+
+
+def _full(index: LinkIndex, links: np.ndarray, measured: tuple[np.ndarray, np.ndarray]) -> bool:
+    """One of `links` has a fresh sample at FULL of its capacity or more."""
+    tx, fresh = measured[0][links], measured[1][links]
+    return bool((tx[fresh] >= FULL * index.capacity[links][fresh]).any())
