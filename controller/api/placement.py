@@ -101,6 +101,7 @@ def flow_to_proto(flow: JobFlow) -> pb.JobFlow:
         dst_address=ad.nic_ip(flow.dst),
         bandwidth_gbps=flow.demand_bps / 1e9,
         spine=flow.via,
+        src_port=flow.src_port,
     )
 
 

@@ -42,10 +42,16 @@ OWNER_KIND_MASK = COOKIE_PREFIX_MASK | 0xFF << 40
 # pin; a job's flows are NIC pairs at PRIORITY_PIN_PAIR too.
 PRIORITY_PIN_PAIR = 20000
 PRIORITY_PIN_FLOW = 20100
+# A placed job's QP, on the source port placement named it, beats its pair's
+# hash; a TE move may still rebalance it.
+PRIORITY_JOB_QP = 20025
 # An adaptive TE move (one 5-tuple) may rebalance a placed job's flow among
 # its spines, so it sits above NIC-pair entries; it never touches a pinned
 # pair (the engine is told those), and a 5-tuple pin still beats it.
 PRIORITY_TE_MOVE = 20050
+# A QP's source port is RoCEv2's (UDP) on a fabric, TCP's where TCP stands in
+# for it (the emulation, iWARP): a QP's pin matches either.
+QP_PROTOCOLS = ("udp", "tcp")
 
 IPV4 = 0x0800
 IP_PROTO = {"tcp": 6, "udp": 17}
@@ -151,11 +157,18 @@ def pin_entries(fabric: Fabric, pin: FlowPin) -> list[OverlayEntry]:
 
 def job_entries(fabric: Fabric, job: Job) -> list[OverlayEntry]:
     cookie = owner_cookie("job", job.job_id)
-    return [
+    pairs = [
         entry
         for (src, dst), via in job.pinned.items()
         for entry in steering_entries(fabric, FlowMatch(src, dst), via, cookie)
     ]
+    qps = [
+        entry
+        for (src, dst, port), via in job.pinned_qps.items()
+        for protocol in QP_PROTOCOLS
+        for entry in steering_entries(fabric, FlowMatch(src, dst, protocol, port), via, cookie, PRIORITY_JOB_QP)
+    ]
+    return pairs + qps
 
 
 MoveIdentity = tuple[FlowKey, NicId, NicId, str]  # what a move's entries are made of: flow, ends, spine

@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from controller.errors import NAME_RULE, FieldError, shown, valid_name
@@ -20,6 +20,9 @@ from controller.fabric import Fabric, NicId
 from controller.fabric import addressing as ad
 
 MAX_QPS = 16  # queue pairs per connection: E-ECMP spreads a connection over up to this many
+# The UDP source ports placement names for queue pairs: RoCEv2's own range
+# (the kernel derives a QP's port from its flow label into 0xC000-0xFFFF).
+QP_PORTS = range(0xC000, 0x10000)
 
 
 class JobError(FieldError):
@@ -72,6 +75,10 @@ class JobFlow:
     dst: NicId
     demand_bps: float
     via: str = ""  # spine (or fat-tree core) the flow is placed on; "" when src and dst share a leaf
+    # The UDP source port the sending NIC gives this QP (mlx5dv_modify_qp_udp_sport),
+    # named where a connection's QPs were placed across spines so the switches
+    # can tell them apart and pin each; 0: the NIC's own (the pair is pinned whole, or hashed).
+    src_port: int = 0
 
 
 @dataclass(frozen=True)
@@ -100,18 +107,49 @@ class Job:
     def pinned(self) -> dict[tuple[NicId, NicId], str]:
         return pinned_vias((f.src, f.dst, f.via) for f in self.flows)
 
+    @property
+    def pinned_qps(self) -> dict[tuple[NicId, NicId, int], str]:
+        """(src, dst, UDP source port) -> spine, for the QPs placement named a
+        port: those of connections placed across spines, which no NIC-pair
+        entry can steer."""
+        return {(f.src, f.dst, f.src_port): f.via for f in self.flows if f.src_port and f.via}
+
 
 def pinned_vias(flows: Iterable[tuple[NicId, NicId, str]]) -> dict[tuple[NicId, NicId], str]:
     """Per NIC pair, the spine the switches steer it across: the pairs whose
     flows (src, dst, via) were all placed on one. A pair whose queue pairs
-    were placed across spines is not pinned: a switch cannot tell QPs apart
-    without their source ports, which only the NIC knows. It is hashed, each
-    QP apart (E-ECMP), and TE steers each QP it sees collide."""
+    were placed across spines is not pinned as a pair: its QPs are pinned one
+    by one on the source ports placement named (`Job.pinned_qps`), or, past
+    the ports a NIC has, hashed each QP apart (E-ECMP), and TE steers each QP
+    it sees collide."""
+    return {pair: next(iter(v)) for pair, v in _vias(flows).items() if len(v) == 1}
+
+
+def with_qp_ports(flows: Iterable[JobFlow]) -> list[JobFlow]:
+    """The flows, with a UDP source port named for each QP of a connection
+    placed across spines: per sending NIC, the next free port of `QP_PORTS`
+    in the flows' order (a NIC is one GPU's, so one job's). A NIC with more
+    such QPs than ports leaves the rest at 0, to the hash."""
+    flows = list(flows)
+    split = {pair for pair, vias in _vias((f.src, f.dst, f.via) for f in flows).items() if len(vias) > 1}
+    taken: dict[NicId, int] = {}
+    out = []
+    for f in flows:
+        n = taken.get(f.src, 0)
+        if (f.src, f.dst) in split and n < len(QP_PORTS):
+            taken[f.src] = n + 1
+            f = replace(f, src_port=QP_PORTS[n])
+        out.append(f)
+    return out
+
+
+def _vias(flows: Iterable[tuple[NicId, NicId, str]]) -> dict[tuple[NicId, NicId], set[str]]:
+    """Per NIC pair, the spines its flows (src, dst, via) were placed on."""
     vias: dict[tuple[NicId, NicId], set[str]] = {}
     for src, dst, via in flows:
         if via:
             vias.setdefault((src, dst), set()).add(via)
-    return {pair: next(iter(v)) for pair, v in vias.items() if len(v) == 1}
+    return vias
 
 
 def validate_request(fabric: Fabric, req: JobRequest) -> None:
@@ -190,7 +228,8 @@ def job_to_doc(job: Job) -> dict[str, Any]:
             "qps_per_connection": r.qps_per_connection,
         },
         "gpus": [[g.rank, ad.nic_ip(g.nic)] for g in job.gpus],
-        "flows": [[ad.nic_ip(f.src), ad.nic_ip(f.dst), f.demand_bps, f.via] for f in job.flows],
+        # A QP's named source port as a fifth element, only where there is one.
+        "flows": [[ad.nic_ip(f.src), ad.nic_ip(f.dst), f.demand_bps, f.via, *_port(f)] for f in job.flows],
         "predicted_max_utilization": job.predicted_max_utilization,
         "placed_at": job.placed_at,
         "cross_cluster_share": job.cross_cluster_share,
@@ -216,13 +255,22 @@ def job_from_doc(job_id: str, doc: Mapping[str, Any]) -> Job:
         request,
         tuple(Gpu(int(rank), ad.parse_nic_address(addr)) for rank, addr in doc["gpus"]),
         tuple(
-            JobFlow(ad.parse_nic_address(s), ad.parse_nic_address(d), float(bps), str(via))
-            for s, d, bps, via in doc["flows"]
+            JobFlow(ad.parse_nic_address(s), ad.parse_nic_address(d), float(bps), str(via), int(port))
+            for s, d, bps, via, port in (_padded(f) for f in doc["flows"])
         ),
         float(doc["predicted_max_utilization"]),
         float(doc["placed_at"]),
         float(doc.get("cross_cluster_share", 0.0)),  # stores from before three tiers: one cluster
     )
+
+
+def _port(flow: JobFlow) -> list[int]:
+    return [flow.src_port] if flow.src_port else []
+
+
+def _padded(flow: list[Any]) -> list[Any]:
+    """A stored flow, with port 0 where it has none (every flow stored before ports were named)."""
+    return flow if len(flow) == 5 else [*flow, 0]
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from controller.te.candidates import (
 from controller.te.capacity import Usage, server_table
 from controller.te.clusters import cross_cluster_share
 from controller.te.demand import planned_flows
-from controller.te.jobs import Drains, Gpu, Job, JobFlow, JobRequest, validate_request
+from controller.te.jobs import Drains, Gpu, Job, JobFlow, JobRequest, validate_request, with_qp_ports
 from controller.te.load import LoadLedger, jobs_load, max_utilization, merged
 from controller.te.paths import Layer, Loads, NoPath, assign_greedy, assign_hashed
 
@@ -126,7 +126,8 @@ def _routings(fabric: Fabric, drains: Drains, base: Loads, flows: list[JobFlow],
 
 def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -> Job:
     """With queue pairs, each candidate's servers are routed as whole connections, which win where predicted
-    no worse (a switch pins a connection, not its QPs: Job.pinned), and with each QP a flow of its own."""
+    no worse (one entry pins a connection, where QPs apart take one each, on the UDP source ports named
+    here: Job.pinned_qps), and with each QP a flow of its own."""
     validate_request(fabric, request)
     k = request.per_server(fabric.rails)
     base, floor, pod_load = base_loads(fabric, state)
@@ -177,6 +178,8 @@ def place(fabric: Fabric, state: FabricState, request: JobRequest, now: float) -
         for j, (pod, idx) in enumerate(sorted(servers))
         for local, rail in enumerate(job_rails)
     )
+    if request.qps_per_connection > 1:
+        flows = with_qp_ports(flows)  # so the switches can pin a connection's QPs apart
     return Job(request, gpus, tuple(flows), peak, now, cross_cluster_share(fabric.spec, flows))
 
 

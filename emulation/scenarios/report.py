@@ -44,8 +44,8 @@ from emulation.traffic.iperf import FlowResult
 from emulation.traffic.records import StreamResult
 from emulation.workload import Workload
 from emulation.workload.events import check_events
-from emulation.workload.expand import BYSTANDER
 from emulation.workload.model import PatternItem
+from emulation.workload.ports import BYSTANDER
 
 
 def jain(values: list[float]) -> float:

@@ -128,7 +128,8 @@ def api_placer(client) -> Placer:
             raise
         gpus = tuple(ad.parse_nic_address(g.nic_address) for g in sorted(job.gpus, key=lambda g: g.rank))
         flows = tuple(
-            (ad.parse_nic_address(f.src_address), ad.parse_nic_address(f.dst_address), f.spine) for f in job_flows
+            (ad.parse_nic_address(f.src_address), ad.parse_nic_address(f.dst_address), f.spine, f.src_port)
+            for f in job_flows
         )
         return Placed(gpus, flows)
 

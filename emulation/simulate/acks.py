@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from controller.fabric import NicId
+from controller.te.jobs import pinned_vias
 from emulation.simulate.routes import Network, Routes, build_routes, ecmp_routes, tier_hashes
 
 
@@ -59,9 +60,10 @@ def ack_steering(
     """Per flow, the via an overlay entry sends its ACKs across ("": hashed):
     the reverse flow's own TE move if it has one; else this flow's move (the
     overlay steers a moved TCP flow's ACKs back the same way, te_entries);
-    else a placed job's pair entry for the reversed NIC pair. `flows_via`:
-    each flow's job steering; `moved_via`: flow index -> via of its TE move."""
-    job_via = {pair: via for pair, via in zip(pairs, flows_via) if via}
+    else a placed job's pair entry for the reversed NIC pair (a QP's entry
+    matches its own source port, which no ACK carries). `flows_via`: each
+    flow's job steering; `moved_via`: flow index -> via of its TE move."""
+    job_via = pinned_vias((src, dst, via) for (src, dst), via in zip(pairs, flows_via))
     out = []
     for i, (src, dst) in enumerate(pairs):
         j = int(acks.reverse_flow[i])

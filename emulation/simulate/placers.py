@@ -34,7 +34,7 @@ def _hashed(fabric: Fabric, usage: Usage, request: JobRequest, servers: Sequence
     flows = planned_flows(request, ordered, k, fabric.spec.rates.nic_gbps * 1e9, None, fabric.spec.pods_per_cluster)
     gpus = tuple(Gpu(j * k + r, NicId(r, pod, idx)) for j, (pod, idx) in enumerate(ordered) for r in range(k))
     usage.add(Job(request, gpus, tuple(flows), 0.0, 0.0))
-    return Placed(tuple(g.nic for g in gpus), tuple((f.src, f.dst, "") for f in flows))
+    return Placed(tuple(g.nic for g in gpus), tuple((f.src, f.dst, "", 0) for f in flows))
 
 
 def chosen(fabric: Fabric, usage: Usage, request: JobRequest) -> Placed | None:

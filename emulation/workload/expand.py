@@ -28,7 +28,7 @@ from controller.fabric import Fabric, NicId
 from controller.fabric import addressing as ad
 from controller.te.jobs import JobRequest, Pattern, pinned_vias
 from controller.te.view import FlowKey
-from emulation.model.pairs import flow_ports, incast_pairs, permutation_pairs
+from emulation.model.pairs import incast_pairs, permutation_pairs
 from emulation.workload.mix import background_requests, job_requests
 from emulation.workload.model import (
     ExplicitFlow,
@@ -41,22 +41,23 @@ from emulation.workload.model import (
     Workload,
     WorkloadError,
 )
+from emulation.workload.ports import BYSTANDER, workload_ports
 
 
 @dataclass(frozen=True)
 class Placed:
     """Where a job went: its GPUs' NICs by rank, and its collective's flows
-    (src, dst, the spine its placement put the flow on, or ""), a flow per
-    connection, or per QP of one (`_connections` reads them back)."""
+    (src, dst, the spine its placement put the flow on or "", the source port
+    it named the flow or 0), a flow per connection, or per QP of one
+    (`_queue_pairs` reads them back)."""
 
     gpus: tuple[NicId, ...]
-    flows: tuple[tuple[NicId, NicId, str], ...]
+    flows: tuple[tuple[NicId, NicId, str, int], ...]
 
 
 Placer = Callable[[JobRequest], Placed | None]  # None: the job did not fit
 
 
-BYSTANDER = "bystander"
 _REQUEST_FIELDS = {"gpu_count": "gpus", "pattern": "collective", "flow_bandwidth_gbps": "flow_gbps"}
 
 
@@ -144,6 +145,7 @@ class _Draft:
     job: str = ""
     via: str = ""
     role: str = ""
+    src_port: int = 0  # named by the job's placement; 0: drawn with every other flow's
 
 
 @dataclass
@@ -169,15 +171,18 @@ class _Expansion:
             return rate_gbps * 1e9
         return self.nic_bps if protocol == "udp" else math.inf
 
-    def add(self, connection: _Draft, qps: int) -> list[int]:
+    def add(self, connection: _Draft, qps: int, placed: Sequence[tuple[str, int]] = ()) -> list[int]:
         """A connection as `qps` queue pairs, as NCCL opens them
         (NCCL_IB_QPS_PER_CONNECTION): each a transfer with its own source
         port, so the hash (E-ECMP) and TE place each apart; the bytes, and a
-        stated rate, split evenly. -> their indices."""
+        stated rate, split evenly. `placed`: per QP, the spine and source
+        port its job's placement gave it. -> their indices."""
         first = len(self.drafts)
         rate = connection.rate_bps / qps  # inf (elastic) stays inf
         size = -(-connection.bytes // qps)
-        self.drafts.extend(replace(connection, rate_bps=rate, bytes=size) for _ in range(qps))
+        for j in range(qps):
+            via, port = placed[j] if j < len(placed) else (connection.via, 0)
+            self.drafts.append(replace(connection, rate_bps=rate, bytes=size, via=via, src_port=port))
         return list(range(first, first + qps))
 
 
@@ -256,9 +261,9 @@ def _add_job(
     rate = out.rate(item.protocol, None, f"traffic[{i}]")
     qps = item.qps_per_connection
     indices = []
-    for (src, dst), via in _connections(job).items():
+    for (src, dst), (via, placed) in _queue_pairs(job).items():
         draft = _Draft(src, dst, item.protocol, rate, size, Window(start, stop), i, request.job_id, via)
-        indices.extend(out.add(draft, qps))
+        indices.extend(out.add(draft, qps, placed))
     out.jobs.append(
         JobPlan(
             request.job_id,
@@ -277,12 +282,17 @@ def _add_job(
     )
 
 
-def _connections(job: Placed) -> dict[tuple[NicId, NicId], str]:
+def _queue_pairs(job: Placed) -> dict[tuple[NicId, NicId], tuple[str, list[tuple[str, int]]]]:
     """Per connection of a placed job (a NIC pair, in the placement's
-    order), the spine the switches pin it across (`pinned_vias`); "" where
-    they hash it: its QPs placed across spines, or within a leaf."""
-    pinned = pinned_vias(job.flows)
-    return {(src, dst): pinned.get((src, dst), "") for src, dst, _ in job.flows}
+    order): the spine the switches pin it across (`pinned_vias`; "" where
+    they hash it: within a leaf, or QPs placed apart), and the (spine,
+    source port) placement named for its QPs, where it placed them apart (a
+    QP left without one is hashed, `_Expansion.add`)."""
+    pinned = pinned_vias((src, dst, via) for src, dst, via, _ in job.flows)
+    named: dict[tuple[NicId, NicId], list[tuple[str, int]]] = {}
+    for src, dst, via, port in job.flows:
+        named.setdefault((src, dst), []).extend([(via, port)] if port else [])
+    return {pair: (pinned.get(pair, ""), qps) for pair, qps in named.items()}
 
 
 def _pattern(fabric: Fabric, item: PatternItem, i: int, seed: int, rate_bps: float) -> list[_Draft]:
@@ -359,17 +369,7 @@ def _ends(fabric: Fabric, flow: ExplicitFlow, placed: dict[str, Placed], where: 
 
 
 def _with_ports(drafts: Sequence[_Draft], seed: int) -> tuple[Transfer, ...]:
-    """Source ports drawn from the seed, per protocol, over the whole workload;
-    destination ports unique per receiver (emulation/model/pairs.flow_ports).
-    Bystanders come last in their draw, so a workload's other flows keep the
-    ports they have without one."""
-    ports: dict[int, tuple[int, int]] = {}
-    for protocol in ("tcp", "udp"):
-        chosen = sorted(
-            (i for i, d in enumerate(drafts) if d.protocol == protocol), key=lambda i: drafts[i].role == BYSTANDER
-        )
-        pairs = [(drafts[i].src, drafts[i].dst) for i in chosen]
-        ports.update(zip(chosen, flow_ports(pairs, protocol, seed)))
+    ports = workload_ports(drafts, seed)
     transfers = tuple(
         Transfer(d.src, d.dst, d.protocol, *ports[i], d.rate_bps, d.bytes, d.window, d.item, d.job, d.via, d.role)
         for i, d in enumerate(drafts)

@@ -10,7 +10,7 @@ from emulation.workload.expand import Placed, Placer
 
 
 def placed(job: Job) -> Placed:
-    return Placed(tuple(g.nic for g in job.gpus), tuple((f.src, f.dst, f.via) for f in job.flows))
+    return Placed(tuple(g.nic for g in job.gpus), tuple((f.src, f.dst, f.via, f.src_port) for f in job.flows))
 
 
 def railyard_placer(fabric: Fabric, jobs: dict[str, Job] | None = None) -> Placer:

@@ -4,6 +4,7 @@ real daemon and telemetry agent, judged against the max-min optimum."""
 import pytest
 
 from controller.fabric import load_fabric
+from controller.fabric.spec import SPECS_DIR
 from emulation.scenarios.report import build_report
 from emulation.scenarios.runner import run_scenario
 from emulation.workload import load_workload, spec_file, workload_from_dict
@@ -109,6 +110,43 @@ def test_a_two_iteration_job_takes_what_its_bytes_need_at_line_rate():
         assert starts[1] >= starts[0] + times[0] + 0.5 - 0.01, (mode, job.times_s)  # the compute gap
         assert job.optimum_iteration_s[0].seconds == pytest.approx(bound, rel=1e-3)
         assert job.dispatch_overhead.max_share_of_iteration < 0.05
+
+
+def test_queue_pairs_placed_apart_are_pinned_on_their_named_ports_from_the_first_packet():
+    """A ring over three pods on uplinks 2/3 of a NIC, two QPs per connection:
+    no connection fits one uplink, so placement puts its QPs on two spines and
+    names their source ports, and the switches pin each QP on its port. No QP
+    shares an uplink from the first packet: TE sees no collision, and every
+    iteration runs at the NICs' rate. Hashed (the ECMP run, the same ports),
+    two QPs of a connection on one uplink take 1.5x as long."""
+    spec = SPECS_DIR / "narrow-uplinks.yaml"
+    fabric = load_fabric(spec)
+    workload = workload_from_dict(
+        {
+            "name": "qps-apart",
+            "duration_s": 8,
+            "traffic": [
+                {
+                    "job": "ring",
+                    "gpus": 6,
+                    "gpus_per_server": 2,
+                    "servers": ["ryh0s0", "ryh1s0", "ryh2s0"],
+                    "message_bytes": "48GB",  # 2(n-1)/n x S/k = 40 GB per connection: 0.8 s at 400 Gb/s
+                    "iterations": 2,
+                    "compute_gap_s": 0.5,
+                    "qps_per_connection": 2,
+                }
+            ],
+        }
+    )
+    report = build_report(fabric, workload, 1, run_scenario(fabric, spec, workload, 1))
+    te, ecmp = report.modes["te"], report.modes["ecmp"]
+    bound = 40e9 * 8 / 400e9
+    slowest = {mode: max(t for _, t in f.jobs[0].times_s if t is not None) for mode, f in report.modes.items()}
+    assert ecmp.jobs[0].iterations_finished == 2 and slowest["ecmp"] >= 1.4 * bound, slowest  # the hash collides
+    assert te.jobs[0].iterations_finished == 2
+    assert te.te_decisions.get("collision", 0) == 0 and te.te_decisions.get("reroute", 0) == 0, te.te_decisions
+    assert slowest["te"] <= 1.3 * bound, slowest
 
 
 def test_every_item_and_event_kind_runs():

@@ -10,9 +10,26 @@ from controller.errors import Conflict
 from controller.fabric import Endpoint, NicId, build_fabric, load_fabric, parse_spec
 from controller.intent.drains import rerouted_jobs
 from controller.intent.model import Intent
-from controller.southbound.overlay import desired_overlay, job_entries
+from controller.southbound.overlay import (
+    PRIORITY_JOB_QP,
+    PRIORITY_PIN_PAIR,
+    PRIORITY_TE_MOVE,
+    desired_overlay,
+    job_entries,
+)
 from controller.te.demand import planned_flows
-from controller.te.jobs import Drains, Job, JobError, JobFlow, JobRequest, Pattern
+from controller.te.jobs import (
+    QP_PORTS,
+    Drains,
+    Job,
+    JobError,
+    JobFlow,
+    JobRequest,
+    Pattern,
+    job_from_doc,
+    job_to_doc,
+    with_qp_ports,
+)
 from controller.te.load import LoadLedger, jobs_load, max_utilization, merged
 from controller.te.paths import assign_hashed
 from controller.te.patterns import pattern_flows
@@ -159,7 +176,7 @@ def test_cross_pod_flows_are_spread_evenly_over_spines():
 NARROW = load_fabric("narrow-uplinks")  # 3 pods x 2 servers x 2 rails, 3 spines: uplinks 2/3 of a NIC
 
 
-def test_queue_pairs_are_placed_apart_only_where_a_connection_fits_no_spine_and_then_left_to_the_hash():
+def test_queue_pairs_are_placed_apart_only_where_a_connection_fits_no_spine_and_pinned_on_ports_it_names():
     servers = ("ryh0s0", "ryh1s0", "ryh2s0")
     one = place(NARROW, FabricState(), JobRequest("one", 3, Pattern.RING, 0.0, 1, servers), now=0)
     two = place(NARROW, FabricState(), JobRequest("two", 3, Pattern.RING, 0.0, 1, servers, qps_per_connection=2), 0)
@@ -169,12 +186,37 @@ def test_queue_pairs_are_placed_apart_only_where_a_connection_fits_no_spine_and_
     assert one.predicted_max_utilization == pytest.approx(1.5) and two.predicted_max_utilization == pytest.approx(1.0)
     for pair in {(f.src, f.dst) for f in two.flows}:
         assert len({f.via for f in two.flows if (f.src, f.dst) == pair}) == 2
-    assert len(one.pinned) == 3 and two.pinned == {}  # QPs apart: the switches hash them, TE steers each
-    assert len(job_entries(NARROW, one)) == 3 and job_entries(NARROW, two) == []  # an entry at each source leaf
+    assert len(one.pinned) == 3 and all(f.src_port == 0 for f in one.flows) and one.pinned_qps == {}
+    # No NIC-pair entry can steer QPs apart: each QP gets a UDP source port of
+    # RoCEv2's range, distinct at its NIC, and an entry on it at its source leaf.
+    assert two.pinned == {}
+    assert two.pinned_qps == {(f.src, f.dst, f.src_port): f.via for f in two.flows}
+    assert sorted(f.src_port for f in two.flows) == [0xC000, 0xC000, 0xC000, 0xC001, 0xC001, 0xC001]
+    assert len(job_entries(NARROW, one)) == 3
+    qp_entries = job_entries(NARROW, two)
+    assert {e.priority for e in qp_entries} == {PRIORITY_JOB_QP}
+    assert PRIORITY_PIN_PAIR < PRIORITY_JOB_QP < PRIORITY_TE_MOVE  # above its pair's hash, below a TE move
+    matches = [dict(e.match) for e in qp_entries]
+    steered = {(m["ipv4_src"], m.get("udp_src") or m["tcp_src"]) for m in matches}
+    assert len(qp_entries) == 12 and len(steered) == 6  # each QP over UDP (RoCEv2) and TCP
+    assert job_from_doc("two", job_to_doc(two)) == two
+    stored_before_ports = {**job_to_doc(one), "flows": [f[:4] for f in job_to_doc(one)["flows"]]}
+    assert job_from_doc("one", stored_before_ports) == one
     # Where whole connections fit as well, they are placed whole, and pinned: QPs together.
     three_pod = load_fabric("three-pod")
     whole = place(three_pod, FabricState(), JobRequest("w", 3, Pattern.RING, 0.0, 1, servers, qps_per_connection=2), 0)
     assert len(whole.flows) == 3 and len(whole.pinned) == 3 and whole.request.qps_per_connection == 2
+    assert whole.pinned_qps == {} and all(f.src_port == 0 for f in whole.flows)
+
+
+def test_a_nic_out_of_queue_pair_ports_leaves_the_rest_to_the_hash():
+    a, b, c = NicId(0, 0, 0), NicId(0, 1, 0), NicId(0, 2, 0)
+    split = [JobFlow(a, b, 1.0, via) for via in ("rys0", "rys1")] * (len(QP_PORTS) // 2 + 1)
+    whole = [JobFlow(a, c, 1.0, "rys2"), JobFlow(b, c, 1.0, "rys0"), JobFlow(b, c, 1.0, "rys0")]
+    named = with_qp_ports(whole + split)
+    assert [f.src_port for f in named[:3]] == [0, 0, 0]  # a connection on one spine: its pair's entry steers it
+    ports = [f.src_port for f in named[3:]]
+    assert ports[: len(QP_PORTS)] == list(QP_PORTS) and ports[len(QP_PORTS) :] == [0, 0]
 
 
 def test_packing_prefers_one_pod_and_explains_exhaustion():

@@ -49,7 +49,7 @@ def alternating(request):
     """Four servers ringed across the pods in turn: two ring flows leave every leaf."""
     servers = [(0, 0), (1, 0), (0, 1), (1, 1)]
     gpus = tuple(NicId(r, *key) for key in servers for r in range(2))
-    flows = tuple((NicId(r, *servers[i]), NicId(r, *servers[(i + 1) % 4]), "") for r in range(2) for i in range(4))
+    flows = tuple((NicId(r, *servers[i]), NicId(r, *servers[(i + 1) % 4]), "", 0) for r in range(2) for i in range(4))
     return Placed(gpus, flows)
 
 

@@ -15,7 +15,7 @@ from controller.fabric.spec import SPECS_DIR
 from controller.te.jobs import Pattern
 from emulation.workload import WorkloadError, available, load_workload, workload_from_dict
 from emulation.workload.events import check_events
-from emulation.workload.expand import expand, flow_bytes
+from emulation.workload.expand import Placed, expand, flow_bytes
 from emulation.workload.model import JobItem, JobMixItem, PatternItem
 from emulation.workload.placers import railyard_placer
 
@@ -234,6 +234,33 @@ def test_queue_pairs_are_transfers_of_their_own_splitting_the_bytes_evenly():
     assert [t.rate_bps for t in explicit] == [25e9, 25e9] and explicit[0].src_port != explicit[1].src_port
     keys = [t.key for t in plan.transfers]
     assert len(set(keys)) == len(keys)
+
+
+def test_a_queue_pair_keeps_the_source_port_its_placement_named_and_a_flow_that_drew_it_moves():
+    workload = check_events(workload_from_dict(with_change("traffic.0.qps_per_connection", 2)), DEMO)
+    drawn = expand(DEMO, workload, 7, railyard_placer(DEMO))
+    explicit = drawn.transfers[-1]  # ring/0 -> 10.0.1.1, from the ring's first NIC
+    railyard = railyard_placer(DEMO)
+
+    def apart(request):
+        """Railyard's servers, each connection's two QPs named apart as placement names them."""
+        placed = railyard(request)
+        if placed is None or request.job_id != "ring":
+            return placed
+        ports = [explicit.src_port, 0xC001]
+        flows = tuple((s, d, via, ports[q]) for s, d, via, _ in placed.flows for q in range(2))
+        return Placed(placed.gpus, flows)
+
+    plan = expand(DEMO, workload, 7, apart)
+    ring = [plan.transfers[i] for i in plan.jobs[0].transfers]
+    assert len(ring) == len(drawn.jobs[0].transfers)
+    assert all(t.src_port in (explicit.src_port, 0xC001) for t in ring)  # as named, not drawn
+    moved = plan.transfers[-1]
+    assert moved.src == explicit.src and moved.src_port != explicit.src_port  # its sender binds each port once
+    sending = [(t.src, t.protocol, t.src_port) for t in plan.transfers]
+    assert len(set(sending)) == len(sending)
+    others = [(a.key, b.key) for a, b in zip(drawn.transfers, plan.transfers) if not a.job and a is not explicit]
+    assert others and all(a == b for a, b in others)  # nobody else's ports move
 
 
 def test_bus_bandwidth_factors_and_flow_bytes_follow_nccl():

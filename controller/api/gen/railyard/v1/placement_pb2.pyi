@@ -79,16 +79,18 @@ class Gpu(_message.Message):
     def __init__(self, rank: _Optional[int] = ..., server: _Optional[str] = ..., pod: _Optional[int] = ..., rail: _Optional[int] = ..., nic_address: _Optional[str] = ..., leaf: _Optional[str] = ..., node: _Optional[str] = ...) -> None: ...
 
 class JobFlow(_message.Message):
-    __slots__ = ("src_address", "dst_address", "bandwidth_gbps", "spine")
+    __slots__ = ("src_address", "dst_address", "bandwidth_gbps", "spine", "src_port")
     SRC_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     DST_ADDRESS_FIELD_NUMBER: _ClassVar[int]
     BANDWIDTH_GBPS_FIELD_NUMBER: _ClassVar[int]
     SPINE_FIELD_NUMBER: _ClassVar[int]
+    SRC_PORT_FIELD_NUMBER: _ClassVar[int]
     src_address: str
     dst_address: str
     bandwidth_gbps: float
     spine: str
-    def __init__(self, src_address: _Optional[str] = ..., dst_address: _Optional[str] = ..., bandwidth_gbps: _Optional[float] = ..., spine: _Optional[str] = ...) -> None: ...
+    src_port: int
+    def __init__(self, src_address: _Optional[str] = ..., dst_address: _Optional[str] = ..., bandwidth_gbps: _Optional[float] = ..., spine: _Optional[str] = ..., src_port: _Optional[int] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("job_id", "request", "gpus", "flows", "pods", "predicted_max_utilization_ratio", "place_time", "flow_count", "programmed_revision", "cross_cluster_share")
