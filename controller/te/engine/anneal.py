@@ -48,7 +48,7 @@ class _State:
         self.loads = load.tolist()
         self.cap = planner.capacity.tolist()
         self.free = free.tolist()
-        self.routes = [_live(planner, i) for i in self.free]
+        self.routes = [planner.live_rows(i) for i in self.free]
         self.hops = {row: [h for h in table[row].tolist() if h != pad] for r in self.routes for row in r}
         self.start = [r[0] for r in self.routes]
         self.now = list(self.start)
@@ -145,11 +145,3 @@ def _undo_needless(state: _State) -> None:
     for k in order:
         if state.now[k] != state.start[k] and state.delta(k, state.start[k]) <= 0:
             state.move(k, state.start[k])
-
-
-def _live(planner: Planner, i: int) -> list[int]:
-    """Elephant i's live routes, its own first, as route-table rows."""
-    fleet = planner.fleet
-    base = int(fleet.base[i])
-    here = int(fleet.rows[i])
-    return [here] + [base + row for row in planner.alternatives(i)]

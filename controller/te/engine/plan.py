@@ -237,6 +237,11 @@ class Planner:
         out: list[int] = (rows[live] - base).tolist()
         return out
 
+    def live_rows(self, i: int) -> list[int]:
+        """Elephant i's live routes, its own first, as route-table rows."""
+        base = int(self.fleet.base[i])
+        return [int(self.fleet.rows[i])] + [base + row for row in self.alternatives(i)]
+
     def _blocking(self, i: int, row: int) -> np.ndarray:
         """The links of route `row`, not on elephant i's path now, where
         elephants already are and i would have to share: those a second

@@ -40,6 +40,7 @@ from controller.fabric import NicId
 from controller.te.engine.anneal import anneal
 from controller.te.engine.catalog import FlowCatalog
 from controller.te.engine.elephants import Connections
+from controller.te.engine.exact import exact
 from controller.te.engine.fleet import Fleet
 from controller.te.engine.fruitless import alike_within, fingerprint, searched_before
 from controller.te.engine.gains import ONE_BY_ONE, Turn
@@ -365,14 +366,19 @@ class Pass:
         return [link for link in links if planner.congested(link)]
 
     def _annealed(self, planner: Planner) -> Plan | None:
-        """A plan of any length from simulated annealing (a few restarts),
-        where the slowest squeezed flow's link is congested, if the max-min
-        rates of what it touches beat min_gain. The leaves' budgets bound
-        single moves; a plan is made whole or not at all."""
+        """A plan of any length, where the slowest squeezed flow's link is
+        congested, if the max-min rates of what it touches beat min_gain:
+        the exact search's on a small fleet, else simulated annealing's (a
+        few restarts). The leaves' budgets bound single moves; a plan is
+        made whole or not at all."""
         confirmed = self._confirmed(planner)
         if not confirmed:
             return None
         link = confirmed[0]
+        self.inputs.pause()
+        moves = exact(planner, self.free & planner.movable)
+        if moves and (plan := planner.plan(moves, link)).worth:
+            return plan
         seed = int(self.inputs.now * 1000) & 0xFFFFFFFF
         for restart in range(ANNEALING_RESTARTS):
             self.inputs.pause()
