@@ -647,7 +647,7 @@ def test_a_cycle_steps_aside_between_the_searches_of_its_joint_plans():
         inside: list[bool] = []
 
         def pause(inside: list[bool] = inside) -> None:
-            inside.append(any(f.name in ("joint_plans", "_annealed") for f in traceback.extract_stack()))
+            inside.append(any(f.name in ("joint_plans", "_long_plan") for f in traceback.extract_stack()))
 
         eng.pause = pause
         planned = False

@@ -44,8 +44,7 @@ class _State:
         table, pad = fleet.index.table(), fleet.index.pad
         self.demand = fleet.bps[:, 0].tolist()
         placed = np.flatnonzero(fleet.rows >= 0)
-        load = np.bincount(table[fleet.rows[placed]].ravel(), np.repeat(fleet.bps[placed, 0], table.shape[1]), pad + 1)
-        self.loads = load.tolist()
+        self.loads = fleet.index.loads(fleet.rows[placed], fleet.bps[placed, 0]).tolist()
         self.cap = planner.capacity.tolist()
         self.free = free.tolist()
         self.routes = [planner.live_rows(i) for i in self.free]

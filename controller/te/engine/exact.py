@@ -44,11 +44,11 @@ def exact(planner: Planner, movable: np.ndarray) -> tuple[tuple[int, int], ...] 
     count = np.array([len(r) for r in routes])
     if int(count.sum()) > MAX_CHOICES:
         return None
-    table, pad = fleet.index.table(), fleet.index.pad
+    index = fleet.index
+    table, pad = index.table(), index.pad
     demand = fleet.bps[:, 0]
     placed = np.flatnonzero(fleet.rows >= 0)
-    fixed = np.bincount(table[fleet.rows[placed]].ravel(), np.repeat(demand[placed], table.shape[1]), pad + 1)
-    fixed -= np.bincount(table[fleet.rows[free]].ravel(), np.repeat(demand[free], table.shape[1]), pad + 1)
+    fixed = index.loads(fleet.rows[placed], demand[placed]) - index.loads(fleet.rows[free], demand[free])
     rows = np.concatenate([np.asarray(r) for r in routes])
     owner = np.repeat(np.arange(len(free)), count)
     hops = table[rows]

@@ -302,7 +302,7 @@ class Pass:
             self.fruitless = last
             return
         tried: set[int] = set()
-        annealed = False
+        long_tried = False
         while True:
             plan: Plan | None = None
             for link in self._confirmed(planner):
@@ -313,11 +313,12 @@ class Pass:
                 plan = planner.plans_for(link, self.allowed)
                 if plan is not None:
                     break
-            if plan is None and not annealed and len(inputs.elephants) <= PLANNED_ONLY:
-                # Annealing is for fabrics small enough that every move is a plan:
-                # its steps are scalar, and a large fabric's single moves came first.
-                annealed = True
-                plan = self._annealed(planner)
+            if plan is None and not long_tried and len(inputs.elephants) <= PLANNED_ONLY:
+                # The long searches (exact, then annealing) are for fabrics small enough
+                # that every move is a plan: the annealer's steps are scalar, and a large
+                # fabric's single moves came first.
+                long_tried = True
+                plan = self._long_plan(planner)
             if plan is None:
                 if self.moved.any():
                     self.expected = planner.x
@@ -365,7 +366,7 @@ class Pass:
         links = dict.fromkeys(int(planner.bottleneck[i]) for i in planner.squeezed().tolist())
         return [link for link in links if planner.congested(link)]
 
-    def _annealed(self, planner: Planner) -> Plan | None:
+    def _long_plan(self, planner: Planner) -> Plan | None:
         """A plan of any length, where the slowest squeezed flow's link is
         congested, if the max-min rates of what it touches beat min_gain:
         the exact search's on a small fleet, else simulated annealing's (a
