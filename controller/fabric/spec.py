@@ -50,7 +50,8 @@ class PlaneMode(str, enum.Enum):
 
 
 class NicArbitration(str, enum.Enum):
-    """How an emulated NIC serves the flows that leave it (docs/emulation.md)."""
+    """How one direction of an emulated access link serves its flows
+    (docs/emulation.md, "A queue per flow at each end of an access link")."""
 
     FIFO = "fifo"  # one queue: TCP's windows share it as they will
     PER_FLOW = "per-flow"  # a queue per flow, served in turn, as a RoCE NIC serves its QPs
@@ -70,7 +71,10 @@ class EmulationSettings:
     # Pure ACKs (any packet under 128 bytes) leave each egress ahead of the
     # data queue, in an HTB class of their own (emulation/net/links.py).
     ack_priority: bool = False
-    nic_arbitration: NicArbitration = NicArbitration.FIFO
+    nic_arbitration: NicArbitration = NicArbitration.FIFO  # a NIC's egress
+    # The leaf's egress into a NIC: per-flow stands in for DCQCN, which brings
+    # a receiver's RoCE senders to even rates where TCP through one FIFO does not.
+    receiver_arbitration: NicArbitration = NicArbitration.FIFO
 
 
 @dataclass(frozen=True)
@@ -277,7 +281,11 @@ def _rates(value: Any) -> Rates:
 def _emulation(value: Any) -> EmulationSettings:
     if not isinstance(value, Mapping):
         raise SpecError("emulation", f"must be a mapping, got {_type(value)}")
-    _only(value, "emulation", {"mtu", "queue_packets", "controller", "ack_priority", "nic_arbitration"})
+    _only(
+        value,
+        "emulation",
+        {"mtu", "queue_packets", "controller", "ack_priority", "nic_arbitration", "receiver_arbitration"},
+    )
     defaults = EmulationSettings()
     controller = value.get("controller", defaults.controller)
     if not isinstance(controller, str) or not _is_controller_target(controller):
@@ -285,17 +293,22 @@ def _emulation(value: Any) -> EmulationSettings:
     ack_priority = value.get("ack_priority", defaults.ack_priority)
     if not isinstance(ack_priority, bool):
         raise SpecError("emulation.ack_priority", f"got {ack_priority!r}", "true or false")
-    arbitration = value.get("nic_arbitration", defaults.nic_arbitration.value)
-    if not isinstance(arbitration, str) or arbitration not in {a.value for a in NicArbitration}:
-        allowed = " or ".join(a.value for a in NicArbitration)
-        raise SpecError("emulation.nic_arbitration", f"got {arbitration!r}", allowed)
     return EmulationSettings(
         mtu=_int(value, "mtu", 1280, 9000, prefix="emulation.", default=defaults.mtu),
         queue_packets=_int(value, "queue_packets", 2, 10000, prefix="emulation.", default=defaults.queue_packets),
         controller=controller,
         ack_priority=ack_priority,
-        nic_arbitration=NicArbitration(arbitration),
+        nic_arbitration=_arbitration(value, "nic_arbitration"),
+        receiver_arbitration=_arbitration(value, "receiver_arbitration"),
     )
+
+
+def _arbitration(value: Mapping[str, Any], key: str) -> NicArbitration:
+    arbitration = value.get(key, NicArbitration.FIFO.value)
+    if not isinstance(arbitration, str) or arbitration not in {a.value for a in NicArbitration}:
+        allowed = " or ".join(a.value for a in NicArbitration)
+        raise SpecError(f"emulation.{key}", f"got {arbitration!r}", allowed)
+    return NicArbitration(arbitration)
 
 
 def _is_controller_target(text: str) -> bool:

@@ -13,7 +13,7 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from controller.errors import HostError
@@ -117,6 +117,7 @@ class EmulatedFabric:
         self.host_pids: dict[str, int] = {}
         self.netns_inodes: set[int] = set()
         self._arbitrated: set[NicId] = set()  # NICs with a queue per flow (arbitrate)
+        self._arbitrated_into: set[NicId] = set()  # NICs whose leaf egress has one
 
     # --- lifecycle ---------------------------------------------------------
     def __enter__(self) -> EmulatedFabric:
@@ -201,25 +202,49 @@ class EmulatedFabric:
     def run(self, nic: NicId, args: list[str], **kwargs) -> str:
         return netns.run(self.pid_of(nic), args, **kwargs)
 
-    def arbitrate(self, flows: Iterable[tuple[NicId, links.FlowPorts]]) -> None:
-        """With the spec's `nic_arbitration: per-flow`, before a run's traffic:
-        each NIC that `flows` leave gets a queue per flow, served in turn
-        (links.htb_shaping), and a NIC that had a run's flows before and has
-        none now gets its one queue back. A no-op for `fifo`."""
-        if self.fabric.spec.emulation.nic_arbitration is not NicArbitration.PER_FLOW:
-            return
-        leaving: dict[NicId, list[links.FlowPorts]] = {}
-        for nic, ports in flows:
-            leaving.setdefault(nic, []).append(ports)
-        per_host: dict[int, list[str]] = {}
-        for nic in sorted(self._arbitrated | set(leaving)):
-            intf, rate = ad.nic_name(nic), self.fabric.access_link(nic).emulated_bps
+    def arbitrate(self, flows: Iterable[tuple[NicId, NicId, links.FlowPorts]]) -> None:
+        """Before a run's traffic, the access links' queues as the spec's
+        arbitration asks, from the run's flows (source NIC, destination NIC,
+        ports). With `nic_arbitration: per-flow` each NIC the flows leave gets
+        a queue per flow, served in turn (links.htb_shaping); with
+        `receiver_arbitration: per-flow` so does the leaf's egress into each
+        NIC the flows reach. An access link that had a run's flows before and
+        has none now gets its one queue back. A no-op where both are `fifo`."""
+        emulation = self.fabric.spec.emulation
+        flows = list(flows)
+        if emulation.nic_arbitration is NicArbitration.PER_FLOW:
+            leaving = _grouped((src, ports) for src, _, ports in flows)
+            self._arbitrated = self._queue_per_flow(leaving, self._arbitrated, self._nic_egress)
+        if emulation.receiver_arbitration is NicArbitration.PER_FLOW:
+            arriving = _grouped((dst, ports) for _, dst, ports in flows)
+            self._arbitrated_into = self._queue_per_flow(arriving, self._arbitrated_into, self._leaf_egress)
+
+    def _queue_per_flow(
+        self,
+        flows: dict[NicId, list[links.FlowPorts]],
+        before: set[NicId],
+        egress: Callable[[NicId], tuple[int | None, str]],
+    ) -> set[NicId]:
+        """Each NIC's access-link direction (`egress`: the namespace and
+        interface it leaves by) rebuilt with a queue per flow in `flows`, and
+        those in `before` without flows now with one queue again."""
+        batches: dict[int | None, list[str]] = {}
+        for nic in sorted(before | set(flows)):
+            pid, intf = egress(nic)
+            rate = self.fabric.access_link(nic).emulated_bps
             # Built afresh: a replaced root keeps its classes and filters.
-            lines = [f"qdisc del dev {intf} root", *self._shaping(intf, rate, leaving.get(nic, ()))]
-            per_host.setdefault(self.pid_of(nic), []).extend(lines)
-        for pid, lines in per_host.items():
+            lines = [f"qdisc del dev {intf} root", *self._shaping(intf, rate, flows.get(nic, ()))]
+            batches.setdefault(pid, []).extend(lines)
+        for pid, lines in batches.items():
             netns.run_batch(pid, "tc", lines)
-        self._arbitrated = set(leaving)
+        return set(flows)
+
+    def _nic_egress(self, nic: NicId) -> tuple[int | None, str]:
+        return self.pid_of(nic), ad.nic_name(nic)
+
+    def _leaf_egress(self, nic: NicId) -> tuple[int | None, str]:
+        port = self.fabric.attachment(nic)
+        return None, ad.switch_port_name(port.node, port.port)
 
     # --- steps -------------------------------------------------------------
     def _build(self) -> None:
@@ -353,3 +378,10 @@ class EmulatedFabric:
     def _install_underlay(self) -> None:
         for name, table in build_underlay(self.fabric).items():
             ovs.add_groups_and_flows(name, [g.ofctl() for g in table.groups], [f.ofctl() for f in table.flows])
+
+
+def _grouped(flows: Iterable[tuple[NicId, links.FlowPorts]]) -> dict[NicId, list[links.FlowPorts]]:
+    grouped: dict[NicId, list[links.FlowPorts]] = {}
+    for nic, ports in flows:
+        grouped.setdefault(nic, []).append(ports)
+    return grouped

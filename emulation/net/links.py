@@ -50,11 +50,13 @@ def htb_shaping(
     several hops loses link capacity that the fluid model, the optimum and
     RoCE (not ACK-clocked) do not.
 
-    With `flows` (a NIC's, nic_arbitration: per-flow) each flow has a class
-    and pfifo of its own beside the one for everything else, all at priority
-    1 with the same quantum, so HTB serves them in turn, a frame each, as a
-    RoCE NIC serves its queue pairs: TCP's windows no longer decide who gets
-    the NIC (docs/emulation.md, "A queue per flow at the NIC").
+    With `flows` (an access link's, either way: nic_arbitration or
+    receiver_arbitration per-flow) each flow has a class and pfifo of its own
+    beside the one for everything else, all at priority 1 with the same
+    quantum, so HTB serves them in turn, a frame each, as a RoCE NIC serves
+    its queue pairs: TCP's windows no longer decide who gets the link. The
+    port's `queue_packets` are split among the flows' queues (docs/emulation.md,
+    "A queue per flow at each end of an access link").
     """
     rate = int(rate_bps)
     # Burst: two MTUs or 2 ms at line rate, whichever is larger, so HTB's timer
@@ -73,9 +75,12 @@ def htb_shaping(
     acks = max(rate // 20, 1) if ack_priority else 0
     share = max((rate - acks) // (len(flows) + 1), 1)
     turn = f" quantum {mtu + 64}" if flows else ""  # a frame a turn, the same for every flow
+    # The port's buffer split among its flows' queues, not a whole one each: a
+    # queue per flow must not give a port several times the buffer its FIFO had.
+    limit = max(queue_packets // max(len(flows), 1), 2)
     data = [
         f"class replace dev {intf} parent 1:1 classid 1:20 htb rate {share}bit {shaped} prio 1{turn}",
-        f"qdisc replace dev {intf} parent 1:20 handle 10: pfifo limit {queue_packets}",
+        f"qdisc replace dev {intf} parent 1:20 handle 10: pfifo limit {limit}",
     ]
     if not ack_priority:
         lines += data
@@ -91,7 +96,7 @@ def htb_shaping(
         minor = f"{FIRST_FLOW_CLASS + k:x}"
         lines += [
             f"class replace dev {intf} parent 1:1 classid 1:{minor} htb rate {share}bit {shaped} prio 1{turn}",
-            f"qdisc replace dev {intf} parent 1:{minor} handle {minor}: pfifo limit {queue_packets}",
+            f"qdisc replace dev {intf} parent 1:{minor} handle {minor}: pfifo limit {limit}",
             f"filter add dev {intf} parent 1: protocol ip prio 2 u32 match ip protocol {IP_PROTO[protocol]} 0xff"
             f" match ip sport {sport} 0xffff match ip dport {dport} 0xffff flowid 1:{minor}",
         ]

@@ -251,7 +251,7 @@ def _drive(
     fabric watched meanwhile; what they measured goes into `run`. The wall
     time traffic started at."""
     duration = workload.duration_s
-    emu.arbitrate((t.src, (t.protocol, t.src_port, t.dst_port)) for t in run.plan.transfers)
+    emu.arbitrate((t.src, t.dst, (t.protocol, t.src_port, t.dst_port)) for t in run.plan.transfers)
     engine = transfer_engine(emu, run.plan, emulation_scale(fabric), duration)
     watch = FabricWatch(fabric)
     start = time.time()  # the clock of the run's traffic, started before its first flow

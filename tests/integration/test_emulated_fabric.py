@@ -144,7 +144,7 @@ def test_a_per_flow_nic_puts_each_flow_in_a_queue_of_its_own_and_shares_the_nic_
     intf = ad.nic_name(src)
     flows = make_flows([(src, NicId(0, 0, 1)), (src, NicId(0, 1, 0))], "tcp", seed=5)
     try:
-        emu.arbitrate((f.src, (f.protocol, f.src_port, f.dst_port)) for f in flows)
+        emu.arbitrate((f.src, f.dst, (f.protocol, f.src_port, f.dst_port)) for f in flows)
         results = TrafficRun(emu.popen, flows, 6.0).start().wait()
         sent = _class_bytes(emu.run(src, ["tc", "-s", "class", "show", "dev", intf]))
         rates = [r.steady_bps for r in results]
@@ -159,6 +159,37 @@ def test_a_per_flow_nic_puts_each_flow_in_a_queue_of_its_own_and_shares_the_nic_
     classes = emu.run(src, ["tc", "class", "show", "dev", intf])
     assert [line.split()[2] for line in classes.splitlines()] == ["1:1"]
     assert emu.run(src, ["tc", "filter", "show", "dev", intf]).strip() == ""
+
+
+def test_a_per_flow_receiver_gives_each_flow_into_a_nic_its_own_queue_at_the_leaf_and_shares_it_in_turn(emu):
+    """receiver_arbitration: per-flow: the leaf's egress into a NIC has a
+    class per flow arriving, each flow's packets counted in its own, two
+    senders (one on the NIC's leaf, one across the spines) splitting the
+    NIC evenly; and the port gets its one queue back after."""
+    fifo = emu.fabric
+    spec = fifo.spec
+    per_flow = replace(spec.emulation, receiver_arbitration=NicArbitration.PER_FLOW)
+    emu.fabric = build_fabric(replace(spec, emulation=per_flow))
+    dst = NicId(0, 0, 0)
+    leaf = fifo.attachment(dst)
+    intf = ad.switch_port_name(leaf.node, leaf.port)
+    flows = make_flows([(NicId(0, 0, 1), dst), (NicId(0, 1, 0), dst)], "tcp", seed=5)
+    try:
+        emu.arbitrate((f.src, f.dst, (f.protocol, f.src_port, f.dst_port)) for f in flows)
+        results = TrafficRun(emu.popen, flows, 6.0).start().wait()
+        sent = _class_bytes(netns.run(None, ["tc", "-s", "class", "show", "dev", intf]))
+        rates = [r.steady_bps for r in results]
+        assert all(r.error == "" for r in results)
+        for i, r in enumerate(results):
+            assert sent[f"1:{0x100 + i:x}"] >= r.goodput_bps * 6.0 / 8 * 0.95, (sent, rates)
+        assert sent["1:20"] < 0.01 * sum(sent[f"1:{0x100 + i:x}"] for i in range(2))
+        assert min(rates) >= 0.8 * max(rates) and sum(rates) >= 0.85 * fifo.access_link(dst).emulated_bps, rates
+    finally:
+        emu.arbitrate([])
+        emu.fabric = fifo
+    classes = netns.run(None, ["tc", "class", "show", "dev", intf])
+    assert [line.split()[2] for line in classes.splitlines()] == ["1:1"]
+    assert netns.run(None, ["tc", "filter", "show", "dev", intf]).strip() == ""
 
 
 def _class_bytes(shown: str) -> dict[str, int]:

@@ -69,6 +69,7 @@ def test_default_spec_loads():
         ({"emulation": {"ack_priority": "yes"}}, "emulation.ack_priority", "true or false"),
         ({"emulation": {"nic_arbitration": "fair"}}, "emulation.nic_arbitration", "fifo or per-flow"),
         ({"emulation": {"nic_arbitration": ["fifo"]}}, "emulation.nic_arbitration", "fifo or per-flow"),
+        ({"emulation": {"receiver_arbitration": "fq"}}, "emulation.receiver_arbitration", "fifo or per-flow"),
         ({"spine": 2}, "spine", "kind, name"),
         ({"name": "has space"}, "name", "1-32 characters"),
     ],
@@ -87,10 +88,13 @@ def test_ack_priority_is_off_unless_a_spec_asks():
     assert load_spec(SPECS_DIR / "three-tier.yaml").emulation.ack_priority is True
 
 
-def test_nics_have_one_queue_unless_a_spec_asks_for_one_per_flow():
-    assert parse_spec(spec_text()).emulation.nic_arbitration is NicArbitration.FIFO
-    asked = parse_spec(spec_text(emulation={"nic_arbitration": "per-flow"}))
-    assert asked.emulation.nic_arbitration is NicArbitration.PER_FLOW
+def test_access_links_have_one_queue_each_way_unless_a_spec_asks_for_one_per_flow():
+    default = parse_spec(spec_text()).emulation
+    assert default.nic_arbitration is default.receiver_arbitration is NicArbitration.FIFO
+    asked = parse_spec(spec_text(emulation={"nic_arbitration": "per-flow"})).emulation
+    assert asked.nic_arbitration is NicArbitration.PER_FLOW and asked.receiver_arbitration is NicArbitration.FIFO
+    receiver = parse_spec(spec_text(emulation={"receiver_arbitration": "per-flow"})).emulation
+    assert receiver.receiver_arbitration is NicArbitration.PER_FLOW and receiver.nic_arbitration is NicArbitration.FIFO
 
 
 def test_fat_tree_k_must_be_even():

@@ -40,11 +40,12 @@ def test_a_queue_per_flow_each_served_in_turn_beside_one_for_everything_else():
     assert {c.split("htb ")[1] for c in classes} == {
         "rate 6666666bit ceil 20000000bit burst 18128 cburst 18128 prio 1 quantum 9064"
     }
+    # The port's 12 packets of buffer split between its two flows, not 12 each.
     queues = [line.split("parent ")[1] for line in shaped if line.startswith("qdisc replace dev ryr0p0s0n0 parent")]
     assert queues == [
-        "1:20 handle 10: pfifo limit 12",
-        "1:100 handle 100: pfifo limit 12",
-        "1:101 handle 101: pfifo limit 12",
+        "1:20 handle 10: pfifo limit 6",
+        "1:100 handle 100: pfifo limit 6",
+        "1:101 handle 101: pfifo limit 6",
     ]
     filters = [line for line in shaped if line.startswith("filter")]
     assert filters == [
@@ -60,3 +61,13 @@ def test_with_ack_priority_too_the_acks_go_first_and_the_flows_share_the_rest():
     assert any("classid 1:10 htb rate 1000000bit" in line and line.endswith("prio 0") for line in shaped)
     assert sum("htb rate 9500000bit" in line and line.endswith("prio 1 quantum 9064") for line in shaped) == 2
     assert [line.split(" prio ")[1].split()[0] for line in shaped if line.startswith("filter")] == ["1", "2"]
+
+
+def test_a_queue_per_flow_keeps_at_least_two_packets_and_one_flow_the_whole_buffer():
+    def limits(flows: int) -> set[str]:
+        shaped = lines(htb_shaping("x", 20e6, 9000, 12, flows=[("tcp", 40000 + k, 5201) for k in range(flows)]))
+        return {line.split("pfifo limit ")[1] for line in shaped if "pfifo limit" in line}
+
+    assert limits(1) == {"12"}
+    assert limits(4) == {"3"}
+    assert limits(9) == {"2"}
