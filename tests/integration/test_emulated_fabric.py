@@ -132,64 +132,48 @@ def test_spread_elephants_all_run_at_line_rate(emu):
     assert min(steady) >= 0.9, steady
 
 
-def test_a_per_flow_nic_puts_each_flow_in_a_queue_of_its_own_and_shares_the_nic_in_turn(emu):
-    """nic_arbitration: per-flow on the running fabric's NICs: each flow's
-    packets are counted in its own class, the two flows out of one NIC (to a
-    server on its leaf and one across the spines) split it evenly, and the
-    NIC gets its one queue back after."""
+HERE, ON_LEAF, ACROSS = NicId(0, 0, 0), NicId(0, 0, 1), NicId(0, 1, 0)
+
+
+@pytest.mark.parametrize(
+    "direction, pairs",
+    [
+        ("nic_arbitration", [(HERE, ON_LEAF), (HERE, ACROSS)]),
+        ("receiver_arbitration", [(ON_LEAF, HERE), (ACROSS, HERE)]),
+    ],
+    ids=["out-of-a-nic", "into-a-nic"],
+)
+def test_a_per_flow_access_link_puts_each_flow_in_a_queue_of_its_own_and_shares_the_link_in_turn(emu, direction, pairs):
+    """A queue per flow on one access link of the running fabric, either way
+    (the NIC's egress, or its leaf's egress into it): each flow's packets
+    are counted in its own class, two flows (one to or from a server on the
+    NIC's leaf, one across the spines) split the link evenly, and the link
+    gets its one queue back after."""
     fifo = emu.fabric
     spec = fifo.spec
-    emu.fabric = build_fabric(replace(spec, emulation=replace(spec.emulation, nic_arbitration=NicArbitration.PER_FLOW)))
-    src = NicId(0, 0, 0)
-    intf = ad.nic_name(src)
-    flows = make_flows([(src, NicId(0, 0, 1)), (src, NicId(0, 1, 0))], "tcp", seed=5)
+    emu.fabric = build_fabric(replace(spec, emulation=replace(spec.emulation, **{direction: NicArbitration.PER_FLOW})))
+    if direction == "nic_arbitration":
+        pid, intf = emu.pid_of(HERE), ad.nic_name(HERE)
+    else:
+        leaf = fifo.attachment(HERE)
+        pid, intf = None, ad.switch_port_name(leaf.node, leaf.port)
+    flows = make_flows(pairs, "tcp", seed=5)
     try:
         emu.arbitrate((f.src, f.dst, (f.protocol, f.src_port, f.dst_port)) for f in flows)
         results = TrafficRun(emu.popen, flows, 6.0).start().wait()
-        sent = _class_bytes(emu.run(src, ["tc", "-s", "class", "show", "dev", intf]))
+        sent = _class_bytes(netns.run(pid, ["tc", "-s", "class", "show", "dev", intf]))
         rates = [r.steady_bps for r in results]
         assert all(r.error == "" for r in results)
         for i, r in enumerate(results):  # what arrived, all of it through the flow's own queue
             assert sent[f"1:{0x100 + i:x}"] >= r.goodput_bps * 6.0 / 8 * 0.95, (sent, rates)
         assert sent["1:20"] < 0.01 * sum(sent[f"1:{0x100 + i:x}"] for i in range(2))
-        assert min(rates) >= 0.8 * max(rates) and sum(rates) >= 0.85 * fifo.access_link(src).emulated_bps, rates
+        assert min(rates) >= 0.8 * max(rates) and sum(rates) >= 0.85 * fifo.access_link(HERE).emulated_bps, rates
     finally:
         emu.arbitrate([])
         emu.fabric = fifo
-    classes = emu.run(src, ["tc", "class", "show", "dev", intf])
+    classes = netns.run(pid, ["tc", "class", "show", "dev", intf])
     assert [line.split()[2] for line in classes.splitlines()] == ["1:1"]
-    assert emu.run(src, ["tc", "filter", "show", "dev", intf]).strip() == ""
-
-
-def test_a_per_flow_receiver_gives_each_flow_into_a_nic_its_own_queue_at_the_leaf_and_shares_it_in_turn(emu):
-    """receiver_arbitration: per-flow: the leaf's egress into a NIC has a
-    class per flow arriving, each flow's packets counted in its own, two
-    senders (one on the NIC's leaf, one across the spines) splitting the
-    NIC evenly; and the port gets its one queue back after."""
-    fifo = emu.fabric
-    spec = fifo.spec
-    per_flow = replace(spec.emulation, receiver_arbitration=NicArbitration.PER_FLOW)
-    emu.fabric = build_fabric(replace(spec, emulation=per_flow))
-    dst = NicId(0, 0, 0)
-    leaf = fifo.attachment(dst)
-    intf = ad.switch_port_name(leaf.node, leaf.port)
-    flows = make_flows([(NicId(0, 0, 1), dst), (NicId(0, 1, 0), dst)], "tcp", seed=5)
-    try:
-        emu.arbitrate((f.src, f.dst, (f.protocol, f.src_port, f.dst_port)) for f in flows)
-        results = TrafficRun(emu.popen, flows, 6.0).start().wait()
-        sent = _class_bytes(netns.run(None, ["tc", "-s", "class", "show", "dev", intf]))
-        rates = [r.steady_bps for r in results]
-        assert all(r.error == "" for r in results)
-        for i, r in enumerate(results):
-            assert sent[f"1:{0x100 + i:x}"] >= r.goodput_bps * 6.0 / 8 * 0.95, (sent, rates)
-        assert sent["1:20"] < 0.01 * sum(sent[f"1:{0x100 + i:x}"] for i in range(2))
-        assert min(rates) >= 0.8 * max(rates) and sum(rates) >= 0.85 * fifo.access_link(dst).emulated_bps, rates
-    finally:
-        emu.arbitrate([])
-        emu.fabric = fifo
-    classes = netns.run(None, ["tc", "class", "show", "dev", intf])
-    assert [line.split()[2] for line in classes.splitlines()] == ["1:1"]
-    assert netns.run(None, ["tc", "filter", "show", "dev", intf]).strip() == ""
+    assert netns.run(pid, ["tc", "filter", "show", "dev", intf]).strip() == ""
 
 
 def _class_bytes(shown: str) -> dict[str, int]:
