@@ -77,6 +77,7 @@ def htb_shaping(
     turn = f" quantum {mtu + 64}" if flows else ""  # a frame a turn, the same for every flow
     # The port's buffer split among its flows' queues, not a whole one each: a
     # queue per flow must not give a port several times the buffer its FIFO had.
+    # The shared queue (ACKs, mostly) takes one share too: at most (n+1)/n of it.
     limit = max(queue_packets // max(len(flows), 1), 2)
     data = [
         f"class replace dev {intf} parent 1:1 classid 1:20 htb rate {share}bit {shaped} prio 1{turn}",
