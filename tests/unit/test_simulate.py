@@ -119,15 +119,26 @@ def test_the_closed_loop_on_the_demo_fabric_fixes_the_ecmp_collision():
 
 
 def test_a_fraction_of_the_optimum_never_exceeds_it_where_an_unfair_routing_carries_more():
-    # Hedera's randx4 (four flows per host): TE's single-path routing has
+    # Hedera's randx3 (three flows per host), seed 6: TE's single-path routing has
     # max-min rates adding up to more than the splittable max-min optimum's
     # aggregate (max-min fairness does not maximise the sum). Each flow is
     # credited up to its own optimum rate, so the fraction stays a true bound.
-    result = simulate(load_fabric("fat-tree-k4.yaml"), load_workload("hedera/randx4"), seed=1, duration_s=3)
+    result = simulate(load_fabric("fat-tree-k4.yaml"), load_workload("hedera/randx3"), seed=6, duration_s=3)
     optimum = (result.te_optimum or [])[0].optimum.aggregate_bps
     assert max(c.aggregate_bps for c in result.cycles) > optimum * 1.001
     assert max(c.fraction_of_optimum or 0.0 for c in result.cycles) <= 1.0 + 1e-9
     assert all(max(p.ecmp.fraction_of_optimum, p.spray.fraction_of_optimum) <= 1 + 1e-9 for p in result.goodput_phases)
+
+
+def test_te_clears_links_crowded_by_small_flows_whose_moves_each_gain_under_a_twentieth_of_a_link():
+    # Hedera's randx5: five flows per host, each a fifth of its NIC, so a
+    # move frees at most a fifth of a link. Priced at a twentieth of the
+    # link each (min_gain), a plan among them never paid its way, and TE
+    # stopped at 96.7 % of the optimum on this seed; priced at a twentieth
+    # of what each moved flow sends, the routing gets within 1 % of it.
+    result = simulate(load_fabric("fat-tree-k4.yaml"), load_workload("hedera/randx5"), seed=2, duration_s=4)
+    assert _final(result) >= 0.99
+    assert result.te.loop.path_changes_per_flow_max <= 2
 
 
 def test_a_seed_that_does_not_collide_leaves_te_nothing_to_do():

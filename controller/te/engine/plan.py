@@ -35,10 +35,13 @@ from controller.te.engine.maxmin import fill_paths, lex_gain
 from controller.te.engine.state import EngineConfig
 
 RATE_TOLERANCE = 1e-6  # of capacity: rates closer than this are equal in the max-min order
-# Plans weighed per pass, at most, by the elephants there are: the joint
-# search's work is bounded whatever the fabric (on a large one, single
-# moves already fixed what one move fixes).
-EVALUATIONS = (300, 20, 3000)  # base, per elephant, most
+# Plans weighed per pass, at most: as many as make this many elephants'
+# rates (a plan's weight is a fill of every elephant's), within (least,
+# most). The joint search's work is bounded whatever the fabric (on a large
+# one, single moves already fixed what one move fixes), and a search cut
+# short goes on in the next pass. At 20 per elephant, Hedera's randx5 (80
+# elephants) weighed 1,900 plans a pass, and an emulated TE cycle took 3 s.
+EVALUATIONS = (24_000, 300, 3000)  # elephant fills, least, most
 # Up to this many elephants a plan is weighed on all of them; beyond, on
 # its component (the flows on the links it changes, the others held at
 # their rates, which ignores how a change there ripples further). The
@@ -165,10 +168,10 @@ class Planner:
 
     def spent(self) -> bool:
         """The pass has weighed as many plans as it may."""
-        base, each, most = EVALUATIONS
+        fills, least, most = EVALUATIONS
         if len(self.placed) > WHOLE:
             return self.evaluations >= LARGE_EVALUATIONS
-        return self.evaluations >= min(base + each * len(self.placed), most)
+        return self.evaluations >= min(max(fills // max(len(self.placed), 1), least), most)
 
     def evaluate(self, moves: tuple[tuple[int, int], ...]) -> tuple[float, float]:
         """What the moves gain on their component: in the max-min order, and in the sum of the rates."""
@@ -177,41 +180,57 @@ class Planner:
         movers = np.array([i for i, _ in moves], dtype=np.int64)
         new_rows = np.array([fleet.base[i] + row for i, row in moves], dtype=np.int64)
         if len(self.placed) <= WHOLE:
-            component = self.placed
+            # Every placed elephant, none held: their rates before the moves
+            # are self.x, which rates() filled from these very inputs.
+            component, left, was = self.placed, self.capacity, self.x[self.placed]
         else:
-            touched = np.concatenate([self.paths[movers].ravel(), self.path(movers, new_rows).ravel()])
-            component = self.members(distinct(touched[touched != fleet.index.pad]))
-        before = self.paths[component]
-        after = before.copy()
-        at = np.searchsorted(component, movers)
-        after[at] = self.path(movers, new_rows)
-        held = np.bincount(before.ravel(), np.repeat(self.x[component], before.shape[1]), len(self.capacity))
-        left = np.maximum(self.capacity - (self.load - held), 0.0)
-        left[fleet.index.pad] = np.inf
-        cap = self.cap[component]
-        was, _ = fill_paths(before, left, cap)
-        now, _ = fill_paths(after, left, cap)
+            component, left = self._component(movers, new_rows)
+            was, _ = fill_paths(self.paths[component], left, self.cap[component])
+        after = self.paths[component]
+        after[np.searchsorted(component, movers)] = self.path(movers, new_rows)
+        now, _ = fill_paths(after, left, self.cap[component])
         return lex_gain(was, now, self.tolerance), float(now.sum() - was.sum())
 
+    def _component(self, movers: np.ndarray, new_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The elephants on the links the moves leave or join, and the
+        capacity the others, held at their rates, leave them."""
+        pad = self.fleet.index.pad
+        touched = np.concatenate([self.paths[movers].ravel(), self.path(movers, new_rows).ravel()])
+        component = self.members(distinct(touched[touched != pad]))
+        held = np.bincount(
+            self.paths[component].ravel(), np.repeat(self.x[component], self.paths.shape[1]), len(self.capacity)
+        )
+        left = np.maximum(self.capacity - (self.load - held), 0.0)
+        left[pad] = np.inf
+        return component, left
+
     def worth(self, moves: tuple[tuple[int, int], ...], gain: tuple[float, float], link: int) -> bool:
-        """The moves pay their way: each is a path change, so together they
-        must gain min_gain of the link they relieve for each of them for the
-        slowest flow they change (the max-min order) and lose nothing in the
-        sum of the rates, or, no flow left slower than before, twice that in
-        the sum. For the QPs of a connection both are in a QP's units: moving
-        one of 16 is a sixteenth of a path change, and its gain is measured
-        against a sixteenth of the link. In a link's units no plan of QPs,
-        however much faster it makes the connection's slowest, is ever worth
-        it."""
+        """The moves pay their way, each a path change, in one of two ways.
+        For the slowest flow they change (the max-min order): min_gain of
+        the link they relieve per move, losing nothing in the sum of the
+        rates. Or in the sum, no flow left slower than before: twice
+        min_gain of what each moved flow sends (its demand, at most the
+        link). A path change costs what its transient reorders or drops, in
+        proportion to the flow's rate: at a link's price each, no plan among
+        flows that send a fifth of a link (five per NIC, Hedera's randx5)
+        ever paid, however many links it cleared. For the QPs of a
+        connection both are in a QP's units: moving one of 16 is a sixteenth
+        of a path change, and its gain is measured against a sixteenth of
+        the link, or of its demand. In a link's units no plan of QPs,
+        however much faster it makes the connection's slowest, is ever
+        worth it."""
         lex, total = gain
+        capacity = float(self.fleet.capacity[link])
         qps = [float(self.qps[i]) for i, _ in moves]
-        changes = sum(1.0 / n for n in qps)
-        threshold = self.cfg.min_gain * float(self.fleet.capacity[link]) / max(qps) * changes
+        per_link = self.cfg.min_gain * capacity / max(qps) * sum(1.0 / n for n in qps)
+        per_flow = self.cfg.min_gain * sum(
+            min(float(self.fleet.bps[i, 0]), capacity) / n for (i, _), n in zip(moves, qps)
+        )
         # TCP does not share a link as max-min does: what a plan takes from
         # some flows to give to slower ones, TCP gives back to whoever it
         # likes, and a gain in the sum that no flow's own rate shows much of
         # is the first it does not deliver.
-        return (lex >= threshold and total >= -self.tolerance) or (lex > self.tolerance and total >= 2 * threshold)
+        return (lex >= per_link and total >= -self.tolerance) or (lex > self.tolerance and total >= 2 * per_flow)
 
     def plan(self, moves: tuple[tuple[int, int], ...], link: int) -> Plan:
         gain = self.evaluate(moves)
