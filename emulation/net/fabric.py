@@ -184,6 +184,10 @@ class EmulatedFabric:
                 self.net.stop()
             except Exception as exc:  # keep going: teardown() below sweeps what is left
                 LOG.warning("mininet stop failed: %s", exc)
+            # A RemoteController's stop does nothing, so its shell outlived the
+            # fabric: 154 of them in one run of bench.hedera, one per fabric built.
+            for controller in self.net.controllers:
+                controller.terminate()
             self.net = None
         teardown(self.fabric, netns_inodes=self.netns_inodes)
         if self.tls_dir is not None:

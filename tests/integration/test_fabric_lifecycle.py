@@ -92,6 +92,22 @@ def test_fabric_down_removes_only_railyard_state(tmp_path, foreign_bridge, demo_
     assert any("priority=7" in f for f in ovs.dump_flows(FOREIGN))
 
 
+def _mininet_shells_of(pid: int) -> set[int]:
+    found = subprocess.run(["pgrep", "-P", str(pid), "-f", "mininet:"], capture_output=True, text=True).stdout
+    return {int(p) for p in found.split()}
+
+
+def test_a_fabric_stopped_leaves_none_of_its_shells_in_the_process_that_built_it(demo_fabric):
+    # A benchmark builds a fabric per run in one long-lived process: each
+    # left its remote controller's shell behind (154 in one bench.hedera).
+    from emulation.net.fabric import EmulatedFabric
+
+    before = _mininet_shells_of(os.getpid())
+    with EmulatedFabric(demo_fabric):
+        assert _mininet_shells_of(os.getpid()) - before
+    assert _mininet_shells_of(os.getpid()) == before
+
+
 def test_fabric_down_with_nothing_up_is_a_no_op(tmp_path, foreign_bridge):
     result = subprocess.run(
         [sys.executable, "-m", "controller.cli", "fabric", "down"],

@@ -40,7 +40,7 @@ RATE_TOLERANCE = 1e-6  # of capacity: rates closer than this are equal in the ma
 # most). The joint search's work is bounded whatever the fabric (on a large
 # one, single moves already fixed what one move fixes), and a search cut
 # short goes on in the next pass. At 20 per elephant, Hedera's randx5 (80
-# elephants) weighed 1,900 plans a pass, and an emulated TE cycle took 3 s.
+# elephants) weighed 1,900 plans a pass, and an emulated TE cycle took 3-7 s.
 EVALUATIONS = (24_000, 300, 3000)  # elephant fills, least, most
 # Up to this many elephants a plan is weighed on all of them; beyond, on
 # its component (the flows on the links it changes, the others held at
