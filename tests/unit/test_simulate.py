@@ -132,10 +132,11 @@ def test_a_fraction_of_the_optimum_never_exceeds_it_where_an_unfair_routing_carr
 
 def test_te_clears_links_crowded_by_small_flows_whose_moves_each_gain_under_a_twentieth_of_a_link():
     # Hedera's randx5: five flows per host, each a fifth of its NIC, so a
-    # move frees at most a fifth of a link. Priced at a twentieth of the
-    # link each (min_gain), a plan among them never paid its way, and TE
-    # stopped at 96.7 % of the optimum on this seed; priced at a twentieth
-    # of what each moved flow sends, the routing gets within 1 % of it.
+    # move frees at most a fifth of a link. When a plan's gain in the sum of
+    # the rates had to pay twice min_gain of the link per move, no plan among
+    # them ever paid its way, and TE stopped at 96.7 % of the optimum on this
+    # seed; paying twice min_gain of what each moved flow sends, the routing
+    # gets within 1 % of it.
     result = simulate(load_fabric("fat-tree-k4.yaml"), load_workload("hedera/randx5"), seed=2, duration_s=4)
     assert _final(result) >= 0.99
     assert result.te.loop.path_changes_per_flow_max <= 2
