@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 from controller.errors import FieldError
@@ -35,6 +36,8 @@ def read_yaml(path: str | Path, error: type[FieldError], max_bytes: int = MAX_BY
 def parse_yaml(text: str, error: type[FieldError], max_bytes: int = MAX_BYTES) -> Any:
     if len(text) > max_bytes:
         raise error("<document>", f"{len(text)} characters", f"at most {max_bytes}")
+    if _flow_depth(text) > MAX_FLOW_DEPTH:
+        raise error("<document>", "nested too deeply to read", "a spec or scenario a few levels deep")
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -43,6 +46,21 @@ def parse_yaml(text: str, error: type[FieldError], max_bytes: int = MAX_BYTES) -
         raise error("<document>", "nested too deeply to read", "a spec or scenario a few levels deep") from None
     _check_expanded(doc, error)
     return doc
+
+
+# PyYAML's scanner keeps a possible key per open bracket and walks them all
+# at every token: 50,000 nested '[' cost seconds before the parser gives up.
+# Counted first, so such a file is refused in milliseconds. Brackets inside
+# quoted strings count too: a bound, not a parse, and no spec comes near it.
+MAX_FLOW_DEPTH = 100
+_OPEN = np.zeros(256, dtype=np.int8)
+_OPEN[[ord("["), ord("{")]] = 1
+_OPEN[[ord("]"), ord("}")]] = -1
+
+
+def _flow_depth(text: str) -> int:
+    steps = _OPEN[np.frombuffer(text.encode("utf-8", "surrogatepass"), dtype=np.uint8)]
+    return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
 
 
 MAX_VALUES = 200_000
