@@ -69,3 +69,27 @@ def test_a_fleet_too_large_for_the_search_is_left_to_the_annealer(monkeypatch):
     monkeypatch.setattr(exact_search, "MAX_CHOICES", 8)
     fixed, reroutes = one_cycle(left_world())
     assert fixed == pytest.approx(1.0) and reroutes > 5
+
+
+def test_no_annealer_walks_after_the_search_found_a_routing_with_no_link_over(monkeypatch):
+    # A min_gain no plan pays: the search's routing (no link over, five
+    # moves) is not made, and the annealer cannot find a cooler one, so it
+    # is not run (its restarts cost a second of CPU on 80 elephants).
+    from controller.te.engine import rebalance
+    from controller.te.engine.state import EngineConfig
+
+    walks = []
+
+    def anneal(*args):
+        walks.append(args)
+        return ()
+
+    monkeypatch.setattr(rebalance, "anneal", anneal)
+    world, cfg = left_world(), EngineConfig(min_gain=0.9)
+    flows, ports = world.telemetry(100.0, {})
+    state, _ = step(FAT_TREE, TeState(), flows, ports, 100.0, cfg)
+    assert not state.moves and not walks
+    # Where the search cannot say (too large a fleet), the annealer walks.
+    monkeypatch.setattr(exact_search, "MAX_CHOICES", 8)
+    step(FAT_TREE, TeState(), flows, ports, 100.2, cfg)
+    assert len(walks) == rebalance.ANNEALING_RESTARTS

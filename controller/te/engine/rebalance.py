@@ -377,9 +377,14 @@ class Pass:
             return None
         link = confirmed[0]
         self.inputs.pause()
-        moves = exact(planner, self.free & planner.movable)
-        if moves and (plan := planner.plan(moves, link)).worth:
+        found = exact(planner, self.free & planner.movable)
+        if found is not None and found.moves and (plan := planner.plan(found.moves, link)).worth:
             return plan
+        if found is not None and found.clear:
+            # No link left over by demand, in the fewest moves: the annealer's
+            # walk would find no cooler routing (its three restarts cost randx5
+            # 1.5 s of CPU a cycle, and an emulated cycle took 2-3 s).
+            return None
         seed = int(self.inputs.now * 1000) & 0xFFFFFFFF
         for restart in range(ANNEALING_RESTARTS):
             self.inputs.pause()
