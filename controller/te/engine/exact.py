@@ -14,8 +14,6 @@ max-min rates of every flow say it is better (plan.Planner.evaluate). Pure.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import scipy.sparse as sp
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -34,28 +32,17 @@ TIME_LIMIT_S = 0.25
 # Of the free elephants' mean demand, per elephant moved: what an overload
 # must shrink by for a move to be worth making (as the annealer's cost).
 MOVE_COST = 0.01
-CLEAR = 1e-6  # of the mean demand: an overload this small is none (the solver's tolerance)
 
 
-@dataclass(frozen=True)
-class Routing:
-    """What the search found: moves (elephant, route as a row of its
-    routes), () if the routing now is the best; `clear`, no link is over
-    capacity by demand in it (then no annealer's walk finds a cooler one)."""
-
-    moves: tuple[tuple[int, int], ...]
-    clear: bool
-
-
-def exact(planner: Planner, movable: np.ndarray) -> Routing | None:
-    """The routing of the movable elephants with the least overload by
-    demand, then the fewest moves (the best found in TIME_LIMIT_S); None if
-    the instance is too large or the solver found none in time (the
-    annealer then searches)."""
+def exact(planner: Planner, movable: np.ndarray) -> tuple[tuple[int, int], ...] | None:
+    """Moves (elephant, route as a row of its routes) to the routing of the
+    movable elephants with the least overload by demand, then the fewest
+    moves; () if the routing now is that; None if the instance is too large
+    or the solver did not finish (the annealer then searches)."""
     fleet = planner.fleet
     free = np.flatnonzero(movable & (fleet.rows >= 0) & (fleet.nroutes > 1))
     if not len(free):
-        return None
+        return ()
     routes = [planner.live_rows(int(i)) for i in free]
     count = np.array([len(r) for r in routes])
     if int(count.sum()) > MAX_CHOICES:
@@ -96,5 +83,4 @@ def exact(planner: Planner, movable: np.ndarray) -> Routing | None:
     if result.x is None:  # no routing found in time (a cut-short search keeps its best so far)
         return None
     chosen = rows[np.flatnonzero(result.x[:n] > 0.5)]
-    moves = tuple((int(i), int(row - fleet.base[i])) for i, row in zip(free, chosen) if row != fleet.rows[i])
-    return Routing(moves, clear=bool(result.x[n:].sum() <= CLEAR))
+    return tuple((int(i), int(row - fleet.base[i])) for i, row in zip(free, chosen) if row != fleet.rows[i])

@@ -369,22 +369,23 @@ class Pass:
     def _long_plan(self, planner: Planner) -> Plan | None:
         """A plan of any length, where the slowest squeezed flow's link is
         congested, if the max-min rates of what it touches beat min_gain:
-        the exact search's on a small fleet, else simulated annealing's (a
-        few restarts). The leaves' budgets bound single moves; a plan is
-        made whole or not at all."""
+        the exact search's on a small fleet, else (too large, or no routing
+        found in its time) simulated annealing's (a few restarts). The
+        leaves' budgets bound single moves; a plan is made whole or not at
+        all."""
         confirmed = self._confirmed(planner)
         if not confirmed:
             return None
         link = confirmed[0]
         self.inputs.pause()
-        found = exact(planner, self.free & planner.movable)
-        if found is not None and found.moves and (plan := planner.plan(found.moves, link)).worth:
-            return plan
-        if found is not None and found.clear:
-            # No link left over by demand, in the fewest moves: the annealer's
-            # walk would find no cooler routing (its three restarts cost randx5
-            # 1.5 s of CPU a cycle, and an emulated cycle took 2-3 s).
-            return None
+        moves = exact(planner, self.free & planner.movable)
+        if moves is not None:
+            # The search's routing, or none: on Hedera's busy patterns (simulated,
+            # seeds 1-3) the annealer never beat one worth making after it, and
+            # its three restarts cost randx5 0.7-1.5 s of CPU a cycle, which
+            # paced an emulated TE cycle to one every 4-5 s.
+            plan = planner.plan(moves, link) if moves else None
+            return plan if plan is not None and plan.worth else None
         seed = int(self.inputs.now * 1000) & 0xFFFFFFFF
         for restart in range(ANNEALING_RESTARTS):
             self.inputs.pause()
