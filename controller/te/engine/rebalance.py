@@ -302,10 +302,18 @@ class Pass:
             self.fruitless = last
             return
         tried: set[int] = set()
-        long_tried = False
+        # The long search (exact, else annealing) goes first, once a pass, on
+        # fabrics small enough that every move is a plan (the annealer's steps
+        # are scalar, and a large fabric's single moves came first): its
+        # routing is made whole in one cycle, where short plans made round by
+        # round took randx5 (emulated) four or five cycles of seconds each.
+        long_due = len(inputs.elephants) <= PLANNED_ONLY
         while True:
             plan: Plan | None = None
-            for link in self._confirmed(planner):
+            if long_due:
+                long_due = False
+                plan = self._long_plan(planner)
+            for link in self._confirmed(planner) if plan is None else ():
                 if link in tried or planner.spent():
                     continue
                 tried.add(link)
@@ -313,12 +321,6 @@ class Pass:
                 plan = planner.plans_for(link, self.allowed)
                 if plan is not None:
                     break
-            if plan is None and not long_tried and len(inputs.elephants) <= PLANNED_ONLY:
-                # The long searches (exact, then annealing) are for fabrics small enough
-                # that every move is a plan: the annealer's steps are scalar, and a large
-                # fabric's single moves came first.
-                long_tried = True
-                plan = self._long_plan(planner)
             if plan is None:
                 if self.moved.any():
                     self.expected = planner.x
