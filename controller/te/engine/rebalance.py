@@ -14,9 +14,9 @@ A pass runs in named stages over one `Inputs` record:
    skips links none of whose elephants could gain. The work is
    proportional to the links over capacity, not to the fabric.
 3. `joint_plans`: where single moves stopped (a swap or a chain is needed,
-   whose first move alone gains nothing), plans of two moves judged by the
-   max-min rates of every flow they touch (plan.Planner), on links the
-   ports measure full.
+   whose first move alone gains nothing), a long search's routing (exact,
+   else annealing), then plans of two moves, each judged by the max-min
+   rates of every flow it touches (plan.Planner), on links measured full.
 4. `outcome` (outcome.py): per elephant that ends the pass elsewhere than
    it began, one move (a flow moved twice in a pass changes path once; one
    moved back where it was, not at all), and the links reported collided or
@@ -266,10 +266,9 @@ class Pass:
         return loaded, unloaded
 
     def _queue(self, queued: dict[int, float], heap: list[tuple[float, int]], link: int, loaded: bool) -> None:
-        """A link whose load a move changed: queued if over capacity and it
-        took load (its elephants may gain from a move now), or queued
-        already (at its new utilization). One that only gave load up has
-        nothing new to offer its own elephants: their routes are lighter."""
+        """A link a move changed: queued if over capacity and it took load,
+        or queued already (at its new utilization). One that only gave load
+        up offers its elephants nothing new: their routes are lighter."""
         fleet = self.fleet
         if (loaded or link in queued) and fleet.over(link) and queued.get(link) != (u := fleet.utilization(link)):
             queued[link] = u
@@ -302,11 +301,8 @@ class Pass:
             self.fruitless = last
             return
         tried: set[int] = set()
-        # The long search (exact, else annealing) goes first, once a pass, on
-        # fabrics small enough that every move is a plan (the annealer's steps
-        # are scalar, and a large fabric's single moves came first): its
-        # routing is made whole in one cycle, where short plans made round by
-        # round took randx5 (emulated) four or five cycles of seconds each.
+        # The long search first, once, where every move is a plan: its routing
+        # is made whole in one cycle (short plans took randx5 four or five).
         long_due = len(inputs.elephants) <= PLANNED_ONLY
         while True:
             plan: Plan | None = None
@@ -341,10 +337,9 @@ class Pass:
             tried.clear()  # the routing changed: a link tried before may have a plan now
 
     def planner(self) -> Planner | None:
-        """The max-min model of the fleet (plan.Planner), made on first use,
-        None where no link is over capacity by demand: then every elephant
-        gets its demand, the most a routing can give it, and nothing is
-        weighed at all."""
+        """The max-min model of the fleet (plan.Planner), made on first use;
+        None where no link is over capacity by demand (every elephant gets
+        its demand, the most a routing can give it)."""
         if self._planner is None and not self._calm:
             over = self.fleet.over_mask()
             over[self.inputs.index.pad] = False
@@ -371,10 +366,9 @@ class Pass:
     def _long_plan(self, planner: Planner) -> Plan | None:
         """A plan of any length, where the slowest squeezed flow's link is
         congested, if the max-min rates of what it touches beat min_gain:
-        the exact search's on a small fleet, else (too large, or no routing
-        found in its time) simulated annealing's (a few restarts). The
-        leaves' budgets bound single moves; a plan is made whole or not at
-        all."""
+        the exact search's, else (too large, or nothing found in its time)
+        simulated annealing's. Made whole or not at all (the leaves'
+        budgets bound single moves)."""
         confirmed = self._confirmed(planner)
         if not confirmed:
             return None
@@ -382,10 +376,8 @@ class Pass:
         self.inputs.pause()
         moves = exact(planner, self.free & planner.movable)
         if moves is not None:
-            # The search's routing, or none: on Hedera's busy patterns (simulated,
-            # seeds 1-3) the annealer never beat one worth making after it, and
-            # its three restarts cost randx5 0.7-1.5 s of CPU a cycle, which
-            # paced an emulated TE cycle to one every 4-5 s.
+            # No annealing after it: on Hedera's busy patterns it never beat the
+            # search's routing, and cost randx5 0.7-1.5 s of CPU a cycle.
             plan = planner.plan(moves, link) if moves else None
             return plan if plan is not None and plan.worth else None
         seed = int(self.inputs.now * 1000) & 0xFFFFFFFF
