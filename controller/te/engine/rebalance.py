@@ -14,8 +14,8 @@ A pass runs in named stages over one `Inputs` record:
    skips links none of whose elephants could gain. The work is
    proportional to the links over capacity, not to the fabric.
 3. `joint_plans`: where single moves stopped (a swap or a chain is needed,
-   whose first move alone gains nothing), a long search's routing (exact,
-   else annealing), then plans of two moves, each judged by the max-min
+   whose first move alone gains nothing), plans of two moves, then a long
+   search's routing (exact, else annealing), each judged by the max-min
    rates of every flow it touches (plan.Planner), on links measured full.
 4. `outcome` (outcome.py): per elephant that ends the pass elsewhere than
    it began, one move (a flow moved twice in a pass changes path once; one
@@ -301,15 +301,10 @@ class Pass:
             self.fruitless = last
             return
         tried: set[int] = set()
-        # The long search first, once, where every move is a plan: its routing
-        # is made whole in one cycle (short plans took randx5 four or five).
-        long_due = len(inputs.elephants) <= PLANNED_ONLY
+        long_tried = False
         while True:
             plan: Plan | None = None
-            if long_due:
-                long_due = False
-                plan = self._long_plan(planner)
-            for link in self._confirmed(planner) if plan is None else ():
+            for link in self._confirmed(planner):
                 if link in tried or planner.spent():
                     continue
                 tried.add(link)
@@ -317,6 +312,9 @@ class Pass:
                 plan = planner.plans_for(link, self.allowed)
                 if plan is not None:
                     break
+            if plan is None and not long_tried and len(inputs.elephants) <= PLANNED_ONLY:
+                long_tried = True  # where every move is a plan (the annealer's steps are scalar)
+                plan = self._long_plan(planner)
             if plan is None:
                 if self.moved.any():
                     self.expected = planner.x
