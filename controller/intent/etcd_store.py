@@ -51,6 +51,8 @@ with warnings.catch_warnings():
 log = logging.getLogger(__name__)
 
 REQUEST_TIMEOUT_S = 2.0
+# What leaves a request's outcome unknown; any other error of etcd's is a refusal.
+UNANSWERED = (etcd_errors.ConnectionFailedError, etcd_errors.ConnectionTimeoutError, etcd_errors.InternalServerError)
 
 
 class StoreUrlError(FieldError):
@@ -192,7 +194,10 @@ class EtcdKv:
             client = self._clients[index]
             try:
                 reply = client.post(client.get_url(path), data=data)
-            except (etcd_errors.ConnectionFailedError, etcd_errors.ConnectionTimeoutError) as exc:
+            except UNANSWERED as exc:
+                # No answer, or the member failed on the request (500: etcd's
+                # gateway for an error with no gRPC status, as from a member
+                # stopping mid-proposal): a change may have landed all the same.
                 errors.append(f"{client.host}:{client.port}: {type(exc).__name__}")
                 detail = exc.detail_text or ""
                 never_sent = "NewConnectionError" in detail or "Connection refused" in detail

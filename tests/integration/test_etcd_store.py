@@ -3,6 +3,7 @@ etcd-server, three members on loopback): compare-and-swap between writers,
 the leadership fence, failover between members, and an election that moves
 when its leader stops."""
 
+import http.server
 import socket
 import threading
 import time
@@ -176,3 +177,36 @@ def test_a_change_whose_answer_never_came_is_unknown_not_retried_elsewhere(etcd)
         assert store(etcd, "silent").load().revision == 0  # not sent twice: nothing landed anywhere
     finally:
         silent.close()
+
+
+class _Failing(http.server.BaseHTTPRequestHandler):
+    """A member that fails on every request (HTTP 500), as one stopping mid-proposal does."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = b'{"error":"raft: stopped","code":2}'
+        self.send_response(500)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_a_change_a_member_failed_on_is_unknown_not_refused(etcd):
+    """A member that answers 500 may have proposed the change before it
+    failed: the change is of unknown outcome (a client retries it, as it does
+    one whose answer never came), not refused with 'nothing was written'
+    (a client then gives the job up while it holds its GPUs); reads move on."""
+    failing = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
+    threading.Thread(target=failing.serve_forever, daemon=True).start()
+    try:
+        url = EtcdUrl.parse(f"etcd://127.0.0.1:{failing.server_address[1]},{etcd.endpoints}/failing")
+        EtcdIntentStore(EtcdKv(url)).load()  # a read: the failing member, then the next answers
+        with pytest.raises(StoreUnavailable, match="may or may not have landed"):
+            EtcdIntentStore(EtcdKv(url)).apply(Change(puts={(RecordKind.PIN, "p"): {}}), 1)
+        assert store(etcd, "failing").load().revision == 0  # not sent twice: nothing landed anywhere
+    finally:
+        failing.shutdown()
+        failing.server_close()
