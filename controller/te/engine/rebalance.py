@@ -370,19 +370,21 @@ class Pass:
         confirmed = self._confirmed(planner)
         if not confirmed:
             return None
-        link = confirmed[0]
+        link, movable = confirmed[0], self.free & planner.movable
+
+        def worth(moves: tuple[tuple[int, int], ...] | None) -> Plan | None:
+            return plan if moves and (plan := planner.plan(moves, link)).worth else None
+
         self.inputs.pause()
-        moves = exact(planner, self.free & planner.movable)
+        moves = exact(planner, movable)
         if moves is not None:
             # No annealing after it: on Hedera's busy patterns it never beat the
             # search's routing, and cost randx5 0.7-1.5 s of CPU a cycle.
-            plan = planner.plan(moves, link) if moves else None
-            return plan if plan is not None and plan.worth else None
+            return worth(moves)
         seed = int(self.inputs.now * 1000) & 0xFFFFFFFF
         for restart in range(ANNEALING_RESTARTS):
             self.inputs.pause()
-            moves = anneal(planner, self.free & planner.movable, seed + restart)
-            if moves and (plan := planner.plan(moves, link)).worth:
+            if (plan := worth(anneal(planner, movable, seed + restart))) is not None:
                 return plan
         return None
 
