@@ -24,12 +24,14 @@ import platform
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from bench import write_result
 from controller.fabric import load_fabric
 from controller.te.engine import DecisionKind
 from emulation.net import ovs
+from emulation.scenarios import output
 from emulation.scenarios.records import ScenarioReport
 from emulation.scenarios.report import build_report
 from emulation.scenarios.runner import ScenarioMode, run_scenario
@@ -71,15 +73,20 @@ class Emulated:
     te_routing: RoutingWorth | None
 
 
-def emulated_run(workload: Workload, seed: int) -> Emulated:
+def emulated_run(workload: Workload, seed: int, keep: Path | None = None) -> Emulated:
     """The scenario emulated on its own spec, ECMP and TE: its report, and
-    TE's routing valued over the window the report judges."""
+    TE's routing valued over the window the report judges. `keep`: a
+    directory the run's report, plots, controller logs and TE decision
+    records are written to, as `railyard scenario run --out` writes them."""
     spec_path = spec_file(workload)
     fabric = load_fabric(spec_path)
     runs = run_scenario(fabric, spec_path, workload, seed)
     changes = rerouted(runs[ScenarioMode.TE].decisions)
     worth = routing_worth(fabric, workload, seed, changes, JUDGED_FROM_S, workload.duration_s)
-    return Emulated(build_report(fabric, workload, seed, runs), worth)
+    report = build_report(fabric, workload, seed, runs)
+    if keep is not None:
+        output.write(report, runs, fabric, keep)
+    return Emulated(report, worth)
 
 
 def rerouted(decisions: Sequence[Decided]) -> list[Rerouted]:

@@ -4,7 +4,8 @@ tree, emulated and simulated, ECMP and TE, beside Hedera's published
 ECMP, Global First Fit and Simulated Annealing figures.
 
 make bench-hedera  ->  bench/results/hedera.json
-(python -m bench.hedera --seeds 1 2 3 [--pattern randbij0 ...] [--no-emulation])
+(python -m bench.hedera --seeds 1 2 3 [--pattern randbij0 ...] [--no-emulation]
+ [--keep DIR])
 
 Railyard's figures are fractions of the exact max-min optimum of the same
 flows (the emulated report's, goodput from each TCP flow's second second
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import platform
 import statistics
+from pathlib import Path
 from typing import Any
 
 from bench import write_result
@@ -42,8 +44,8 @@ TOLERANCE_POINTS = 5.0
 TARGETS = {"te_mean": 0.98, "te_min": 0.95, "te_min_randbij_stride": 0.97, "path_changes_max": 2}
 
 
-def emulated(workload: Workload, seed: int) -> dict[str, Any]:
-    run = emulated_run(workload, seed)
+def emulated(workload: Workload, seed: int, keep: Path | None) -> dict[str, Any]:
+    run = emulated_run(workload, seed, keep)
     report = run.report
     te, ecmp = report.modes["te"], report.modes["ecmp"]
     return {
@@ -71,14 +73,14 @@ def simulated(workload: Workload, seed: int) -> dict[str, Any]:
     return {**fractions, "path_changes_per_flow_max": result.te.loop.path_changes_per_flow_max}
 
 
-def run_pattern(pattern: Pattern, seeds: list[int], emulate: bool) -> dict[str, Any]:
+def run_pattern(pattern: Pattern, seeds: list[int], emulate: bool, keep: Path | None = None) -> dict[str, Any]:
     workload = load_workload(f"hedera/{pattern.name}")
     hedera = published()[pattern.label]
     runs = []
     for seed in seeds:
         run: dict[str, Any] = {"seed": seed, "simulated": simulated(workload, seed)}
         if emulate:
-            run["emulated"] = emulated(workload, seed)
+            run["emulated"] = emulated(workload, seed, keep)
             run["difference_points"] = {
                 mode: 100 * (run["simulated"][mode] - run["emulated"][mode]) for mode in ("ecmp", "te")
             }
@@ -170,6 +172,12 @@ def main() -> None:
     parser.add_argument("--pattern", action="append", help="a scenario name of the suite (repeatable; default: all)")
     parser.add_argument("--no-emulation", action="store_true", help="the simulator only (no root, minutes)")
     parser.add_argument("--out", default="bench/results/hedera.json")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="write each emulated run's report, plots, controller logs and TE decision records here",
+    )
     args = parser.parse_args()
     emulate = not args.no_emulation
     if emulate:
@@ -177,7 +185,7 @@ def main() -> None:
     chosen = [p for p in PATTERNS if not args.pattern or p.name in args.pattern]
     patterns: list[dict[str, Any]] = []
     for pattern in chosen:
-        patterns.append(run_pattern(pattern, args.seeds, emulate))
+        patterns.append(run_pattern(pattern, args.seeds, emulate, args.keep))
         result = {
             "benchmark": "hedera",
             "host": platform.node(),

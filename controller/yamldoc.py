@@ -36,8 +36,8 @@ def read_yaml(path: str | Path, error: type[FieldError], max_bytes: int = MAX_BY
 def parse_yaml(text: str, error: type[FieldError], max_bytes: int = MAX_BYTES) -> Any:
     if len(text) > max_bytes:
         raise error("<document>", f"{len(text)} characters", f"at most {max_bytes}")
-    if _flow_depth(text) > MAX_FLOW_DEPTH:
-        raise error("<document>", "nested too deeply to read", "a spec or scenario a few levels deep")
+    if (depth := _flow_depth(text)) > MAX_FLOW_DEPTH:
+        raise error("<document>", f"[ ] and {{ }} nested {depth} deep", f"at most {MAX_FLOW_DEPTH} levels")
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
