@@ -154,7 +154,7 @@ def main() -> None:
             workload = simulated_workload(scenario, telemetry)
             for seed in args.seeds:
                 report = build_report(fabric, scenario, seed, run_scenario(fabric, spec_path, scenario, seed))
-                emulated = {mode: report.modes[mode].totals.fraction_of_optimum for mode in ("ecmp", "te")}
+                emulated = {mode: report.modes[mode].totals.judged_fraction() for mode in ("ecmp", "te")}
                 flow_errors = report.failed_flows
                 simulated = simulated_fractions(simulate(fabric, workload, seed))
                 diff = {mode: 100 * (simulated[mode] - emulated[mode]) for mode in ("ecmp", "te")}

@@ -53,8 +53,8 @@ def emulated(workload: Workload, seed: int, keep: Path | None) -> dict[str, Any]
         # emulated figure's shortfall from it is TCP's sharing, not routing.
         "te_routing": run.te_routing.mean if run.te_routing else None,
         "te_routing_end": run.te_routing.end if run.te_routing else None,
-        "ecmp": ecmp.totals.fraction_of_optimum,
-        "te": te.totals.fraction_of_optimum,
+        "ecmp": ecmp.totals.judged_fraction(),
+        "te": te.totals.judged_fraction(),
         # The aggregate's own ratio, beside the credited figure: above it where TCP shares a NIC unevenly.
         "ecmp_aggregate": ecmp.totals.aggregate_over_optimum,
         "te_aggregate": te.totals.aggregate_over_optimum,

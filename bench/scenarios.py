@@ -102,7 +102,9 @@ def main() -> None:
                 "ecmp_fraction_of_optimum": [m.totals.fraction_of_optimum for m in ecmp],
                 "te_aggregate_over_seeds": _over_seeds(te),
                 "ecmp_aggregate_over_seeds": _over_seeds(ecmp),
-                "te_min_fraction": min(m.totals.fraction_of_optimum for m in te),
+                "te_min_fraction": min(
+                    (f for m in te if (f := m.totals.fraction_of_optimum) is not None), default=None
+                ),
                 "collision_to_fix_median_s": statistics.median(fixes) if fixes else None,
                 "collision_to_fix_p99_s": percentile(fixes, 0.99) if fixes else None,
                 "moves_per_flow_max": [m.te.moves_per_flow.max for m in te],

@@ -39,7 +39,7 @@ def summary(reports: list[ScenarioReport]) -> dict:
     fixes = sorted(t for m in te for t in m.te.collision_to_fix_s.all)
     return {
         "te_fraction_of_optimum": [m.totals.fraction_of_optimum for m in te],
-        "te_min_fraction": min(m.totals.fraction_of_optimum for m in te),
+        "te_min_fraction": min((f for m in te if (f := m.totals.fraction_of_optimum) is not None), default=None),
         "ecmp_fraction_of_optimum": [r.modes["ecmp"].totals.fraction_of_optimum for r in reports],
         "collisions_fixed": len(fixes),
         "collisions_unfixed": sum(m.te.collision_to_fix_s.unfixed for m in te),
@@ -90,8 +90,8 @@ def main() -> None:
                     figures = report.modes["te"]
                     fix = figures.te.collision_to_fix_s
                     print(
-                        f"{fabric.spec.name} seed {seed} {source}: TE {figures.totals.fraction_of_optimum:.1%} "
-                        f"(ECMP {report.modes['ecmp'].totals.fraction_of_optimum:.1%}), fix median {fix.median} "
+                        f"{fabric.spec.name} seed {seed} {source}: TE {figures.totals.judged_fraction():.1%} "
+                        f"(ECMP {report.modes['ecmp'].totals.judged_fraction():.1%}), fix median {fix.median} "
                         f"p99 {fix.p99}, path changes/flow {figures.te.path_changes_per_flow.mean:.2f}",
                         flush=True,
                     )

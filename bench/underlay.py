@@ -42,7 +42,7 @@ def main() -> None:
                 report = build_report(fabric, workload, seed, run_scenario(fabric, DEFAULT_SPEC, workload, seed,
                                                                            sources=sources), sources)  # fmt: skip
                 for mode in ("ecmp", "te"):
-                    per[underlay][mode].append(report.modes[mode].totals.fraction_of_optimum)
+                    per[underlay][mode].append(report.modes[mode].totals.judged_fraction())
                 print(f"{name} seed {seed} underlay by {underlay}: "
                       + ", ".join(f"{m} {per[underlay][m][-1]:.1%}" for m in ("ecmp", "te")), flush=True)  # fmt: skip
             results["scenarios"][name] = {

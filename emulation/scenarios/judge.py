@@ -221,8 +221,8 @@ def _totals(rows: Sequence[tuple[float, float, float | None]]) -> Totals:
     return Totals(
         aggregate_mbps=goodput / 1e6,
         optimum_mbps=optimum / 1e6,
-        fraction_of_optimum=credited / optimum if optimum else 0.0,
-        aggregate_over_optimum=goodput / optimum if optimum else 0.0,
+        fraction_of_optimum=credited / optimum if optimum else None,
+        aggregate_over_optimum=goodput / optimum if optimum else None,
         single_path_mbps=None if single is None else single / 1e6,
         fraction_of_single_path=goodput / single if single else None,
     )
@@ -255,7 +255,7 @@ def check(mode: str, figures: ModeFigures) -> None:
     judged = [(p.where, p.totals, p.bound_over_optimum) for p in phases_]
     judged.append(("the whole run", figures.totals, max((p.bound_over_optimum for p in phases_), default=1.0)))
     for where, totals, ceiling in judged:
-        if totals.optimum_mbps and totals.aggregate_over_optimum > ceiling * (1 + TOLERANCE):
+        if totals.aggregate_over_optimum is not None and totals.aggregate_over_optimum > ceiling * (1 + TOLERANCE):
             bound = "" if ceiling <= 1 + 1e-6 else f"; throughput bound {ceiling:.1%} of it"
             raise OptimumExceeded(
                 f"{mode} run, {where}: aggregate goodput {totals.aggregate_mbps:.2f} Mb/s is "

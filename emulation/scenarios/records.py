@@ -27,14 +27,22 @@ class Spread:
 @dataclass(frozen=True)
 class Totals:
     """Goodput against the optimum, over flows: credited (each flow up to its
-    own optimum rate) and as an aggregate, and against the single-path optimum."""
+    own optimum rate) and as an aggregate, and against the single-path
+    optimum. The fractions are None where no flow was judged (a run of
+    iterating jobs and bursts only): no optimum, no fraction of it."""
 
     aggregate_mbps: float
     optimum_mbps: float
-    fraction_of_optimum: float
-    aggregate_over_optimum: float
+    fraction_of_optimum: float | None
+    aggregate_over_optimum: float | None
     single_path_mbps: float | None
     fraction_of_single_path: float | None
+
+    def judged_fraction(self) -> float:
+        """`fraction_of_optimum`, for a reader whose scenario has goodput to judge."""
+        if self.fraction_of_optimum is None:
+            raise ValueError("no flow's goodput was judged in this run: there is no fraction of an optimum")
+        return self.fraction_of_optimum
 
 
 @dataclass(frozen=True)
@@ -86,7 +94,7 @@ class Incast:
     converging_queue_p50_bytes: float
     converging_queue_p99_bytes: float
     converging_drops: int
-    senders_jain: float
+    senders_jain: float | None  # None: no sender carried anything
     senders_min_share: float
     bystander_share: float | None
 
@@ -199,7 +207,7 @@ class ModeFigures:
     flows: list[FlowFigures]
     totals: Totals = field(metadata=FLATTENED)
     phases: list[PhaseFigures]
-    jain_fairness: float
+    jain_fairness: float | None  # over the judged flows' shares of their optimum; None: none judged
     max_spine_tier_utilization: SpineTier
     bottleneck_queue: Queue
     drops: int

@@ -48,10 +48,11 @@ from emulation.workload.model import PatternItem
 from emulation.workload.ports import BYSTANDER
 
 
-def jain(values: list[float]) -> float:
-    """Jain's fairness index: 1 when all equal, 1/n when one takes everything."""
+def jain(values: list[float]) -> float | None:
+    """Jain's fairness index: 1 when all equal, 1/n when one takes
+    everything; None for no values, or none above zero (0/0)."""
     if not values or not any(values):
-        return 0.0
+        return None
     return sum(values) ** 2 / (len(values) * sum(v * v for v in values))
 
 

@@ -8,8 +8,13 @@ from collections.abc import Callable, Mapping
 from emulation.scenarios.records import Incast, ModeFigures, PhaseFigures, ScenarioReport
 
 
+def _figure(value: float | None, fmt: str) -> str:
+    """A figure, or '-' where nothing stands behind it (no flow judged)."""
+    return "-" if value is None else f"{value:{fmt}}"
+
+
 def _phase_fraction(k: int) -> Callable[[ModeFigures], str]:
-    return lambda m: f"{m.phases[k].totals.fraction_of_optimum:.1%}"
+    return lambda m: _figure(m.phases[k].totals.fraction_of_optimum, ".1%")
 
 
 def _pair(a: float | None, b: float | None, fmt: str) -> str:
@@ -30,7 +35,7 @@ Row = tuple[str, Callable[[ModeFigures], str]]  # a label, and how a mode's figu
 
 # Queues, losses and what TE did: rows every report has.
 _RUN_ROWS: list[Row] = [
-    ("Jain's fairness", lambda m: f"{m.jain_fairness:.3f}"),
+    ("Jain's fairness", lambda m: _figure(m.jain_fairness, ".3f")),
     ("spine-tier utilization (mean peak)", lambda m: f"{m.max_spine_tier_utilization.mean_of_peaks:.2f}"),
     (
         "bottleneck queue p50/p99 (KB, steady)",
@@ -67,7 +72,7 @@ _INCAST_ROWS: list[Row] = [
         ),
     ),
     ("incast: drops into its leaf", lambda m: f"{_incast(m).converging_drops}"),
-    ("incast senders: Jain's fairness", lambda m: f"{_incast(m).senders_jain:.3f}"),
+    ("incast senders: Jain's fairness", lambda m: _figure(_incast(m).senders_jain, ".3f")),
     (
         "bystander: share of its fair rate",
         lambda m: "-" if (share := _incast(m).bystander_share) is None else f"{share:.1%}",
@@ -109,8 +114,11 @@ def _down(phase: PhaseFigures) -> str:
 def _rows(first: ModeFigures) -> list[Row]:
     """The table's rows for the report's scenario (`first`: one mode's figures, for its shape)."""
     rows: list[Row] = [
-        ("aggregate goodput (Mb/s)", lambda m: f"{m.totals.aggregate_mbps:.1f}"),
-        ("fraction of optimum", lambda m: f"{m.totals.fraction_of_optimum:.1%}"),
+        (
+            "aggregate goodput (Mb/s)",
+            lambda m: "-" if m.totals.fraction_of_optimum is None else f"{m.totals.aggregate_mbps:.1f}",
+        ),
+        ("fraction of optimum", lambda m: _figure(m.totals.fraction_of_optimum, ".1%")),
     ]
     if len(first.phases) > 1:
         for k, phase in enumerate(first.phases):
@@ -136,6 +144,9 @@ def _heading(report: ScenarioReport) -> list[str]:
     ]
     for phase in optimum.phases:
         down = f" ({', '.join(phase.dead_links)} down)" if phase.dead_links else ""
+        if not phase.rates_mbps:  # iterating jobs and bursts only: they are judged by their times
+            lines.append(f"optimum {phase.from_s:g}-{phase.to_s:g} s{down}: - (no flow's goodput judged)")
+            continue
         single = "unknown" if phase.single_path_mbps is None else f"{phase.single_path_mbps:.1f} Mb/s"
         lines.append(
             f"optimum {phase.from_s:g}-{phase.to_s:g} s{down}: {phase.aggregate_mbps:.1f} Mb/s; "

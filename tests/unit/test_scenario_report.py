@@ -120,6 +120,31 @@ def test_a_report_is_written_as_its_records_with_a_runs_totals_and_te_figures_be
     assert te["optimum_check"] == "passed" and written["optimum"]["phases"][1]["aggregate_mbps"] == 300.0
 
 
+def test_a_run_with_no_goodput_to_judge_reads_dashes_not_zeros():
+    # On/off bursts only (training-planes' background, without its job): they
+    # are judged by their times, as iterations are, so no flow's goodput has
+    # an optimum, and no fraction of one is a figure.
+    planes = load_workload("training-planes")
+    scenario = replace(planes, traffic=planes.traffic[1:], events=())
+    fabric = load_fabric(spec_file(scenario))
+    run = _run(fabric, scenario, ScenarioMode.TE, lambda f, s: 0.0)
+    assert not run.flows
+    report = build_report(fabric, scenario, 1, {ScenarioMode.TE: run})
+    te = report.modes["te"]
+    assert te.totals.fraction_of_optimum is None and te.totals.aggregate_over_optimum is None
+    assert te.jain_fairness is None and all(p.totals.fraction_of_optimum is None for p in te.phases)
+    with pytest.raises(ValueError, match="no flow's goodput was judged"):
+        te.totals.judged_fraction()
+    written = json.loads(json.dumps(report.as_json()))["modes"]["te"]
+    assert written["fraction_of_optimum"] is None and written["jain_fairness"] is None
+    rows = {line.split("  ")[0].strip(): line for line in table(report).splitlines()}
+    for label in ("aggregate goodput (Mb/s)", "fraction of optimum", "Jain's fairness"):
+        assert rows[label].split()[-1] == "-", rows[label]
+    assert "optimum 0-24 s: - (no flow's goodput judged)" in table(report)
+    assert "0.0 Mb/s" not in table(report) and "0.0%" not in table(report) and "0.000" not in table(report)
+    assert jain([]) is None and jain([0.0, 0.0]) is None
+
+
 def test_the_report_raises_on_a_figure_above_the_optimum():
     scenario = load_workload("link-failure")
     # Every flow at line rate all along: after the failure that is 400 Mb/s against an optimum of 300.
