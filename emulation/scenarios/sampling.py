@@ -48,10 +48,14 @@ def _drops() -> dict[str, int]:
 class PolicedTally:
     """Packets Railyard's meters dropped, summed over the run. A meter is
     removed seconds after its incast ends, and its id may come back with a
-    fresh count, so counts are read while the run goes on, not once at its end."""
+    fresh count, so counts are read while the run goes on, not once at its end.
+    Read at the switches NICs attach to only: Railyard meters a sender at its
+    ingress leaf (southbound/overlay.py, meter_ids), and every read is an
+    ovs-ofctl process and a request to the one ovs-vswitchd that also forwards
+    the run's traffic (the k=4 fat tree has 8 such switches of 20)."""
 
     def __init__(self, fabric: Fabric) -> None:
-        self.switches = sorted(fabric.switches)
+        self.switches = sorted({fabric.attachment(nic).node for nic in fabric.nics})
         self.last: dict[tuple[str, int], int] = {}
         self.total = 0
 
