@@ -39,7 +39,7 @@ def summary(reports: list[ScenarioReport]) -> dict:
     fixes = sorted(t for m in te for t in m.te.collision_to_fix_s.all)
     return {
         "te_fraction_of_optimum": [m.totals.fraction_of_optimum for m in te],
-        "te_min_fraction": min((f for m in te if (f := m.totals.fraction_of_optimum) is not None), default=None),
+        "te_min_fraction": min(m.totals.judged_fraction() for m in te),
         "ecmp_fraction_of_optimum": [r.modes["ecmp"].totals.fraction_of_optimum for r in reports],
         "collisions_fixed": len(fixes),
         "collisions_unfixed": sum(m.te.collision_to_fix_s.unfixed for m in te),

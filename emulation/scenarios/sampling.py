@@ -9,7 +9,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from controller.fabric import Endpoint, Fabric
+from controller.fabric import Endpoint, Fabric, Tier
 from controller.southbound.overlay import is_railyard_meter
 from emulation.agent.telemetry_agent import FabricSampler, read_queues
 from emulation.net import ovs
@@ -49,13 +49,13 @@ class PolicedTally:
     """Packets Railyard's meters dropped, summed over the run. A meter is
     removed seconds after its incast ends, and its id may come back with a
     fresh count, so counts are read while the run goes on, not once at its end.
-    Read at the switches NICs attach to only: Railyard meters a sender at its
-    ingress leaf (southbound/overlay.py, meter_ids), and every read is an
-    ovs-ofctl process and a request to the one ovs-vswitchd that also forwards
-    the run's traffic (the k=4 fat tree has 8 such switches of 20)."""
+    Read at the leaves only: Railyard meters a sender at its ingress leaf
+    (southbound/overlay.py, meter_ids), and every read is an ovs-ofctl
+    process and a request to the one ovs-vswitchd that also forwards the
+    run's traffic (the k=4 fat tree has 8 leaves of 20 switches)."""
 
     def __init__(self, fabric: Fabric) -> None:
-        self.switches = sorted({fabric.attachment(nic).node for nic in fabric.nics})
+        self.switches = sorted(s.name for s in fabric.switches_in(Tier.LEAF))
         self.last: dict[tuple[str, int], int] = {}
         self.total = 0
 

@@ -75,7 +75,7 @@ _INCAST_ROWS: list[Row] = [
     ("incast senders: Jain's fairness", lambda m: _figure(_incast(m).senders_jain, ".3f")),
     (
         "bystander: share of its fair rate",
-        lambda m: "-" if (share := _incast(m).bystander_share) is None else f"{share:.1%}",
+        lambda m: _figure(_incast(m).bystander_share, ".1%"),
     ),
 ]
 
@@ -126,7 +126,7 @@ def _rows(first: ModeFigures) -> list[Row]:
     rows.append(
         (
             "fraction of single-path optimum",
-            lambda m: "-" if (f := m.totals.fraction_of_single_path) is None else f"{f:.1%}",
+            lambda m: _figure(m.totals.fraction_of_single_path, ".1%"),
         )
     )
     rows += _RUN_ROWS

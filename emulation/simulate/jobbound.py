@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controller.fabric import Fabric, NicId
+from controller.fabric import Fabric, NicId, Tier
 from emulation.model.optimum import Outage, Units, concurrent_time_s
 from emulation.simulate.routes import Network
 
@@ -49,7 +49,7 @@ class Cuts:
         self.fabric = fabric
         self.out: dict[tuple[str, object], list[int]] = {}
         self.into: dict[tuple[str, object], list[int]] = {}
-        for leaf in {fabric.attachment(nic).node for nic in fabric.nics}:
+        for leaf in (s.name for s in fabric.switches_in(Tier.LEAF)):
             for link in fabric.ports(leaf).values():
                 if not link.is_access:
                     ours = link.a if link.a.node == leaf else link.b
