@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from controller.fabric import Endpoint, NicId, build_fabric, load_fabric, parse_spec
 from controller.fabric import addressing as ad
 from controller.te.demand import nic_limited
-from controller.te.engine import Engine, EngineConfig, Snapshot, TeState
+from controller.te.engine import Engine, EngineConfig, PathChanges, Snapshot, TeState
 from controller.te.jobs import Drains
 from controller.te.view import FlowKey, FlowSample, PortSample
 
@@ -115,21 +115,46 @@ def test_a_flow_changes_path_at_most_twice_while_it_stays_an_elephant_whatever_o
     state, _ = step(FABRIC, TeState(), flows, ports, 100.0)
     assert len(state.moves) == 1
     # Both flows back on one uplink, each having changed path twice already.
-    spent = replace(state, moves={}, changes=dict.fromkeys(world.flows, 2))
+    spent = replace(state, moves={}, changes=dict.fromkeys(world.flows, PathChanges(2, 100.0)))
     # An elephant on another rail appears: the set of elephants changes, not these two's budget.
     c, d = NicId(1, 0, 0), NicId(1, 1, 0)
     world.flows[flow_key(c, d, 40003)] = (c, d, "rys0")
     flows, ports = world.telemetry(110.0, {})
     after, decisions = step(FABRIC, spent, flows, ports, 110.0)
     assert after.moves == {} and "reroute" not in [d.kind for d in decisions]
-    assert after.changes == dict.fromkeys(list(world.flows)[:2], 2)
+    assert counts(after) == dict.fromkeys(list(world.flows)[:2], 2)
     # A link going down, even one none of them crosses, starts every count over: the two may move again.
     flows, ports = world.telemetry(110.2, {})
     ports[Endpoint("ryl1r1", UPLINK["rys1"])] = PortSample(0.0, 0, 0, 110.2, up=False)
     again, _ = step(FABRIC, after, flows, ports, 110.2)
     assert again.down == {f"ryl1r1:{UPLINK['rys1']}"}
     moved = [key for key, move in again.moves.items() if not move.rescued]  # not the new flow's ACK pin
-    assert len(moved) == 1 and moved[0] in list(world.flows)[:2] and again.changes == {moved[0]: 1}
+    assert len(moved) == 1 and moved[0] in list(world.flows)[:2] and counts(again) == {moved[0]: 1}
+
+
+def counts(state: TeState) -> dict[FlowKey, int]:
+    return {key: changes.count for key, changes in state.changes.items()}
+
+
+def test_a_flow_that_goes_quiet_and_comes_back_keeps_its_spent_budget_until_it_is_forgotten():
+    world = collided_world()
+    spent = TeState(changes=dict.fromkeys(world.flows, PathChanges(2, 100.0)))
+    # No record of either for longer than expire_after_s: TCP sharing a NIC
+    # four ways dips under the elephant threshold for seconds, then returns.
+    quiet, _ = step(FABRIC, spent, {}, {}, 104.0)
+    assert counts(quiet) == dict.fromkeys(world.flows, 2)
+    flows, ports = world.telemetry(104.2, {})
+    back, decisions = step(FABRIC, quiet, flows, ports, 104.2)
+    assert back.moves == {} and "reroute" not in [d.kind for d in decisions]
+    assert counts(back) == dict.fromkeys(world.flows, 2)
+    # Unseen for forget_changes_after_s they are forgotten (the memory is
+    # bounded), and collided again they are new flows, free to move.
+    later = 104.2 + EngineConfig().forget_changes_after_s + 0.2
+    gone, _ = step(FABRIC, back, {}, {}, later)
+    assert gone.changes == {}
+    flows, ports = world.telemetry(later + 0.2, {})
+    fresh, decisions = step(FABRIC, gone, flows, ports, later + 0.2)
+    assert [d.kind for d in decisions].count("reroute") == 1 and counts(fresh) == dict.fromkeys(fresh.moves, 1)
 
 
 def test_noisy_telemetry_does_not_make_flows_flap():

@@ -17,7 +17,7 @@ from controller.fabric import NicId, build_fabric, parse_spec
 from controller.te.engine import Engine, EngineConfig, FlowFrame, Snapshot, TeState
 from controller.te.engine.elephants import find_elephants
 from controller.te.engine.maxmin import fill_paths
-from controller.te.engine.state import Elephants, Recent
+from controller.te.engine.state import Elephants, Move, Recent
 from controller.te.view import FlowSample, LinkView, PortSample
 from emulation.model.fair import max_min_rates
 from emulation.model.network import ModelFlow, Units
@@ -255,11 +255,13 @@ def _settle(world):
     return _max_min(world.fabric, settled), _max_min(world.fabric, hashed), optimum.aggregate_bps
 
 
-def _moved_then_slower(full_route: bool, full_receiver: bool = False):
+def _moved_then_slower(full_route: bool, full_receiver: bool = False, other_moved_off_s: float | None = None):
     """The collided world settles one move; 3.5 s on, the moved flow sends
     at a tenth of its rate, with its new route's links `full_route` (others
     fill them) or idle but for it, and its receiver's NIC `full_receiver`
-    (others share it) or as slow as the flow. -> the decisions of that cycle."""
+    (others share it) or as slow as the flow; the other flow, with
+    `other_moved_off_s`, moved off the moved one's route that long before.
+    -> the decisions of that cycle."""
     world = collided_world()
     state, now = TeState(), 100.0
     while not state.moves:
@@ -268,6 +270,10 @@ def _moved_then_slower(full_route: bool, full_receiver: bool = False):
         now += 0.2
     ((key, move),) = state.moves.items()
     now = move.moved_at + EngineConfig().hysteresis_s + 0.5
+    if other_moved_off_s is not None:
+        ((other, (src, dst, via)),) = [(k, flow) for k, flow in world.flows.items() if k != key]
+        at = now - other_moved_off_s
+        state = replace(state, moves={**state.moves, other: Move(other, src, dst, via, at, at, from_via=move.via)})
     flows, ports = world.telemetry(now, state.moves)
     rate = flows[key].rate_bps / 10
     flows[key] = replace(flows[key], rate_bps=rate)
@@ -287,6 +293,14 @@ def test_a_moved_flow_that_sends_less_on_a_route_with_room_stays():
 
 def test_a_moved_flow_held_back_by_a_full_route_goes_back():
     assert _moved_then_slower(full_route=True) == ["revert"]
+
+
+def test_a_moved_flow_is_judged_only_on_samples_taken_since_its_route_last_changed():
+    # Another flow moved off its route 0.3 s ago: the rate it measures is
+    # still the one it had while they shared. Once the route has been as it
+    # is for max_age_s, a flow still held back by it goes back.
+    assert _moved_then_slower(full_route=True, other_moved_off_s=0.3) == []
+    assert _moved_then_slower(full_route=True, other_moved_off_s=EngineConfig().max_age_s + 0.1) == ["revert"]
 
 
 def test_a_moved_flow_slower_at_a_full_receiver_stays():

@@ -6,7 +6,7 @@ each have their own module; `frames` is telemetry as columns."""
 
 from controller.te.engine.cycle import Engine, EngineCaches, Snapshot, path_changed
 from controller.te.engine.frames import FlowFrame, PortFrame
-from controller.te.engine.state import Decision, DecisionKind, EngineConfig, Meter, Move, TeState
+from controller.te.engine.state import Decision, DecisionKind, EngineConfig, Meter, Move, PathChanges, TeState
 
 __all__ = [
     "Decision",
@@ -17,6 +17,7 @@ __all__ = [
     "FlowFrame",
     "Meter",
     "Move",
+    "PathChanges",
     "PortFrame",
     "Snapshot",
     "TeState",

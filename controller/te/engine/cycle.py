@@ -53,6 +53,7 @@ from controller.te.engine.state import (
     DecisionKind,
     EngineConfig,
     Move,
+    PathChanges,
     TeState,
     describe_flow,
 )
@@ -181,7 +182,7 @@ class _Cycle:
             explained=self.explained,
             port_at=self.folded_at,
             traffic=self.traffic,
-            changes=self.changes(outcome),
+            changes=self.changes(),
             fruitless=outcome.fruitless,
         ), self.decisions
 
@@ -317,7 +318,7 @@ class _Cycle:
                 self.cfg,
                 self.snap.steered,
                 self.meters.keys(),
-                self.changes_so_far(),
+                {key: changes.count for key, changes in self.changes_so_far().items()},
                 dormant,
                 self.state.fruitless,
                 self.engine.pause,
@@ -347,24 +348,31 @@ class _Cycle:
         self.decisions += outcome.decisions  # what was seen, then what was done about it
         return set(unfixable), set(collisions)
 
-    def changes_so_far(self) -> Mapping[FlowKey, int]:
-        """Per elephant, the path changes TE made it since it became one
-        (seen lately: within `expire_after_s`, or for as long as its job is
-        placed) or a link went down or came back, whichever is later. Not
-        since the set of elephants last changed: under TCP, flows cross the
-        elephant threshold and fall back all through a run, and each time
-        every flow's count started over (randx5 reached 3 path changes a
-        flow). A drain does not start it over (a plan, not a failure); a new
+    def changes_so_far(self) -> Mapping[FlowKey, PathChanges]:
+        """Per flow TE moved, the path changes it made it since a link went
+        down or came back, kept for `forget_changes_after_s` after the flow
+        was last seen as an elephant. Not since the set of
+        elephants last changed, nor only while the flow is one lately:
+        under TCP, flows cross the elephant threshold and fall back all
+        through a run, and each time a count that started over let a flow
+        move again (randx5, then randx4 at 10 Mb/s: 3 path changes a flow).
+        A drain does not start it over (a plan, not a failure); a new
         leader, which starts from no state, does."""
         return self.state.changes if self.state.down == self.down else {}
 
-    def changes(self, outcome: Outcome) -> dict[FlowKey, int]:
-        """`changes_so_far` after this cycle's decisions; only the flows seen lately are remembered."""
-        recent = set(self.recent.keys)
-        counts = {key: n for key, n in self.changes_so_far().items() if key in recent}
+    def changes(self) -> dict[FlowKey, PathChanges]:
+        """`changes_so_far` after this cycle's decisions, less the flows not seen for `forget_changes_after_s`."""
+        so_far = self.changes_so_far()
+        keys = list(so_far)
+        counts: dict[FlowKey, PathChanges] = {}
+        for key, r in zip(keys, self.recent.find(self.catalog.rows(keys)).tolist()):
+            seen_at = so_far[key].seen_at if r < 0 else max(so_far[key].seen_at, float(self.recent.at[r]))
+            if self.now - seen_at <= self.cfg.forget_changes_after_s:
+                counts[key] = PathChanges(so_far[key].count, seen_at)
         for d in self.decisions:
             if d.flow is not None and d.kind in (DecisionKind.REROUTE, DecisionKind.REVERT) and d.from_via != d.to_via:
-                counts[d.flow] = counts.get(d.flow, 0) + 1
+                before = counts.get(d.flow)
+                counts[d.flow] = PathChanges((before.count if before else 0) + 1, self.now)
         return counts
 
 

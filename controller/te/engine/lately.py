@@ -171,13 +171,23 @@ def settle(
     with others on any route, and TCP shares it unevenly. Sent back and
     held, it would keep a collision the move had fixed until the traffic
     changes (Hedera's rand1: three flows into one NIC, the moved one
-    measuring 0.21 of its 0.33 share on a last hop they filled exactly)."""
+    measuring 0.21 of its 0.33 share on a last hop they filled exactly).
+    Nor is a flow judged while another move onto or off its route is under
+    `max_age_s` old: its smoothed rate is still the one it had before that
+    move relieved (or loaded) the route (Hedera's stag3(0.2,0.3): a flow
+    that shared a spine until a plan moved the other flow off, sent back
+    0.2 s later on the rate it had while sharing, and held where it
+    collided for the rest of the run)."""
     out = []
+    changed = _lately_changed(index, catalog, moves, now, cfg)
     for (key, move), i in zip(list(moves.items()), elephants.find(catalog.rows(list(moves))).tolist()):
         if i < 0 or move.settled or now - move.moved_at < cfg.hysteresis_s:
             continue
         rate = float(elephants.rate_bps[i])
         base = int(catalog.base[elephants.cat[i]])
+        route = index.row_of(base, move.via)
+        if route >= 0 and changed[index.hops(route)].any():
+            continue  # checked in a later cycle, on samples taken since
         back = index.row_of(base, move.from_via) if move.from_via else -1
         before = min(move.rate_before, move.rate_expected) if move.rate_expected > 0 else move.rate_before
         worse = (
@@ -204,6 +214,23 @@ def settle(
         else:
             moves[key] = replace(move, settled=True)
     return out
+
+
+def _lately_changed(
+    index: LinkIndex, catalog: FlowCatalog, moves: Mapping[FlowKey, Move], now: float, cfg: EngineConfig
+) -> np.ndarray:
+    """Per link, whether a move onto or off it is under `max_age_s` old."""
+    changed = np.zeros(len(index.capacity), dtype=bool)
+    young = [move for move in moves.values() if now - move.moved_at < cfg.max_age_s]
+    for move, cat in zip(young, catalog.rows([move.key for move in young]).tolist()):
+        if cat < 0:
+            continue
+        base = int(catalog.base[cat])
+        for via in {move.via, move.from_via} - {""}:
+            row = index.row_of(base, via)
+            if row >= 0:
+                changed[index.hops(row)] = True
+    return changed
 
 
 def _to_blame(

@@ -49,6 +49,12 @@ class EngineConfig:
     revert_margin: float = 0.3
     smoothing: float = 0.5  # EWMA weight of the newest rate sample of a flow
     expire_after_s: float = 3.0  # a moved flow not seen for this long gives its entry back
+    # A flow's path changes are remembered this long after it was last seen
+    # as an elephant, not only while it counts as one lately: TCP sharing a
+    # NIC four ways dips under the threshold for seconds and comes back, and
+    # each time its budget started over (randx4 at 10 Mb/s: 3 path changes).
+    # Bounded: only flows TE moved, and only this long.
+    forget_changes_after_s: float = 30.0
     incast_fan_in: int = 3
     incast_sender_fraction: float = 0.01  # of the NIC rate: below it a flow is not a sender (an ACK stream, a probe)
     # Incast is senders offering more than the receiver's NIC takes, which
@@ -237,6 +243,14 @@ class Fruitless:
 
 
 @dataclass(frozen=True)
+class PathChanges:
+    """The path changes TE made one flow, and when it was last seen as an elephant."""
+
+    count: int
+    seen_at: float
+
+
+@dataclass(frozen=True)
 class TeState:
     moves: Mapping[FlowKey, Move] = field(default_factory=dict)
     incasts: frozenset[str] = frozenset()  # destination NICs currently in incast
@@ -249,7 +263,7 @@ class TeState:
     explained: np.ndarray | None = None  # per egress: the elephants' record load, smoothed as the port's rate
     port_at: np.ndarray | None = None  # per egress: when the port sample last in `explained` was taken (-inf: none)
     traffic: int = 0  # a fingerprint of the traffic: the elephants seen lately and the links down
-    changes: Mapping[FlowKey, int] = field(default_factory=dict)  # path changes per elephant (Cycle.changes_so_far)
+    changes: Mapping[FlowKey, PathChanges] = field(default_factory=dict)  # per flow TE moved (Cycle.changes_so_far)
     fruitless: Fruitless | None = None  # the last joint search that found no plan, if the last one did not
 
 
