@@ -349,10 +349,10 @@ class _Cycle:
         return set(unfixable), set(collisions)
 
     def changes_so_far(self) -> Mapping[FlowKey, PathChanges]:
-        """Per flow TE moved, the path changes it made it since a link went
-        down or came back, kept for `forget_changes_after_s` after the flow
-        was last seen as an elephant. Not since the set of
-        elephants last changed, nor only while the flow is one lately:
+        """Per flow TE moved, the path changes TE made to it since a link
+        went down or came back, kept for `forget_changes_after_s` after the
+        flow was last seen as an elephant. Not since the set of elephants
+        last changed, nor only while the flow is one lately:
         under TCP, flows cross the elephant threshold and fall back all
         through a run, and each time a count that started over let a flow
         move again (randx5, then randx4 at 10 Mb/s: 3 path changes a flow).
