@@ -193,7 +193,7 @@ def settle(
         worse = (
             before > 0
             and rate < before * (1 - cfg.revert_margin)
-            and _to_blame(catalog, int(elephants.cat[i]), move.via, dead, measured)
+            and _to_blame(catalog, int(elephants.cat[i]), route, dead, measured)
         )
         if worse and back >= 0 and not dead[index.hops(back)].any():
             moves[key] = Move(
@@ -234,13 +234,12 @@ def _lately_changed(
 
 
 def _to_blame(
-    catalog: FlowCatalog, cat: int, via: str, dead: np.ndarray, measured: tuple[np.ndarray, np.ndarray]
+    catalog: FlowCatalog, cat: int, row: int, dead: np.ndarray, measured: tuple[np.ndarray, np.ndarray]
 ) -> bool:
-    """The route across `via` holds back the flow of catalog row `cat`: a
-    hop dead, or none measured, or a hop full while neither of the flow's
-    NICs is."""
+    """The route on route-table row `row` (-1: none) holds back the flow of
+    catalog row `cat`: a hop dead, or none measured, or a hop full while
+    neither of the flow's NICs is."""
     index = catalog.index
-    row = index.row_of(int(catalog.base[cat]), via)
     if row < 0:
         return True
     hops = index.hops(row)
