@@ -92,7 +92,9 @@ class _Following:
     (FAILED_PRECONDITION with the leader's address: it changed nothing) is
     sent again to the leader. One that got no answer (UNAVAILABLE) goes to
     the next target only if sending it twice is harmless: a read, or a
-    placement with a request_id (a retry of it returns the first)."""
+    placement with a request_id (a retry of it returns the first). If the
+    followers then refuse until the call gives up, the caller gets the
+    unanswered attempt's error: its outcome is unknown, not refused."""
 
     def __init__(self, client: Client, stub: str) -> None:
         self._client = client
@@ -104,17 +106,40 @@ class _Following:
             # An election takes up to a lease TTL and a bit: wait that out, no longer.
             deadline = time.monotonic() + ELECTION_WAIT_S
             hops = 0  # a bound besides the deadline: never an endless loop
+            unanswered: grpc.RpcError | None = None  # the first attempt that may have landed
             while True:
                 try:
                     return getattr(getattr(self._client, self._stub), method)(request, *args, **kwargs)
                 except grpc.RpcError as exc:
+                    if unanswered is None and _code(exc) in UNKNOWN_OUTCOME:
+                        unanswered = exc
                     hops += 1
-                    if hops > 200 or time.monotonic() > deadline:
-                        raise
-                    if not self._client._follow(exc, repeatable):
+                    if hops > 200 or time.monotonic() > deadline or not self._client._follow(exc, repeatable):
+                        # A follower's refusal of a later attempt says nothing of
+                        # whether the unanswered one landed: the caller must hear
+                        # that the outcome is unknown, not that it was refused.
+                        if unanswered is not None and _leader_named(exc) is not None:
+                            raise unanswered from None
                         raise
 
         return call
+
+
+UNKNOWN_OUTCOME = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+
+def _code(exc: grpc.RpcError) -> grpc.StatusCode | None:
+    return exc.code() if isinstance(exc, grpc.Call) else None
+
+
+def _leader_named(exc: grpc.RpcError) -> str | None:
+    """Where a replica that does not lead says the leader is ("": nowhere
+    yet); None if `exc` is not such a refusal."""
+    if not isinstance(exc, grpc.Call) or exc.code() is not grpc.StatusCode.FAILED_PRECONDITION:
+        return None
+    trailers: dict = dict(exc.trailing_metadata() or ())
+    leader = trailers.get(LEADER_METADATA_KEY)
+    return leader if isinstance(leader, str) else None
 
 
 class Client:
@@ -146,14 +171,12 @@ class Client:
     def _follow(self, exc: grpc.RpcError, repeatable: bool) -> bool:
         """Moves to where `exc` says to try again; False if it says nothing of
         the sort, or the call may have done its work already (not `repeatable`)."""
-        code = exc.code() if isinstance(exc, grpc.Call) else None
+        code, leader = _code(exc), _leader_named(exc)
         if code is grpc.StatusCode.FAILED_PRECONDITION:
-            trailers = dict(exc.trailing_metadata() or ()) if isinstance(exc, grpc.Call) else {}
-            leader = trailers.get(LEADER_METADATA_KEY)
             if leader == "":  # refused (nothing changed) while no replica leads: ask again shortly
                 time.sleep(ELECTION_POLL_S)
                 return True
-            if not isinstance(leader, str) or leader == self.target:
+            if leader is None or leader == self.target:
                 return False
             target = leader
         elif code is grpc.StatusCode.UNAVAILABLE and repeatable and len(self.targets) > 1:

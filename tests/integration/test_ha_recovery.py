@@ -29,9 +29,6 @@ from emulation.processes.controller_process import ControllerProcess, Ports, tot
 from emulation.processes.etcd_local import LocalEtcd
 
 UNKNOWN_OUTCOME = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNKNOWN}
-# What a retry of a placement of unknown outcome may hear without a leader
-# having looked for the job: no replica leads (yet), or the store moved.
-RETRY_SAYS_NOTHING = {grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.ABORTED}
 
 
 @pytest.fixture(scope="module")
@@ -129,6 +126,7 @@ class Load:
         self.released: set[str] = set()
         self.unknown: set[str] = set()
         self.errors: Counter[str] = Counter()
+        self.refusals: dict[str, str] = {}  # job -> the last status it was refused with
         self.acks = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -163,12 +161,13 @@ class Load:
             reply = client.place_job(job, 1, "ring", request_id=f"r-{job}")
         except grpc.RpcError as exc:
             self.errors[exc.code().name] += 1
-            if exc.code() in UNKNOWN_OUTCOME:
+            self.refusals[job] = exc.code().name
+            # A refused retry says nothing of whether the first attempt landed:
+            # no replica leads yet, the store moved, or this caller is over its
+            # rate (RESOURCE_EXHAUSTED, before any leader looked for the job).
+            # Only a first attempt's refusal says nothing was placed.
+            if exc.code() in UNKNOWN_OUTCOME or job in self.unknown:
                 self.unknown.add(job)
-            elif job in self.unknown and exc.code() in RETRY_SAYS_NOTHING:
-                pass  # a refused retry says nothing of whether the first landed
-            else:
-                self.unknown.discard(job)  # refused: nothing was placed
             return
         self.unknown.discard(job)
         self.acks += 1
@@ -242,7 +241,11 @@ def check_nothing_lost_or_duplicated(replicas: Replicas, load: Load) -> None:
             if listed == expected or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-        assert listed == expected, f"replica {i} lists {sorted(listed)}, acknowledged {sorted(expected)}"
+        refused = {job: load.refusals.get(job) for job in set(listed) - set(expected)}
+        assert listed == expected, (
+            f"replica {i} lists {sorted(listed)}, acknowledged {sorted(expected)}; "
+            f"listed but not acknowledged, with their last refusal: {refused}; errors {dict(load.errors)}"
+        )
     held = Counter(nic for nics in expected.values() for nic in nics)
     assert not [nic for nic, count in held.items() if count > 1], f"GPUs held twice: {held}"
 
