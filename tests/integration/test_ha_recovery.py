@@ -21,14 +21,15 @@ from pathlib import Path
 import grpc
 import pytest
 
-from controller.api.client import Client
+from controller.api.client import UNKNOWN_OUTCOME, Client
 from controller.api.gen.railyard.v1 import placement_pb2 as ppb
 from controller.api.gen.railyard.v1 import placement_pb2_grpc as ppb_grpc
 from controller.intent.etcd_store import EtcdKv, EtcdUrl, compare_mod, delete_op, put_op
 from emulation.processes.controller_process import ControllerProcess, Ports, total
 from emulation.processes.etcd_local import LocalEtcd
 
-UNKNOWN_OUTCOME = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNKNOWN}
+# The client's, and UNKNOWN: a server that died mid-call.
+MAY_HAVE_LANDED = UNKNOWN_OUTCOME | {grpc.StatusCode.UNKNOWN}
 
 
 @pytest.fixture(scope="module")
@@ -126,7 +127,7 @@ class Load:
         self.released: set[str] = set()
         self.unknown: set[str] = set()
         self.errors: Counter[str] = Counter()
-        self.refusals: dict[str, str] = {}  # job -> the last status it was refused with
+        self.last_errors: dict[str, str] = {}  # job -> the status of its last failed attempt
         self.acks = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -161,12 +162,12 @@ class Load:
             reply = client.place_job(job, 1, "ring", request_id=f"r-{job}")
         except grpc.RpcError as exc:
             self.errors[exc.code().name] += 1
-            self.refusals[job] = exc.code().name
+            self.last_errors[job] = exc.code().name
             # A refused retry says nothing of whether the first attempt landed:
             # no replica leads yet, the store moved, or this caller is over its
             # rate (RESOURCE_EXHAUSTED, before any leader looked for the job).
             # Only a first attempt's refusal says nothing was placed.
-            if exc.code() in UNKNOWN_OUTCOME or job in self.unknown:
+            if exc.code() in MAY_HAVE_LANDED or job in self.unknown:
                 self.unknown.add(job)
             return
         self.unknown.discard(job)
@@ -241,10 +242,10 @@ def check_nothing_lost_or_duplicated(replicas: Replicas, load: Load) -> None:
             if listed == expected or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-        refused = {job: load.refusals.get(job) for job in set(listed) - set(expected)}
+        unacknowledged = {job: load.last_errors.get(job) for job in set(listed) - set(expected)}
         assert listed == expected, (
             f"replica {i} lists {sorted(listed)}, acknowledged {sorted(expected)}; "
-            f"listed but not acknowledged, with their last refusal: {refused}; errors {dict(load.errors)}"
+            f"listed but not acknowledged, with their last error: {unacknowledged}; errors {dict(load.errors)}"
         )
     held = Counter(nic for nics in expected.values() for nic in nics)
     assert not [nic for nic, count in held.items() if count > 1], f"GPUs held twice: {held}"
