@@ -16,6 +16,7 @@ def simulate(args) -> int:
     needs_sim_extra("simulate")
     import gc
 
+    from emulation.model.sharing import Sharing
     from emulation.simulate.output import write
     from emulation.simulate.report import table
     from emulation.simulate.run import simulate as run_simulation
@@ -51,7 +52,9 @@ def simulate(args) -> int:
         )
 
     try:
-        result = run_simulation(fabric, workload, args.seed, args.duration, progress, notify=notify)
+        result = run_simulation(
+            fabric, workload, args.seed, args.duration, progress, notify=notify, sharing=Sharing(args.sharing)
+        )
     except BaseException:
         if live:
             print(f"\r{'':100s}\r", end="", file=sys.stderr)  # the error gets a line of its own
@@ -89,6 +92,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     sim.add_argument("--seed", type=int, default=1, help="seeds source ports (the ECMP hash), job draws and noise")
     sim.add_argument("--duration", type=float, help="simulated seconds (default: the workload's duration_s)")
+    sim.add_argument(
+        "--sharing",
+        choices=("proportional", "max-min"),  # emulation.model.sharing.Sharing, not imported without the sim extra
+        default="proportional",
+        help="how flows share a link: proportional (what TCP converges to; default) or max-min (the optimum's own)",
+    )
     sim.add_argument("--out", default="reports", help="directory for the JSON result and the PNG")
     sim.set_defaults(func=simulate)
     json_flag(sim)

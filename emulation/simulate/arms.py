@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from emulation.model.sharing import Sharing
 from emulation.simulate.conditions import Condition
 from emulation.simulate.prepared import Prepared, Routing, ecmp_routing, spray_routing
 from emulation.simulate.timeline import Timeline
@@ -51,29 +52,35 @@ PLACEMENT_OF = {
     RAILYARD_TE: RAILYARD,
 }
 
-RoutingOf = Callable[[Prepared, Condition], Routing]
+RoutingOf = Callable[[Prepared, Condition, Sharing], Routing]
 
 
 def run_static(
-    prep: Prepared, conditions: Sequence[Condition], duration_s: float, resolve_s: float, routing_of: RoutingOf
+    prep: Prepared,
+    conditions: Sequence[Condition],
+    duration_s: float,
+    resolve_s: float,
+    routing_of: RoutingOf,
+    sharing: Sharing,
 ) -> Timeline:
     timeline = Timeline(prep.arm.flows, prep.arm.jobs, duration_s, resolve_s)
     ends = [c.start_s for c in conditions[1:]] + [duration_s]
     routing: Routing | None = None
     for i, (condition, end) in enumerate(zip(conditions, ends)):
         if routing is None or condition.dead != conditions[i - 1].dead:
-            routing = routing_of(prep, condition)
+            routing = routing_of(prep, condition, sharing)
         timeline.advance(end, routing)
     return timeline
 
 
 def baselines(
-    preps: dict[str, Prepared], conditions: Sequence[Condition], duration_s: float, resolve_s: float
+    preps: dict[str, Prepared], conditions: Sequence[Condition], duration_s: float, resolve_s: float, sharing: Sharing
 ) -> dict[str, Timeline]:
     """Each baseline arm's run, by arm name."""
     hashed = (FIRST_FIT_ECMP, TOPOLOGY_ECMP) if FIRST_FIT in preps else (ECMP,)
     out = {
-        name: run_static(preps[PLACEMENT_OF[name]], conditions, duration_s, resolve_s, ecmp_routing) for name in hashed
+        name: run_static(preps[PLACEMENT_OF[name]], conditions, duration_s, resolve_s, ecmp_routing, sharing)
+        for name in hashed
     }
-    out[SPRAY] = run_static(preps[RAILYARD], conditions, duration_s, resolve_s, spray_routing)
+    out[SPRAY] = run_static(preps[RAILYARD], conditions, duration_s, resolve_s, spray_routing, sharing)
     return out

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from emulation.model.fluid import link_loads, max_min_rates
+from emulation.model.fluid import link_loads
+from emulation.model.sharing import Sharing
 from emulation.simulate.routes import Routes
 from emulation.simulate.traffic import SimFlow
 
@@ -50,7 +51,12 @@ def collided_uplinks(shares: sp.csr_matrix, natural: np.ndarray, is_uplink: np.n
 
 
 def outcome(
-    shares: sp.csr_matrix, capacity: np.ndarray, demand: np.ndarray, natural: np.ndarray, is_uplink: np.ndarray
+    shares: sp.csr_matrix,
+    capacity: np.ndarray,
+    demand: np.ndarray,
+    natural: np.ndarray,
+    is_uplink: np.ndarray,
+    sharing: Sharing,
 ) -> Outcome:
-    rates = max_min_rates(shares, capacity, demand)
+    rates = sharing.rates(shares, capacity, demand)
     return Outcome(rates, float(rates.sum()), collided_uplinks(shares, natural, is_uplink, capacity))

@@ -13,10 +13,12 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from emulation.model.sharing import Sharing
 from emulation.model.stats import percentile
 from emulation.simulate.bound import Bound, credited
 from emulation.simulate.conditions import Condition, Phase
@@ -40,15 +42,16 @@ TARGET = 0.97
 STEADY_CYCLES = 100
 
 
-def static_figures(prep: Prepared, phase: Phase, bound: Bound) -> PhaseFigures:
+def static_figures(prep: Prepared, phase: Phase, bound: Bound, sharing: Sharing) -> PhaseFigures:
     """ECMP and spraying at one phase, against its optimum."""
     network = prep.network
     condition = Condition(phase.start_s, phase.dead)
     demand = np.where(phase.started, demands(prep.arm.flows), 0.0)
     natural = natural_demand(prep.routes, prep.arm.flows, phase.started)
-    ecmp, spray = ecmp_routing(prep, condition), spray_routing(prep, condition)  # ECMP: ACKs hashed too
-    ecmp_outcome = outcome(ecmp.shares, ecmp.capacity, np.minimum(demand, ecmp.cap), natural, network.is_uplink)
-    spray_outcome = outcome(spray.shares, spray.capacity, demand, natural, network.is_uplink)
+    ecmp, spray = ecmp_routing(prep, condition, sharing), spray_routing(prep, condition, sharing)  # ECMP: ACKs too
+    uplink = network.is_uplink
+    ecmp_outcome = outcome(ecmp.shares, ecmp.capacity, np.minimum(demand, ecmp.cap), natural, uplink, sharing)
+    spray_outcome = outcome(spray.shares, spray.capacity, demand, natural, uplink, sharing)
 
     best = bound.per_flow(phase.started)
 
@@ -139,6 +142,13 @@ def _spread(times: list[float]) -> Spread:
     )  # fmt: skip
 
 
+def per_change_max(changed_at: Sequence[tuple[float, np.ndarray]], changes_s: Sequence[float]) -> int:
+    """The most times one flow's path changed between two changes of
+    traffic or links (the emulation's `path_changes_per_flow_per_change_max`)."""
+    counts = Counter((int(flow), bisect.bisect_right(changes_s, t)) for t, flows in changed_at for flow in flows)
+    return max(counts.values(), default=0)
+
+
 def loop_summary(result: LoopResult, settings: LoopSettings) -> LoopFigures:
     """What the closed loop did and what it cost, whatever it is judged by."""
     cycles = result.cycles
@@ -156,6 +166,7 @@ def loop_summary(result: LoopResult, settings: LoopSettings) -> LoopFigures:
         flow_mods_steady=sum(c.flow_mods for c in steady),
         meter_mods_total=sum(c.meter_mods for c in cycles),
         path_changes_per_flow_max=int(moved.max()) if moved.size else 0,
+        path_changes_per_flow_per_change_max=per_change_max(result.path_changed_at, settings.changes_s),
         path_changes_per_moved_flow_mean=float(moved[moved > 0].mean()) if (moved > 0).any() else 0.0,
         flows_moved=int((moved > 0).sum()),
         collided_uplinks_first=cycles[0].collided_uplinks if cycles else 0,

@@ -35,6 +35,7 @@ from controller.intent.model import Intent
 from controller.te.engine import DecisionKind, Engine, EngineConfig, Snapshot, TeState, path_changed
 from controller.te.view import FlowKey
 from emulation.model.fluid import link_loads
+from emulation.model.sharing import Sharing
 from emulation.simulate.bound import credited
 from emulation.simulate.conditions import Condition, at
 from emulation.simulate.figures import collided_uplinks, natural_demand
@@ -55,6 +56,9 @@ class LoopSettings:
     engine: EngineConfig = field(default_factory=EngineConfig)
     seed: int = 0
     resolve_s: float = 0.0  # the timeline's coalescing of completions (timeline.py)
+    sharing: Sharing = Sharing.PROPORTIONAL
+    # When traffic or links change (Workload.traffic_changes): path changes are counted per change.
+    changes_s: tuple[float, ...] = ()
 
     @property
     def cycles(self) -> int:
@@ -96,6 +100,7 @@ class LoopResult:
     cycles: list[Cycle]
     placement_flow_mods: int  # the placed jobs' own entries, sent once before traffic
     path_changes_per_flow: np.ndarray
+    path_changed_at: list[tuple[float, np.ndarray]]  # when, and which flows' paths changed
     final_rates: np.ndarray
     wall_s: float
     timeline: Timeline
@@ -137,6 +142,7 @@ class _Interval:
     link_bits: np.ndarray
     flow_bits: np.ndarray
     moved: np.ndarray  # per flow: its path changed in the interval
+    changed_at: list[tuple[float, np.ndarray]]  # when in the interval, and which flows
 
 
 class ClosedLoop:
@@ -196,7 +202,7 @@ class ClosedLoop:
             cap = np.where(self._stalled[1], 0.0, cap)
         key = (c, route.tobytes(), cap.tobytes())
         if self._routing is None or self._routing[0] != key:
-            self._routing = (key, Routing(self.routes.shares(route), capacity, cap))
+            self._routing = (key, Routing(self.routes.shares(route), capacity, cap, self.settings.sharing))
         return self._routing[1], route
 
     def _run(self, progress: Progress | None) -> LoopResult:
@@ -212,6 +218,7 @@ class ClosedLoop:
         flight = _InFlight(_Landed(np.full(n, -1, dtype=np.int64)), [], np.full(n, -1, dtype=np.int64))
         counter = FlowModCounter(self.fabric, self.intent)
         changes = np.zeros(n, dtype=np.int64)
+        changed_at: list[tuple[float, np.ndarray]] = []
         cycles: list[Cycle] = []
         rates = np.zeros(n)
         started_wall = time.perf_counter()
@@ -222,6 +229,7 @@ class ClosedLoop:
             # 1. the fluid model through the interval, stretch by stretch
             interval = self._fluid(timeline, flight, now)
             changes += interval.moved
+            changed_at.extend(interval.changed_at)
             timeline.fire()
             rates = timeline.rates(interval.routing)
             sending = timeline.on
@@ -276,7 +284,9 @@ class ClosedLoop:
                 progress(now, s.simulated_s, cycle)
             if k % GC_EVERY_CYCLES == 0:
                 gc.collect(1)
-        return LoopResult(cycles, counter.placement_mods, changes, rates, time.perf_counter() - started_wall, timeline)
+        return LoopResult(
+            cycles, counter.placement_mods, changes, changed_at, rates, time.perf_counter() - started_wall, timeline
+        )
 
     def _overlay(
         self, counter: FlowModCounter, flight: _InFlight, before: TeState, state: TeState, now: float
@@ -296,15 +306,19 @@ class ClosedLoop:
         link_bits = np.zeros(self.network.size)
         flow_bits = np.zeros(n)
         moved_now = np.zeros(n, dtype=bool)
+        changed_at: list[tuple[float, np.ndarray]] = []
         while True:
             while flight.pending and flight.pending[0][0] <= timeline.t + 1e-9:
                 flight.landed = self._land(*flight.pending.pop(0)[1:])
             c = at(self.conditions, timeline.t)
             routing, route = self._routing_at(c, flight.landed)
-            moved_now |= (route != flight.route) & (flight.route >= 0)
+            changed = (route != flight.route) & (flight.route >= 0)
+            if changed.any():
+                changed_at.append((timeline.t, np.flatnonzero(changed)))
+                moved_now |= changed
             flight.route = route
             if timeline.t >= now - 1e-9:
-                return _Interval(c, routing, route, link_bits, flow_bits, moved_now)
+                return _Interval(c, routing, route, link_bits, flow_bits, moved_now, changed_at)
             later = [t for t in (*self.starts, *(p[0] for p in flight.pending)) if t > timeline.t + 1e-9]
             timeline.advance(min([now, *later]), routing)
             moved = timeline.take_moved()

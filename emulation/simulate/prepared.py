@@ -10,7 +10,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
-from emulation.model.fluid import max_min_rates
+from emulation.model.sharing import Sharing
 from emulation.simulate.acks import AckRoutes, ack_routes, ack_steering
 from emulation.simulate.conditions import Condition
 from emulation.simulate.routes import Network, Routes, build_routes, ecmp_routes, tier_hashes
@@ -61,25 +61,26 @@ def prepare(network: Network, arm: Arm, links_die: bool) -> Prepared:
 class Routing:
     """A fixed routing in a fixed condition: the shares, the capacities and
     each flow's cap (a meter, or 0 for a stalled flow). Called with demands,
-    the max-min rates (a timeline's `Solve`)."""
+    the rates the flows share it at (a timeline's `Solve`)."""
 
     shares: sp.csr_matrix
     capacity: np.ndarray
     cap: np.ndarray
+    sharing: Sharing
 
     def __call__(self, demand: np.ndarray) -> np.ndarray:
-        return max_min_rates(self.shares, self.capacity, np.minimum(demand, self.cap))
+        return self.sharing.rates(self.shares, self.capacity, np.minimum(demand, self.cap))
 
 
-def ecmp_routing(prep: Prepared, condition: Condition) -> Routing:
+def ecmp_routing(prep: Prepared, condition: Condition, sharing: Sharing) -> Routing:
     capacity = prep.network.capacity_without(condition.dead)
     cap = np.where(prep.stalled(capacity), 0.0, np.inf)
-    return Routing(prep.routes.shares(prep.underlay_route(capacity)), capacity, cap)
+    return Routing(prep.routes.shares(prep.underlay_route(capacity)), capacity, cap, sharing)
 
 
-def spray_routing(prep: Prepared, condition: Condition) -> Routing:
+def spray_routing(prep: Prepared, condition: Condition, sharing: Sharing) -> Routing:
     """Ideal spraying: every flow split evenly over its live paths (a sprayer
     knows a dead path; its ACKs are sprayed too, so none stalls)."""
     capacity = prep.network.capacity_without(condition.dead)
     shares = prep.routes.spray_shares(prep.routes.route_usable(capacity))
-    return Routing(shares, capacity, np.full(len(prep.arm.flows), np.inf))
+    return Routing(shares, capacity, np.full(len(prep.arm.flows), np.inf), sharing)

@@ -11,6 +11,7 @@ from typing import Any
 
 from controller.te.engine import EngineConfig
 from emulation.model.jsonable import FLATTENED, FLATTENED_IF_ANY, OMITTED_IF_NONE, Json, as_json
+from emulation.model.sharing import Sharing
 from emulation.simulate.bound import Bound
 
 
@@ -113,6 +114,7 @@ class LoopFigures:
     flow_mods_steady: int
     meter_mods_total: int
     path_changes_per_flow_max: int
+    path_changes_per_flow_per_change_max: int  # between two changes of traffic or links, as the emulation counts
     path_changes_per_moved_flow_mean: float
     flows_moved: int
     collided_uplinks_first: int
@@ -241,6 +243,7 @@ class SimulationReport:
     flows: int
     events: list[dict[str, Any]]  # {"at_s": ..., kind: target}, as the workload names them
     telemetry: TelemetryModel
+    sharing: Sharing  # how flows share a link: every arm's rates but the optimum's (max-min by definition)
     engine: EngineConfig  # as the run used it
     resolve_s: float
     arms: dict[str, ArmFigures] | None = field(default=None, metadata=OMITTED_IF_NONE)

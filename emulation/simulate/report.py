@@ -115,6 +115,7 @@ def _te_lines(result: SimulationReport) -> list[str]:
         f"    reroutes {loop.reroutes_total} (at most {loop.reroutes_per_cycle_max} in a cycle), "
         f"{loop.reroutes_steady} in the last {loop.steady_cycles} cycles; flow-mods {loop.flow_mods_total} "
         f"({loop.flow_mods_steady} in the last {loop.steady_cycles}), meter-mods {loop.meter_mods_total}",
-        f"    flows moved {loop.flows_moved}, path changes per flow: max {loop.path_changes_per_flow_max}, "
+        f"    flows moved {loop.flows_moved}, path changes per flow: max {loop.path_changes_per_flow_max} "
+        f"({loop.path_changes_per_flow_per_change_max} per change of traffic), "
         f"mean over moved {loop.path_changes_per_moved_flow_mean:.2f}",
     ]

@@ -32,7 +32,7 @@ def header(result: SimulationReport) -> str:
         f"{result.workload} on {result.fabric} ({result.gpus} GPUs, {result.flows} flows), "
         f"seed {result.seed}, {result.te.loop.simulated_s:g} s simulated; telemetry every "
         f"{telemetry.interval_s:g} s, noise ±{telemetry.noise:.0%}, "
-        f"control latency {telemetry.latency_s:g} s"
+        f"control latency {telemetry.latency_s:g} s; links shared {result.sharing} fair"
     )
 
 

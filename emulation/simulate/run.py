@@ -23,6 +23,7 @@ import numpy as np
 
 from controller.fabric import Fabric
 from controller.intent.model import Intent
+from emulation.model.sharing import Sharing
 from emulation.simulate.arms import OPTIMUM, PLACEMENT_OF, RAILYARD_TE, RULES, baselines
 from emulation.simulate.bound import Bound, optimum_bound
 from emulation.simulate.conditions import Condition, conditions, phases_of
@@ -75,6 +76,7 @@ def simulate(
     bound: BoundFn = optimum_bound,
     notify: Callable[[str], None] = lambda _: None,
     resolve_s: float = RESOLVE_S,
+    sharing: Sharing = Sharing.PROPORTIONAL,
 ) -> SimulationReport:
     """The full result, judged by goodput or by time."""
     timings: dict[str, float] = {}
@@ -96,19 +98,22 @@ def simulate(
     railyard = preps[RAILYARD]
     lap("routes_s")
     telemetry = workload.telemetry
+    duration_s = workload.duration_s if duration_s is None else duration_s
     settings = LoopSettings(
         telemetry.interval_s,
         telemetry.noise,
         telemetry.latency_s,
-        workload.duration_s if duration_s is None else duration_s,
+        duration_s,
         workload.engine,
         seed,
         resolve_s,
+        sharing,
+        tuple(workload.traffic_changes(duration_s)),
     )
     iterating = any(p.arm.iterating for p in preps.values())
     if iterating:
         notify("baselines")
-        runs = baselines(preps, fabric_conditions, settings.simulated_s, resolve_s)
+        runs = baselines(preps, fabric_conditions, settings.simulated_s, resolve_s, sharing)
         lap("baselines_s")
         loop = _closed_loop(fabric, railyard, fabric_conditions, settings, notify, progress)
         lap("loop_s")
@@ -168,6 +173,7 @@ def _report(
         flows=len(railyard.arm.flows),
         events=[{"at_s": e.at_s, e.kind: e.target} for e in workload.events],
         telemetry=TelemetryModel(settings.interval_s, settings.noise, settings.latency_s),
+        sharing=settings.sharing,
         engine=settings.engine,
         resolve_s=settings.resolve_s,
         arms=judged.arms,
@@ -215,7 +221,7 @@ def _goodput_optimum(
     base_phases = phases_of(baseline.arm.flows, fabric_conditions, settings.duration_s)
     te_phases = phases_of(railyard.arm.flows, fabric_conditions, settings.duration_s)
     te_bounds = [bound_of(railyard, p) for p in te_phases]
-    static = [static_figures(baseline, p, bound_of(baseline, p)) for p in base_phases]
+    static = [static_figures(baseline, p, bound_of(baseline, p), settings.sharing) for p in base_phases]
     return static, te_bounds, te_phases
 
 

@@ -12,6 +12,7 @@ import pytest
 
 from controller.cli.main import main
 from controller.fabric import NicId
+from emulation.model.sharing import Sharing
 from emulation.simulate.arms import run_static
 from emulation.simulate.conditions import conditions
 from emulation.simulate.iterations import Bounds, OptimumBeaten, arm_figures
@@ -28,6 +29,7 @@ from emulation.workload.placers import railyard_placer
 from tests.unit.test_simulate import DEMO, MID
 
 NIC_BPS = 400e9
+SHARING = Sharing.PROPORTIONAL
 RING_ALONE = """
 name: ring
 duration_s: 3
@@ -42,7 +44,8 @@ def run_arm(text, seed, placer, routing):
     workload = check_events(parse_workload(text), DEMO)
     arm = arm_of("test", expand(DEMO, workload, seed, placer))
     prep = prepare(Network(DEMO), arm, links_die=False)
-    return run_static(prep, conditions(DEMO, workload.events), workload.duration_s, RESOLVE_S, routing), arm
+    timeline = run_static(prep, conditions(DEMO, workload.events), workload.duration_s, RESOLVE_S, routing, SHARING)
+    return timeline, arm
 
 
 def alternating(request):
