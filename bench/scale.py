@@ -1,6 +1,6 @@
 """TE at fabric scale, on the flow-level simulator (emulation/simulate): the
-real engine in a closed loop with a fluid max-min model of the 2,048-GPU and
-16,384-GPU specs.
+real engine in a closed loop with the fluid model (flows sharing links as
+TCP does) of the 2,048-GPU and 16,384-GPU specs.
 
 Per fabric and scenario (`elephant`, a full cross-pod permutation of TCP
 elephants; `job-mix-large`, a job mix filling >= 90% of the GPUs):

@@ -207,20 +207,18 @@ class ClosedLoop:
 
     def _run(self, progress: Progress | None) -> LoopResult:
         s = self.settings
-        network = self.network
-        n = len(self.flows)
         rng = np.random.default_rng(s.seed)
         timeline = Timeline(self.flows, self.prep.arm.jobs, s.simulated_s, s.resolve_s)
         engine = Engine(self.fabric, s.engine)  # this loop's own: two loops in a process share nothing
-        sensor = Sensor(network, self.routes, [f.key for f in self.flows], s.noise, engine.index)
+        sensor = Sensor(self.network, self.routes, [f.key for f in self.flows], s.noise, engine.index)
 
         state = TeState()
-        flight = _InFlight(_Landed(np.full(n, -1, dtype=np.int64)), [], np.full(n, -1, dtype=np.int64))
+        changes = np.zeros(len(self.flows), dtype=np.int64)
+        flight = _InFlight(_Landed(np.full_like(changes, -1)), [], np.full_like(changes, -1))
         counter = FlowModCounter(self.fabric, self.intent)
-        changes = np.zeros(n, dtype=np.int64)
         changed_at: list[tuple[float, np.ndarray]] = []
         cycles: list[Cycle] = []
-        rates = np.zeros(n)
+        rates = np.zeros(len(self.flows))
         started_wall = time.perf_counter()
 
         for k in range(1, s.cycles + 1):
@@ -235,7 +233,7 @@ class ClosedLoop:
             sending = timeline.on
             capacity = interval.routing.capacity
             natural = natural_demand(self.routes, self.flows, sending)
-            collided = collided_uplinks(interval.routing.shares, natural, network.is_uplink, capacity)
+            collided = collided_uplinks(interval.routing.shares, natural, self.network.is_uplink, capacity)
             t1 = time.perf_counter()
 
             # 2. telemetry
