@@ -364,11 +364,18 @@ class _Cycle:
         """`changes_so_far` after this cycle's decisions, less the flows not seen for `forget_changes_after_s`."""
         so_far = self.changes_so_far()
         keys = list(so_far)
+        found = self.recent.find(self.catalog.rows(keys))
+        # Per flow, when `recent` last saw it (-inf: not there), in one pass,
+        # and a new record only where that changed: ft2-16k keeps ~6,000.
+        seen = np.full(len(keys), -np.inf)
+        seen[found >= 0] = self.recent.at[found[found >= 0]]
+        horizon = self.now - self.cfg.forget_changes_after_s
         counts: dict[FlowKey, PathChanges] = {}
-        for key, r in zip(keys, self.recent.find(self.catalog.rows(keys)).tolist()):
-            seen_at = so_far[key].seen_at if r < 0 else max(so_far[key].seen_at, float(self.recent.at[r]))
-            if self.now - seen_at <= self.cfg.forget_changes_after_s:
-                counts[key] = PathChanges(so_far[key].count, seen_at)
+        for key, entry, at in zip(keys, so_far.values(), seen.tolist()):
+            if at > entry.seen_at:
+                entry = PathChanges(entry.count, at)
+            if entry.seen_at >= horizon:
+                counts[key] = entry
         for d in self.decisions:
             if d.flow is not None and d.kind in (DecisionKind.REROUTE, DecisionKind.REVERT) and d.from_via != d.to_via:
                 before = counts.get(d.flow)

@@ -111,9 +111,10 @@ class Connections:
     def of(cls, catalog: FlowCatalog, rows: np.ndarray) -> Connections:
         if not len(rows):
             return cls(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool))
-        pairs = np.stack([catalog.src[rows], catalog.dst[rows]], axis=1)
-        _, group, size = np.unique(pairs, axis=0, return_inverse=True, return_counts=True)
-        group = group.ravel()
+        # One integer per NIC pair: np.unique over rows (axis=0) sorts a
+        # structured view, ~15x slower on ft2-16k's 16,000 records.
+        pairs = catalog.src[rows] * len(catalog.nics) + catalog.dst[rows]
+        _, group, size = np.unique(pairs, return_inverse=True, return_counts=True)
         return cls(group, size[group] <= MAX_QPS)
 
     def sum(self, bps: np.ndarray) -> np.ndarray:

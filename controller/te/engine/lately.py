@@ -179,13 +179,15 @@ def settle(
     0.2 s later on the rate it had while sharing, and held where it
     collided for the rest of the run)."""
     out = []
-    changed = _lately_changed(index, catalog, moves, now, cfg)
+    changed: np.ndarray | None = None  # worked out once a move is due: a fixing cycle has thousands young, none due
     for (key, move), i in zip(list(moves.items()), elephants.find(catalog.rows(list(moves))).tolist()):
         if i < 0 or move.settled or now - move.moved_at < cfg.hysteresis_s:
             continue
         rate = float(elephants.rate_bps[i])
         base = int(catalog.base[elephants.cat[i]])
         route = index.row_of(base, move.via)
+        if changed is None:
+            changed = _lately_changed(index, catalog, moves, now, cfg)
         if route >= 0 and changed[index.hops(route)].any():
             continue  # checked in a later cycle, on samples taken since
         back = index.row_of(base, move.from_via) if move.from_via else -1
@@ -220,16 +222,15 @@ def _lately_changed(
     index: LinkIndex, catalog: FlowCatalog, moves: Mapping[FlowKey, Move], now: float, cfg: EngineConfig
 ) -> np.ndarray:
     """Per link, whether a move onto or off it is under `max_age_s` old."""
-    changed = np.zeros(len(index.capacity), dtype=bool)
     young = [move for move in moves.values() if now - move.moved_at < cfg.max_age_s]
+    rows = []
     for move, cat in zip(young, catalog.rows([move.key for move in young]).tolist()):
-        if cat < 0:
-            continue
-        base = int(catalog.base[cat])
-        for via in {move.via, move.from_via} - {""}:
-            row = index.row_of(base, via)
-            if row >= 0:
-                changed[index.hops(row)] = True
+        if cat >= 0:
+            base = int(catalog.base[cat])
+            rows += [index.row_of(base, via) for via in (move.via, move.from_via) if via]
+    changed = np.zeros(len(index.capacity), dtype=bool)
+    changed[index.table()[[r for r in rows if r >= 0]]] = True
+    changed[index.pad] = False  # what pads the table's short routes
     return changed
 
 
