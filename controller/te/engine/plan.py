@@ -38,9 +38,10 @@ RATE_TOLERANCE = 1e-6  # of capacity: rates closer than this are equal in the ma
 # Plans weighed per pass, at most: as many as make this many elephants'
 # rates (a plan's weight is a fill of every elephant's), within (least,
 # most). The joint search's work is bounded whatever the fabric (on a large
-# one, single moves already fixed what one move fixes), and a search cut
-# short goes on in the next pass. At 20 per elephant, Hedera's randx5 (80
-# elephants) weighed 1,900 plans a pass, and an emulated TE cycle took 3-7 s.
+# one, single moves already fixed what one move fixes); a search cut short
+# runs again hysteresis_s later, as one that found nothing (fruitless.py).
+# At 20 per elephant, Hedera's randx5 (80 elephants) weighed 1,900 plans a
+# pass, and an emulated TE cycle took 3-7 s.
 EVALUATIONS = (24_000, 300, 3000)  # elephant fills, least, most
 # Up to this many elephants a plan is weighed on all of them; beyond, on
 # its component (the flows on the links it changes, the others held at
@@ -51,7 +52,7 @@ WHOLE = 512
 # Plans weighed per pass above WHOLE elephants, each 0.4 ms on its component
 # at 16K GPUs and 1 ms at 32K (a core link's component is large): 3,000 made
 # a pass 1.3 s (make bench-scale), 300 made meta-32k's 0.47 s (make
-# bench-three-tier). A search cut short goes on in the next pass.
+# bench-three-tier).
 LARGE_EVALUATIONS = 100
 
 
@@ -273,24 +274,32 @@ class Planner:
         ]
         return out
 
-    def congested(self, link: int) -> bool:
-        """The measurements agree that the link holds its elephants back: two
-        of these three, (a) it measures full (its port, or its elephants'
-        records added up: a port's rate is smoothed and lags an iteration's
-        start), (b) an elephant on it measures well under its demand, (c) its
-        own elephants' demands are more than it carries. A noisy background
-        estimate can make a link that one flow fills look squeezed in the
-        model, and then only (a) holds. Or a move of this pass loaded it (our
-        own doing, not yet measured)."""
-        if link in self._joined:
-            return True
-        capacity = self.fleet.capacity[link]
-        members = self.members(np.array([link]))
-        measured = max(float(self.port_load[link]), float(self.fleet.bps[members, 1].sum()))
+    def congested(self, links: np.ndarray) -> np.ndarray:
+        """Per link, whether the measurements agree that it holds its
+        elephants back: two of these three, (a) it measures full (its port,
+        or its elephants' records added up: a port's rate is smoothed and
+        lags an iteration's start), (b) an elephant on it measures well
+        under its demand, (c) its own elephants' demands are more than it
+        carries. A noisy background estimate can make a link that one flow
+        fills look squeezed in the model, and then only (a) holds. Or a move
+        of this pass loaded it (our own doing, not yet measured). One pass
+        over the paths: per link it took 28 ms a cycle at 32K GPUs."""
+        hops = self.paths[self.placed]
+        on = hops.ravel()
+
+        def per_link(values: np.ndarray) -> np.ndarray:
+            summed: np.ndarray = np.bincount(on, np.repeat(values, hops.shape[1]), len(self.capacity))[links]
+            return summed
+
+        bps = self.fleet.bps[self.placed]
+        capacity = self.fleet.capacity[links]
+        measured = np.maximum(self.port_load[links], per_link(bps[:, 1]))
         full = measured >= self.cfg.saturated * capacity
-        crowded = bool(self.fleet.bps[members, 0].sum() >= capacity * (1 + self.cfg.min_gain))
-        held_back = bool(self.held_back[members].any())
-        return (full and (crowded or held_back)) or (crowded and held_back)
+        crowded = per_link(bps[:, 0]) >= capacity * (1 + self.cfg.min_gain)
+        held_back = per_link(self.held_back[self.placed].astype(float)) > 0
+        joined = np.isin(links, np.fromiter(self._joined, dtype=np.int64, count=len(self._joined)))
+        out: np.ndarray = joined | (full & (crowded | held_back)) | (crowded & held_back)
+        return out
 
     def plans_for(self, link: int, allowed: Callable[[int], bool]) -> Plan | None:
         """The best plan that relieves `link` and pays its way, None if

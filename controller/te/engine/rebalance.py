@@ -142,7 +142,9 @@ class Pass:
             else np.full(len(catalog.uplinks), cfg.max_moves_per_leaf)
         )
         self.moved = np.zeros(n, dtype=bool)
-        self.fruitless: Fruitless | None = None
+        # Kept until a search replaces it: its key says whether it still
+        # applies (a calm cycle in between made meta-32k search again).
+        self.fruitless: Fruitless | None = inputs.fruitless
         self.expected: np.ndarray | None = None  # per elephant, its max-min rate where the plans left it
         self._planner: Planner | None = None
         self._calm = False
@@ -297,14 +299,15 @@ class Pass:
         planner.refresh()
         last = inputs.fruitless
         searched = last.links if last is not None and searches != 0 else frozenset()
-        if searches < 0 and searched.issuperset(self._confirmed(planner)):
+        confirmed = self._confirmed(planner)
+        if searches < 0 and searched.issuperset(confirmed):
             self.fruitless = last
             return
         tried: set[int] = set()
         long_tried = False
         while True:
             plan: Plan | None = None
-            for link in self._confirmed(planner):
+            for link in confirmed:
                 if link in tried or planner.spent():
                     continue
                 tried.add(link)
@@ -314,13 +317,17 @@ class Pass:
                     break
             if plan is None and not long_tried and len(inputs.elephants) <= PLANNED_ONLY:
                 long_tried = True  # where every move is a plan (the annealer's steps are scalar)
-                plan = self._long_plan(planner)
+                plan = self._long_plan(planner, confirmed)
             if plan is None:
                 if self.moved.any():
                     self.expected = planner.x
                 else:
-                    count = max(searches, 0) + 1
-                    self.fruitless = Fruitless(key, inputs.background, inputs.now, count, searched | tried)
+                    # A spent budget is a search of them all: the links left
+                    # wait out hysteresis_s with the rest (at 32K GPUs the budget
+                    # went on the same link every cycle, make bench-three-tier).
+                    done = searched | tried | (set(confirmed) if planner.spent() else set())
+                    count = last.searches if searches < 0 and last is not None else max(searches, 0) + 1
+                    self.fruitless = Fruitless(key, inputs.background, inputs.now, count, frozenset(done))
                 return
             why = (
                 f"a plan of {len(plan.moves)}: the slowest flow it changes +{plan.gain_bps / 1e9:.2f} Gb/s, "
@@ -333,6 +340,7 @@ class Pass:
             planner.apply(plan, move)
             self.relieved.add(plan.relieved)
             tried.clear()  # the routing changed: a link tried before may have a plan now
+            confirmed = self._confirmed(planner)
 
     def planner(self) -> Planner | None:
         """The max-min model of the fleet (plan.Planner), made on first use;
@@ -358,16 +366,17 @@ class Pass:
     def _confirmed(planner: Planner) -> list[int]:
         """The squeezed elephants' bottleneck links the measurements agree
         are congested, the slowest elephant's first, each once."""
-        links = dict.fromkeys(int(planner.bottleneck[i]) for i in planner.squeezed().tolist())
-        return [link for link in links if planner.congested(link)]
+        links, first = np.unique(planner.bottleneck[planner.squeezed()], return_index=True)
+        links = links[np.argsort(first)]
+        confirmed: list[int] = links[planner.congested(links)].tolist()
+        return confirmed
 
-    def _long_plan(self, planner: Planner) -> Plan | None:
+    def _long_plan(self, planner: Planner, confirmed: list[int]) -> Plan | None:
         """A plan of any length, where the slowest squeezed flow's link is
         congested, if the max-min rates of what it touches beat min_gain:
         the exact search's, else (too large, or nothing found in its time)
         simulated annealing's. Made whole or not at all (the leaves'
         budgets bound single moves)."""
-        confirmed = self._confirmed(planner)
         if not confirmed:
             return None
         link, movable = confirmed[0], self.free & planner.movable
