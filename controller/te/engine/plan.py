@@ -274,6 +274,14 @@ class Planner:
         ]
         return out
 
+    def confirmed(self) -> list[int]:
+        """The squeezed elephants' bottleneck links the measurements agree
+        are congested, the slowest elephant's first, each once."""
+        links, first = np.unique(self.bottleneck[self.squeezed()], return_index=True)
+        links = links[np.argsort(first)]
+        out: list[int] = links[self.congested(links)].tolist()
+        return out
+
     def congested(self, links: np.ndarray) -> np.ndarray:
         """Per link, whether the measurements agree that it holds its
         elephants back: two of these three, (a) it measures full (its port,

@@ -299,7 +299,7 @@ class Pass:
         planner.refresh()
         last = inputs.fruitless
         searched = last.links if last is not None and searches != 0 else frozenset()
-        confirmed = self._confirmed(planner)
+        confirmed = planner.confirmed()
         if searches < 0 and searched.issuperset(confirmed):
             self.fruitless = last
             return
@@ -340,7 +340,7 @@ class Pass:
             planner.apply(plan, move)
             self.relieved.add(plan.relieved)
             tried.clear()  # the routing changed: a link tried before may have a plan now
-            confirmed = self._confirmed(planner)
+            confirmed = planner.confirmed()
 
     def planner(self) -> Planner | None:
         """The max-min model of the fleet (plan.Planner), made on first use;
@@ -361,15 +361,6 @@ class Pass:
                 contest = Contest(ends, caps, self.free, held_back, qps, inputs.background, inputs.port_load)
                 self._planner = Planner(fleet, contest, inputs.cfg)
         return self._planner
-
-    @staticmethod
-    def _confirmed(planner: Planner) -> list[int]:
-        """The squeezed elephants' bottleneck links the measurements agree
-        are congested, the slowest elephant's first, each once."""
-        links, first = np.unique(planner.bottleneck[planner.squeezed()], return_index=True)
-        links = links[np.argsort(first)]
-        confirmed: list[int] = links[planner.congested(links)].tolist()
-        return confirmed
 
     def _long_plan(self, planner: Planner, confirmed: list[int]) -> Plan | None:
         """A plan of any length, where the slowest squeezed flow's link is
