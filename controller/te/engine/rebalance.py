@@ -301,8 +301,7 @@ class Pass:
         searched = last.links if last is not None and searches != 0 else frozenset()
         confirmed = planner.confirmed()
         if searches < 0 and searched.issuperset(confirmed):
-            self.fruitless = last
-            return
+            return  # self.fruitless is `last` already
         tried: set[int] = set()
         long_tried = False
         while True:
