@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from controller.fabric import Endpoint, Fabric, NicId
+from controller.fabric import Endpoint, Fabric, Link, NicId
 from controller.te.jobs import Drains
 from controller.te.load import link_name
 
@@ -48,7 +48,6 @@ class LinkIndex:
         self.pad = len(egresses)
         self.capacity = np.array([*(fabric.capacity_bps[e] for e in egresses), np.inf], dtype=float)
         self._dead: tuple[Drains, np.ndarray] | None = None
-        self._ends: list[tuple[str, str, str]] | None = None
         self._no_routes()
 
     def _no_routes(self) -> None:
@@ -276,18 +275,24 @@ class LinkIndex:
     def dead(self, drains: Drains) -> np.ndarray:
         """Per egress: True if drained (its link, its switch or the switch it faces)."""
         if self._dead is None or self._dead[0] != drains:
+            # From the drains to their egresses, not the other way: naming all
+            # 97,000 egresses of meta-32k took its first failure's cycle 0.3 s.
             mask = np.zeros(len(self.capacity), dtype=bool)
-            if drains.links or drains.switches:
-                if self._ends is None:
-                    self._ends = [self._end_names(egress) for egress in self.egresses]
-                switches, links = drains.switches, drains.links
-                mask[:-1] = [a in switches or b in switches or c in links for a, b, c in self._ends]
+            for name in drains.links:
+                mask[self._ends(self._named(name))] = True
+            for switch in drains.switches & self.fabric.switches.keys():
+                for link in self.fabric.ports(switch).values():
+                    mask[self._ends(link)] = True
             self._dead = (drains, mask)
         return self._dead[1]
 
-    def _end_names(self, egress: Endpoint) -> tuple[str, str, str]:
-        """(its switch, the switch it faces, its link's name), "" for a NIC's end:
-        what `drained` asks of it."""
-        link = self.fabric.link_at(egress)
-        peer = link.peer(egress.node)
-        return (egress.node if egress.port else "", peer.node if peer.port else "", link_name(self.fabric, link))
+    def _named(self, name: str) -> Link | None:
+        """The link `name` (link_name's) names, None if none of this fabric."""
+        switch, _, port = name.rpartition(":")
+        known = switch in self.fabric.switches and port.isdigit()
+        link = self.fabric.ports(switch).get(int(port)) if known else None
+        return link if link is not None and link_name(self.fabric, link) == name else None
+
+    def _ends(self, link: Link | None) -> list[int]:
+        """The egress ids of a link's two directions."""
+        return [self.ids[end] for end in (link.a, link.b) if end in self.ids] if link is not None else []

@@ -49,11 +49,13 @@ EVALUATIONS = (24_000, 300, 3000)  # elephant fills, least, most
 # same size as rebalance.PLANNED_ONLY: a whole fill per plan made TE cycles
 # take 3.2 s at 1,000 elephants on ft2-16k (make bench-soak).
 WHOLE = 512
-# Plans weighed per pass above WHOLE elephants, each 0.4 ms on its component
-# at 16K GPUs and 1 ms at 32K (a core link's component is large): 3,000 made
-# a pass 1.3 s (make bench-scale), 300 made meta-32k's 0.47 s (make
-# bench-three-tier).
-LARGE_EVALUATIONS = 100
+# Plans weighed per pass above WHOLE elephants, in the same units: a plan's
+# weight is two fills of its component, whose size the fabric sets (3
+# elephants on ft2-16k's core links, 450 on meta-32k's). At most 100 (each
+# 0.4 ms at 16K GPUs whatever its size: 3,000 made a pass 1.3 s, make
+# bench-scale); a plain 100 made every search cycle of meta-32k 90 ms
+# longer than the others, and them its step's p99 (make bench-three-tier).
+LARGE_EVALUATIONS = (24_000, 1, 100)  # elephant fills, least, most
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,7 @@ class Planner:
         self.tolerance = RATE_TOLERANCE * float(np.min(capacity[np.isfinite(capacity)], initial=1.0))
         self._joined: dict[int, list[int]] = {}
         self.evaluations = 0
+        self.filled = self.last_filled = 0  # elephants' rates the plans weighed took, in all and the last
         self._index()
         self.rates()
 
@@ -118,6 +121,7 @@ class Planner:
         return np.concatenate([self.ends[i], table[rows]], axis=1)
 
     def _index(self) -> None:
+        self._rows = self.fleet.rows.copy()
         self.paths = np.full((len(self.fleet.rows), self.fleet.index.table().shape[1] + 2), self.fleet.index.pad)
         self.paths[self.placed] = self.path(self.placed, self.fleet.rows[self.placed])
         links = self.paths[self.placed].ravel()
@@ -128,6 +132,8 @@ class Planner:
     def refresh(self) -> None:
         """The fleet's elephants moved (single moves): their paths and the
         rates again; the links they joined count as loaded by this pass."""
+        if np.array_equal(self._rows, self.fleet.rows):
+            return  # nothing moved: re-indexing 16K elephants' paths took 7 ms a cycle at 32K GPUs
         before = self.paths.copy()
         self._index()
         moved = np.flatnonzero((before != self.paths).any(axis=1))
@@ -169,10 +175,10 @@ class Planner:
 
     def spent(self) -> bool:
         """The pass has weighed as many plans as it may."""
-        fills, least, most = EVALUATIONS
-        if len(self.placed) > WHOLE:
-            return self.evaluations >= LARGE_EVALUATIONS
-        return self.evaluations >= min(max(fills // max(len(self.placed), 1), least), most)
+        fills, least, most = LARGE_EVALUATIONS if len(self.placed) > WHOLE else EVALUATIONS
+        # The next plan, as large as the last, would take the fills past the budget.
+        over = self.filled + self.last_filled > fills
+        return self.evaluations >= most or (self.evaluations >= least and over)
 
     def evaluate(self, moves: tuple[tuple[int, int], ...]) -> tuple[float, float]:
         """What the moves gain on their component: in the max-min order, and in the sum of the rates."""
@@ -190,6 +196,8 @@ class Planner:
         after = self.paths[component]
         after[np.searchsorted(component, movers)] = self.path(movers, new_rows)
         now, _ = fill_paths(after, left, self.cap[component])
+        self.last_filled = len(component) * (1 if len(self.placed) <= WHOLE else 2)
+        self.filled += self.last_filled
         return lex_gain(was, now, self.tolerance), float(now.sum() - was.sum())
 
     def _component(self, movers: np.ndarray, new_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
