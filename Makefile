@@ -128,10 +128,12 @@ bench-fabric: venv
 	$(PY) -m bench.fabric --out bench/results/fabric.json
 
 # The simulator against the emulation: default and three-pod, elephant and link-failure; then the
-# elephant on the k=4 fat tree and on per-rail planes (crowded-planes); 5 seeds (~40 min).
+# elephant on the k=4 fat tree and on per-rail planes (crowded-planes); then the three training
+# mixes by their iterations, each on its own spec; 5 seeds (~60 min).
 bench-crossval: setup
 	$(PY) -m bench.crossval --out bench/results/crossval.json
 	$(PY) -m bench.crossval --spec fat-tree-k4.yaml --spec crowded-planes.yaml --scenario elephant --out bench/results/crossval-shapes.json
+	$(PY) -m bench.crossval --scenario training-planes --scenario training-narrow --scenario training-three-pod --out bench/results/crossval-training.json
 
 # Hedera's 30 testbed patterns (the authors' input files) on fat-tree-k4.yaml,
 # emulated and simulated, ECMP and TE, beside Hedera's published ECMP, GFF and

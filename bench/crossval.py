@@ -12,8 +12,14 @@ the simulator's ECMP reproduces OVS's select-group hash, so every flow starts
 on the same spine in both. What is compared is each mode's aggregate as a
 fraction of the optimum (the same failure-aware max-min LP on both sides),
 time-weighted over the run: the emulated goodput over the planned duration,
-the simulated rates over the TE cycles (ECMP: over its phases). A case passes
-when the two are within `--tolerance` points.
+the simulated rates over the TE cycles (ECMP: over its phases). A training
+mix (jobs that iterate, with on/off background and a failure) is compared
+by its jobs' iterations instead: the optimum over the p50 iteration time,
+TE and E-ECMP (each QP hashed). A case passes when the two are within
+`--tolerance` points.
+
+(python -m bench.crossval --scenario training-planes --seeds 1 2 3: a
+scenario on its own spec)
 """
 
 from __future__ import annotations
@@ -30,12 +36,14 @@ from typing import Any
 from bench import write_result
 from controller.fabric import load_fabric
 from controller.te.engine import DecisionKind
+from emulation.model.stats import percentile
 from emulation.net import ovs
 from emulation.scenarios import output
 from emulation.scenarios.records import ScenarioReport
 from emulation.scenarios.report import build_report
 from emulation.scenarios.runner import ScenarioMode, run_scenario
 from emulation.scenarios.timeline import MOVES, Decided
+from emulation.simulate.arms import RAILYARD_ECMP, RAILYARD_TE
 from emulation.simulate.records import PhaseFigures, SimulationReport
 from emulation.simulate.replay import Rerouted, RoutingWorth, routing_worth
 from emulation.simulate.run import simulate
@@ -48,11 +56,33 @@ TOLERANCE_POINTS = 5.0
 
 def simulated_workload(scenario: Workload, telemetry: Telemetry) -> Workload:
     """The scenario the simulator runs: the same file (one format drives both),
-    with the simulated agent's settings. Cross-validated: permutations only."""
+    with the simulated agent's settings. Cross-validated: one permutation
+    (by goodput), or a training mix (by its jobs' iterations)."""
     kinds = [item.kind if isinstance(item, PatternItem) else type(item).__name__ for item in scenario.traffic]
-    if kinds != ["permutation"]:
-        raise ValueError(f"scenario {scenario.name}: traffic {kinds}; cross-validated: one permutation")
+    if kinds != ["permutation"] and not iterating(scenario):
+        raise ValueError(
+            f"scenario {scenario.name}: traffic {kinds}; cross-validated: one permutation, or jobs with iterations"
+        )
     return replace(scenario, telemetry=telemetry)
+
+
+def iterating(scenario: Workload) -> bool:
+    """A training mix: jobs that iterate, judged by their iteration times."""
+    return any(job.iterations for job in scenario.jobs())
+
+
+def iteration_fractions(
+    simulated: SimulationReport, emulated: ScenarioReport
+) -> tuple[dict[str, float], dict[str, float]]:
+    """(simulated, emulated): per mode, the jobs' own optimum over their
+    iteration time at p50, every job's iterations pooled (a p50 slowdown of
+    1.25 is 80%). ECMP is E-ECMP: each QP hashed, on the same servers."""
+    arms = simulated.arms or {}
+    sim = {"ecmp": arms[RAILYARD_ECMP].overall.slowdown_p50, "te": arms[RAILYARD_TE].overall.slowdown_p50}
+    emu = {}
+    for mode in ("ecmp", "te"):
+        emu[mode] = percentile([x for job in emulated.modes[mode].jobs for x in job.slowdowns], 0.5)
+    return {m: _ratio(1.0, x) for m, x in sim.items()}, {m: _ratio(1.0, x) for m, x in emu.items()}
 
 
 JUDGED_FROM_S = 1.0  # the emulated report judges a TCP flow from its second second on (slow start)
@@ -130,7 +160,11 @@ def _ratio(a: float, b: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spec", action="append", help="repeatable; default: default.yaml and three-pod.yaml")
+    parser.add_argument(
+        "--spec",
+        action="append",
+        help="repeatable; default: default.yaml and three-pod.yaml, or with --scenario each scenario's own",
+    )
     parser.add_argument("--scenario", action="append", help="repeatable; default: elephant and link-failure")
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     # As the emulated agent reports (emulation/agent DEFAULT_INTERVAL_S): a TE cycle per batch.
@@ -146,7 +180,7 @@ def main() -> None:
         parser.error(str(exc))
     ovs.check_running()
     cases: list[dict[str, Any]] = []
-    for spec_name in args.spec or ["default.yaml", "three-pod.yaml"]:
+    for spec_name in args.spec or ([None] if args.scenario else ["default.yaml", "three-pod.yaml"]):
         for name in args.scenario or ["elephant", "link-failure"]:
             scenario = load_workload(name)
             spec_path = spec_file(scenario, spec_name)
@@ -154,9 +188,12 @@ def main() -> None:
             workload = simulated_workload(scenario, telemetry)
             for seed in args.seeds:
                 report = build_report(fabric, scenario, seed, run_scenario(fabric, spec_path, scenario, seed))
-                emulated = {mode: report.modes[mode].totals.judged_fraction() for mode in ("ecmp", "te")}
                 flow_errors = report.failed_flows
-                simulated = simulated_fractions(simulate(fabric, workload, seed))
+                if iterating(scenario):
+                    simulated, emulated = iteration_fractions(simulate(fabric, workload, seed), report)
+                else:
+                    emulated = {mode: report.modes[mode].totals.judged_fraction() for mode in ("ecmp", "te")}
+                    simulated = simulated_fractions(simulate(fabric, workload, seed))
                 diff = {mode: 100 * (simulated[mode] - emulated[mode]) for mode in ("ecmp", "te")}
                 case = {
                     "spec": fabric.spec.name,

@@ -11,8 +11,9 @@ and its repair, with two queue pairs per connection.
 
 Per mix and seed, in each world: TE's iteration time at p50 and p99 over
 the job's optimum (its own, failure-aware), ideal spraying's p99 (the
-simulator's) and E-ECMP beside it (ECMP over the QPs: each QP hashed), the
-most path changes of one flow between two changes of traffic, and TE's
+simulator's) and E-ECMP beside it (ECMP over the QPs, each QP hashed, on
+Railyard's placement as the emulated ECMP run is), the most path changes
+of one flow between two changes of traffic, and TE's
 moves more than 2 s after any change (the emulation's report; the
 simulator's reroutes in cycles that far from any change). Targets: TE's
 p50 slowdown <= 1.10, TE's p99 no worse than spraying's, <= 2 path changes
@@ -41,7 +42,7 @@ from emulation.model.stats import percentile
 from emulation.net import ovs
 from emulation.scenarios.records import JobFigures
 from emulation.scenarios.timeline import in_steady_traffic
-from emulation.simulate.arms import RAILYARD_TE, SPRAY, TOPOLOGY_ECMP
+from emulation.simulate.arms import RAILYARD_ECMP, RAILYARD_TE, SPRAY
 from emulation.simulate.records import IterationFigures
 from emulation.simulate.run import simulate
 from emulation.workload import Workload, load_workload, spec_file
@@ -61,7 +62,7 @@ def simulated(workload: Workload, seed: int) -> dict[str, Any]:
     fabric = load_fabric(spec_file(workload))
     result = simulate(fabric, workload, seed)
     arms = result.arms or {}
-    te, spray, e_ecmp = arms[RAILYARD_TE].overall, arms[SPRAY].overall, arms[TOPOLOGY_ECMP].overall
+    te, spray, e_ecmp = arms[RAILYARD_TE].overall, arms[SPRAY].overall, arms[RAILYARD_ECMP].overall
     changes = workload.traffic_changes(result.duration_s)
     steady = sum(c.reroutes for c in result.cycles if in_steady_traffic(c.t, changes))
     return {

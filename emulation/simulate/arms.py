@@ -4,6 +4,9 @@ Pure.
 - `first-fit+ecmp`: network-blind first-fit placement, flows hashed;
 - `topology+ecmp`: topology-aware packing (Slurm topology/tree, Kueue TAS),
   blind to load, flows hashed;
+- `railyard+ecmp`: Railyard's placement (its servers and QP source ports)
+  with no controller to steer it: every flow hashed, each QP on its own
+  (E-ECMP), as the emulated ECMP run is;
 - `spray`: Railyard's placement with every flow sprayed ideally over its paths;
 - `railyard+te`: Railyard's placement and the closed loop with the real engine;
 - `optimum`: each job alone on the live fabric, split over every path
@@ -19,6 +22,7 @@ and ignore drains (a drain is a controller's action).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from emulation.model.sharing import Sharing
 from emulation.simulate.conditions import Condition
@@ -26,18 +30,20 @@ from emulation.simulate.prepared import Prepared, Routing, ecmp_routing, spray_r
 from emulation.simulate.timeline import Timeline
 from emulation.simulate.traffic import FIRST_FIT, RAILYARD, TOPOLOGY
 
-FIRST_FIT_ECMP, TOPOLOGY_ECMP, ECMP, SPRAY, RAILYARD_TE, OPTIMUM = (
+FIRST_FIT_ECMP, TOPOLOGY_ECMP, RAILYARD_ECMP, ECMP, SPRAY, RAILYARD_TE, OPTIMUM = (
     "first-fit+ecmp",
     "topology+ecmp",
+    "railyard+ecmp",
     "ecmp",
     "spray",
     "railyard+te",
     "optimum",
 )
-ARMS = (FIRST_FIT_ECMP, TOPOLOGY_ECMP, SPRAY, RAILYARD_TE, OPTIMUM)
+ARMS = (FIRST_FIT_ECMP, TOPOLOGY_ECMP, RAILYARD_ECMP, SPRAY, RAILYARD_TE, OPTIMUM)
 RULES = {
     FIRST_FIT_ECMP: "first-fit placement, network-blind; the underlay's 5-tuple hash",
     TOPOLOGY_ECMP: "topology-aware packing (fewest leaves, best fit, lowest index; blind to load); the hash",
+    RAILYARD_ECMP: "Railyard's placement, nothing steered: the hash, each QP on its own (E-ECMP)",
     ECMP: "the underlay's 5-tuple hash",
     SPRAY: "Railyard's placement; every flow sprayed evenly over its live paths",
     RAILYARD_TE: "Railyard's placement (controller.te.placement.place) and the closed loop with the real engine",
@@ -47,6 +53,7 @@ RULES = {
 PLACEMENT_OF = {
     FIRST_FIT_ECMP: FIRST_FIT,
     TOPOLOGY_ECMP: TOPOLOGY,
+    RAILYARD_ECMP: RAILYARD,
     ECMP: RAILYARD,
     SPRAY: RAILYARD,
     RAILYARD_TE: RAILYARD,
@@ -77,10 +84,23 @@ def baselines(
     preps: dict[str, Prepared], conditions: Sequence[Condition], duration_s: float, resolve_s: float, sharing: Sharing
 ) -> dict[str, Timeline]:
     """Each baseline arm's run, by arm name."""
-    hashed = (FIRST_FIT_ECMP, TOPOLOGY_ECMP) if FIRST_FIT in preps else (ECMP,)
+    hashed = {ECMP: preps[RAILYARD]}
+    if FIRST_FIT in preps:
+        hashed = {
+            FIRST_FIT_ECMP: preps[FIRST_FIT],
+            TOPOLOGY_ECMP: preps[TOPOLOGY],
+            RAILYARD_ECMP: unsteered(preps[RAILYARD]),
+        }
     out = {
-        name: run_static(preps[PLACEMENT_OF[name]], conditions, duration_s, resolve_s, ecmp_routing, sharing)
-        for name in hashed
+        name: run_static(prep, conditions, duration_s, resolve_s, ecmp_routing, sharing)
+        for name, prep in hashed.items()
     }
     out[SPRAY] = run_static(preps[RAILYARD], conditions, duration_s, resolve_s, spray_routing, sharing)
     return out
+
+
+def unsteered(prep: Prepared) -> Prepared:
+    """The same flows (so the same 5-tuples and hashes) with no job steering
+    them: what the switches do with no controller to install its entries."""
+    flows = tuple(replace(f, via="") for f in prep.arm.flows)
+    return Prepared(replace(prep.arm, flows=flows), prep.routes, prep.hashes, prep.acks)

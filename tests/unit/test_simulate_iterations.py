@@ -125,7 +125,14 @@ events: [{at_s: 1.5, link_down: 'ryl0r0:5'}]
     result = simulate(MID, parse_workload(text), seed=3)  # OptimumBeaten would be raised
     arms = result.arms or {}
     optimum = arms["optimum"].jobs
-    assert optimum and set(arms) == {"first-fit+ecmp", "topology+ecmp", "spray", "railyard+te", "optimum"}
+    assert optimum and set(arms) == {
+        "first-fit+ecmp",
+        "topology+ecmp",
+        "railyard+ecmp",
+        "spray",
+        "railyard+te",
+        "optimum",
+    }
     for name, figures in arms.items():
         if name == "optimum":
             continue
