@@ -11,9 +11,9 @@ import math
 import pytest
 
 from controller.cli.main import main
-from controller.fabric import NicId
+from controller.fabric import NicId, load_fabric
 from emulation.model.sharing import Sharing
-from emulation.simulate.arms import run_static
+from emulation.simulate.arms import run_static, unsteered
 from emulation.simulate.conditions import conditions
 from emulation.simulate.iterations import Bounds, OptimumBeaten, arm_figures
 from emulation.simulate.jobbound import Cuts, JobBound, lp_time_s
@@ -22,7 +22,7 @@ from emulation.simulate.routes import Network
 from emulation.simulate.run import RESOLVE_S, simulate
 from emulation.simulate.timeline import Iteration
 from emulation.simulate.traffic import arm_of, build_arms
-from emulation.workload import parse_workload
+from emulation.workload import load_workload, parse_workload, spec_file
 from emulation.workload.events import check_events
 from emulation.workload.expand import Placed, expand
 from emulation.workload.placers import railyard_placer
@@ -177,3 +177,19 @@ def test_an_iteration_still_running_at_the_end_counts_once_it_is_past_the_optimu
     assert started["ring"].iterations == 0  # too early to tell
     with pytest.raises(OptimumBeaten):
         arm_figures([Iteration("ring", 0, 0.0, 0.5)], [], [job], bounds, bounds, healthy, "ecmp")
+
+
+def test_railyard_ecmp_hashes_railyards_placement_with_nothing_steered():
+    """E-ECMP, as the emulated ECMP run has it: Railyard's servers and the
+    QP source ports its placement named, hashed by the switches with no
+    controller to install the job's entries."""
+    workload = load_workload("training-narrow")
+    fabric = load_fabric(spec_file(workload))
+    _, arms = build_arms(fabric, workload, seed=1)
+    prep = prepare(Network(fabric), arms["railyard"], links_die=False)
+    steered = prep.steered_route
+    hashed = unsteered(prep)
+    assert (steered >= 0).any()  # placement steers its QPs, each to a spine
+    assert (hashed.steered_route == -1).all()
+    assert [f.key for f in hashed.arm.flows] == [f.key for f in prep.arm.flows]  # the same 5-tuples, hence hashes
+    assert (hashed.hashes == prep.hashes).all()
