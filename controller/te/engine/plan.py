@@ -121,7 +121,7 @@ class Planner:
         return np.concatenate([self.ends[i], table[rows]], axis=1)
 
     def _index(self) -> None:
-        self._rows = self.fleet.rows.copy()
+        self._rows = self.fleet.rows.copy()  # the rows self.paths are of
         self.paths = np.full((len(self.fleet.rows), self.fleet.index.table().shape[1] + 2), self.fleet.index.pad)
         self.paths[self.placed] = self.path(self.placed, self.fleet.rows[self.placed])
         links = self.paths[self.placed].ravel()
@@ -132,16 +132,16 @@ class Planner:
     def refresh(self) -> None:
         """The fleet's elephants moved (single moves): their paths and the
         rates again; the links they joined count as loaded by this pass."""
-        if np.array_equal(self._rows, self.fleet.rows):
-            return  # nothing moved: re-indexing 16K elephants' paths took 7 ms a cycle at 32K GPUs
-        before = self.paths.copy()
+        moved = self.placed[self._rows[self.placed] != self.fleet.rows[self.placed]]
+        if not len(moved):
+            # The paths and rates stand: re-indexing 16K elephants' paths took
+            # 7 ms a cycle at 32K GPUs, and a whole fill is most of a large pass's time.
+            return
         self._index()
-        moved = np.flatnonzero((before != self.paths).any(axis=1))
         for i in moved.tolist():
             for link in self.paths[i].tolist():
                 self._joined.setdefault(link, []).append(i)
-        if len(moved):  # else the rates stand: a whole fill is most of a large pass's time
-            self.rates()
+        self.rates()
 
     def route_bound(self) -> np.ndarray:
         """Per elephant: frozen, in the model, by a link a route chooses (a move may help it)."""
@@ -190,14 +190,16 @@ class Planner:
             # Every placed elephant, none held: their rates before the moves
             # are self.x, which rates() filled from these very inputs.
             component, left, was = self.placed, self.capacity, self.x[self.placed]
+            fills = len(component)
         else:
             component, left = self._component(movers, new_rows)
             was, _ = fill_paths(self.paths[component], left, self.cap[component])
+            fills = 2 * len(component)  # `was` as well as `now`
         after = self.paths[component]
         after[np.searchsorted(component, movers)] = self.path(movers, new_rows)
         now, _ = fill_paths(after, left, self.cap[component])
-        self.last_filled = len(component) * (1 if len(self.placed) <= WHOLE else 2)
-        self.filled += self.last_filled
+        self.last_filled = fills
+        self.filled += fills
         return lex_gain(was, now, self.tolerance), float(now.sum() - was.sum())
 
     def _component(self, movers: np.ndarray, new_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -252,7 +254,7 @@ class Planner:
             new = self.path(np.array([i]), np.array([self.fleet.rows[i]]))[0]
             for link in new.tolist():
                 self._joined.setdefault(link, []).append(i)
-            self.paths[i] = new
+            self.paths[i], self._rows[i] = new, self.fleet.rows[i]
         self.rates()
 
     def alternatives(self, i: int) -> list[int]:
