@@ -53,7 +53,14 @@ def simulate(args) -> int:
 
     try:
         result = run_simulation(
-            fabric, workload, args.seed, args.duration, progress, notify=notify, sharing=Sharing(args.sharing)
+            fabric,
+            workload,
+            args.seed,
+            args.duration,
+            progress,
+            notify=notify,
+            sharing=Sharing(args.sharing),
+            framed=not args.unframed,
         )
     except BaseException:
         if live:
@@ -97,6 +104,12 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         choices=("proportional", "max-min"),  # emulation.model.sharing.Sharing, not imported without the sim extra
         default="proportional",
         help="how flows share a link: proportional (what TCP converges to; default) or max-min (the optimum's own)",
+    )
+    sim.add_argument(
+        "--unframed",
+        action="store_true",
+        help="flows move delivered bytes alone, as the optimum counts them (default: each pays its frame headers"
+        " and TCP's ACKs on the wire, as in the emulation)",
     )
     sim.add_argument("--out", default="reports", help="directory for the JSON result and the PNG")
     sim.set_defaults(func=simulate)

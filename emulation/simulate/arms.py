@@ -103,4 +103,4 @@ def unsteered(prep: Prepared) -> Prepared:
     """The same flows (so the same 5-tuples and hashes) with no job steering
     them: what the switches do with no controller to install its entries."""
     flows = tuple(replace(f, via="") for f in prep.arm.flows)
-    return Prepared(replace(prep.arm, flows=flows), prep.routes, prep.hashes, prep.acks)
+    return Prepared(replace(prep.arm, flows=flows), prep.routes, prep.hashes, prep.acks, prep.wire)

@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from emulation.model.fluid import link_loads
-from emulation.model.sharing import Sharing
+from emulation.simulate.prepared import Routing
 from emulation.simulate.routes import Routes
 from emulation.simulate.traffic import SimFlow
 
@@ -50,13 +50,6 @@ def collided_uplinks(shares: sp.csr_matrix, natural: np.ndarray, is_uplink: np.n
     return int(hot.sum())
 
 
-def outcome(
-    shares: sp.csr_matrix,
-    capacity: np.ndarray,
-    demand: np.ndarray,
-    natural: np.ndarray,
-    is_uplink: np.ndarray,
-    sharing: Sharing,
-) -> Outcome:
-    rates = sharing.rates(shares, capacity, demand)
-    return Outcome(rates, float(rates.sum()), collided_uplinks(shares, natural, is_uplink, capacity))
+def outcome(routing: Routing, demand: np.ndarray, natural: np.ndarray, is_uplink: np.ndarray) -> Outcome:
+    rates = routing(demand)
+    return Outcome(rates, float(rates.sum()), collided_uplinks(routing.shares, natural, is_uplink, routing.capacity))

@@ -50,8 +50,7 @@ def static_figures(prep: Prepared, phase: Phase, bound: Bound, sharing: Sharing)
     natural = natural_demand(prep.routes, prep.arm.flows, phase.started)
     ecmp, spray = ecmp_routing(prep, condition, sharing), spray_routing(prep, condition, sharing)  # ECMP: ACKs too
     uplink = network.is_uplink
-    ecmp_outcome = outcome(ecmp.shares, ecmp.capacity, np.minimum(demand, ecmp.cap), natural, uplink, sharing)
-    spray_outcome = outcome(spray.shares, spray.capacity, demand, natural, uplink, sharing)
+    ecmp_outcome, spray_outcome = outcome(ecmp, demand, natural, uplink), outcome(spray, demand, natural, uplink)
 
     best = bound.per_flow(phase.started)
 

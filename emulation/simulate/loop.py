@@ -202,7 +202,7 @@ class ClosedLoop:
             cap = np.where(self._stalled[1], 0.0, cap)
         key = (c, route.tobytes(), cap.tobytes())
         if self._routing is None or self._routing[0] != key:
-            self._routing = (key, Routing(self.routes.shares(route), capacity, cap, self.settings.sharing))
+            self._routing = (key, self.prep.routing(self.routes.shares(route), capacity, cap, self.settings.sharing))
         return self._routing[1], route
 
     def _run(self, progress: Progress | None) -> LoopResult:

@@ -244,6 +244,7 @@ class SimulationReport:
     events: list[dict[str, Any]]  # {"at_s": ..., kind: target}, as the workload names them
     telemetry: TelemetryModel
     sharing: Sharing  # how flows share a link: every arm's rates but the optimum's (max-min by definition)
+    framed: bool  # every arm's flows pay their frames' headers and ACKs on the wire; the optimum's do not
     engine: EngineConfig  # as the run used it
     resolve_s: float
     arms: dict[str, ArmFigures] | None = field(default=None, metadata=OMITTED_IF_NONE)

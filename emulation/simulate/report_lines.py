@@ -33,6 +33,7 @@ def header(result: SimulationReport) -> str:
         f"seed {result.seed}, {result.te.loop.simulated_s:g} s simulated; telemetry every "
         f"{telemetry.interval_s:g} s, noise ±{telemetry.noise:.0%}, "
         f"control latency {telemetry.latency_s:g} s; links shared {result.sharing} fair"
+        + ("" if result.framed else ", delivered bytes only (no frame headers or ACKs)")
     )
 
 

@@ -77,8 +77,11 @@ def simulate(
     notify: Callable[[str], None] = lambda _: None,
     resolve_s: float = RESOLVE_S,
     sharing: Sharing = Sharing.PROPORTIONAL,
+    framed: bool = True,
 ) -> SimulationReport:
-    """The full result, judged by goodput or by time."""
+    """The full result, judged by goodput or by time. `framed`: flows pay
+    for their frames' headers and ACKs on the wire (framing.py); without,
+    they move delivered bytes alone, as the optimum counts them."""
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -94,7 +97,7 @@ def simulate(
     fabric_conditions = conditions(fabric, workload.events)
     network = Network(fabric)
     links_die = any(c.dead for c in fabric_conditions)
-    preps = {name: prepare(network, arm, links_die) for name, arm in arms.items()}
+    preps = {name: prepare(network, arm, links_die, framed) for name, arm in arms.items()}
     railyard = preps[RAILYARD]
     lap("routes_s")
     telemetry = workload.telemetry
@@ -174,6 +177,7 @@ def _report(
         events=[{"at_s": e.at_s, e.kind: e.target} for e in workload.events],
         telemetry=TelemetryModel(settings.interval_s, settings.noise, settings.latency_s),
         sharing=settings.sharing,
+        framed=railyard.wire is not None,
         engine=settings.engine,
         resolve_s=settings.resolve_s,
         arms=judged.arms,

@@ -1,7 +1,9 @@
 """The flow-level simulator judged by goodput: the ECMP hash, the closed
 loop with the real engine on the demo fabric, TCP's ACKs, the flow-mod
 count, the fabric's events, the shipped scenarios. (Judged by time:
-test_simulate_iterations.py.)"""
+test_simulate_iterations.py.) Where a routing is held to the exact optimum,
+its flows move delivered bytes alone (`framed=False`), as the optimum
+counts them; what framing costs is test_framing.py's."""
 
 from __future__ import annotations
 
@@ -97,7 +99,7 @@ def _final(result: SimulationReport) -> float:
 
 def test_the_closed_loop_on_the_demo_fabric_fixes_the_ecmp_collision():
     # Seed 3 hashes two elephants of one leaf onto one uplink (as on the emulated demo).
-    result = simulate(DEMO, parse_workload(PERMUTATION), seed=3)
+    result = simulate(DEMO, parse_workload(PERMUTATION), seed=3, framed=False)
     phase = result.goodput_phases[0]
     assert phase.optimum.aggregate_bps == pytest.approx(8 * 400e9)
     assert phase.ecmp.collided_uplinks >= 1
@@ -147,7 +149,7 @@ def test_te_clears_links_crowded_by_small_flows_whose_moves_each_gain_under_a_tw
     # NIC, proportional sharing costs every routing some credit at the NICs.
     monkeypatch.setattr(exact, "TIME_LIMIT_S", 5.0)
     fabric, workload = load_fabric("fat-tree-k4.yaml"), load_workload("hedera/randx5")
-    result = simulate(fabric, workload, seed=2, duration_s=4, sharing=Sharing.MAX_MIN)
+    result = simulate(fabric, workload, seed=2, duration_s=4, sharing=Sharing.MAX_MIN, framed=False)
     assert _final(result) >= 0.99
     assert result.te.loop.path_changes_per_flow_max <= 2
 
@@ -159,7 +161,7 @@ def test_a_seed_that_does_not_collide_leaves_te_nothing_to_do():
         if simulate(DEMO, parse_workload(PERMUTATION), s).goodput_phases[0].ecmp.collided_uplinks == 0
     ]
     assert quiet
-    result = simulate(DEMO, parse_workload(PERMUTATION), quiet[0])
+    result = simulate(DEMO, parse_workload(PERMUTATION), quiet[0], framed=False)
     assert result.te.loop.reroutes_total == 0
     assert _final(result) == pytest.approx(1.0)
 
@@ -168,7 +170,7 @@ def test_a_link_failure_black_holes_remote_flows_until_te_moves_them():
     workload = parse_workload(
         PERMUTATION.replace("duration_s: 3", "duration_s: 4") + "events:\n  - {at_s: 2, link_down: 'ryl0r0:3'}\n"
     )
-    result = simulate(DEMO, workload, seed=1)
+    result = simulate(DEMO, workload, seed=1, framed=False)
     _, after = result.goodput_phases
     assert after.dead_links == ["ryl0r0:3"]
     # Without the link each of ryl0r0's directions has one uplink for two flows.
@@ -291,7 +293,7 @@ events:
 
 def test_a_dead_spine_halves_the_optimum_and_te_keeps_to_it():
     text = PERMUTATION + "events:\n  - {at_s: 1, switch_down: rys0}\n  - {at_s: 2, switch_up: rys0}\n"
-    result = simulate(DEMO, parse_workload(text), seed=2)
+    result = simulate(DEMO, parse_workload(text), seed=2, framed=False)
     assert [p.optimum.aggregate_bps for p in result.goodput_phases] == pytest.approx([3.2e12, 1.6e12, 3.2e12])
     during = [c for c in result.cycles if 1.2 <= c.t < 2.0]
     assert all(c.fraction_of_optimum == pytest.approx(1.0) for c in during)
@@ -299,7 +301,7 @@ def test_a_dead_spine_halves_the_optimum_and_te_keeps_to_it():
 
 def test_a_drain_moves_te_off_the_spine_while_the_baselines_ignore_it():
     text = PERMUTATION + "events:\n  - {at_s: 1, drain: rys0}\n  - {at_s: 2.6, undrain: rys0}\n"
-    result = simulate(DEMO, parse_workload(text), seed=2)
+    result = simulate(DEMO, parse_workload(text), seed=2, framed=False)
     (phase,) = result.goodput_phases  # a drain is no lost capacity: ECMP and spraying are as before
     assert phase.ecmp.fraction_of_optimum == pytest.approx(1.0)
     cycles = {round(c.t, 1): c for c in result.cycles}

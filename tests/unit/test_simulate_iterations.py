@@ -40,10 +40,11 @@ RING_ACROSS = RING_ALONE.replace("gpus: 4", "gpus: 8")
 
 
 def run_arm(text, seed, placer, routing):
-    """One baseline arm of a workload on the demo fabric: its timeline."""
+    """One baseline arm of a workload on the demo fabric: its timeline, in
+    delivered bytes alone (what framing costs is test_framing.py's)."""
     workload = check_events(parse_workload(text), DEMO)
     arm = arm_of("test", expand(DEMO, workload, seed, placer))
-    prep = prepare(Network(DEMO), arm, links_die=False)
+    prep = prepare(Network(DEMO), arm, links_die=False, framed=False)
     timeline = run_static(prep, conditions(DEMO, workload.events), workload.duration_s, RESOLVE_S, routing, SHARING)
     return timeline, arm
 
