@@ -20,7 +20,8 @@ simulator within 5 points of the emulation on every pattern, ECMP and TE.
 Beside each emulated TE figure, what the routing TE had in that run was
 worth in the fluid model (`te_routing`: its path changes replayed over the
 same 5-tuples' hash routing, emulation/simulate/replay.py, time-weighted
-over the judged window; `te_routing_end`: as it ended). The emulated figure
+over the judged window; `te_routing_end`: as it ended; `te_routing_strays`:
+flows TE moved that are not the workload's, left out). The emulated figure
 below it is TCP's uneven sharing of bottlenecks, which no routing changes.
 """
 
@@ -56,6 +57,7 @@ def emulated(workload: Workload, seed: int, keep: Path | None) -> dict[str, Any]
         # emulated figure's shortfall from it is TCP's sharing, not routing.
         "te_routing": run.te_routing.mean if run.te_routing else None,
         "te_routing_end": run.te_routing.end if run.te_routing else None,
+        "te_routing_strays": [list(key) for key in run.te_routing.strays] if run.te_routing else [],
         "ecmp": ecmp.totals.judged_fraction(),
         "te": te.totals.judged_fraction(),
         # The aggregate's own ratio, beside the credited figure: above it where TCP shares a NIC unevenly.
@@ -111,6 +113,8 @@ def _line(pattern: Pattern, run: dict[str, Any]) -> str:
         )
         if emu["te_routing"] is not None:
             text += f"; TE's routing, fluid {emu['te_routing']:6.1%} (at the end {emu['te_routing_end']:6.1%})"
+        if emu["te_routing_strays"]:
+            text += f"; {len(emu['te_routing_strays'])} flows moved that the workload does not have"
     return text
 
 

@@ -46,10 +46,13 @@ class Rerouted:
 class RoutingWorth:
     """Credited fractions of the max-min optimum (as the reports define
     them) of the routing a run had: time-weighted over the judged window,
-    and as it stood at the end."""
+    and as it stood at the end. `strays`: flows TE moved that the workload
+    does not have, left out of the valuation: TE moves any elephant it
+    sees, and a run may carry a connection the workload does not name."""
 
     mean: float
     end: float
+    strays: tuple[FlowKey, ...] = ()
 
 
 class Replay:
@@ -73,6 +76,10 @@ class Replay:
         them, and they carry nothing the fluid model counts)."""
         src, dst, protocol, sport, dport = key
         return (dst, src, protocol, dport, sport) in self.position
+
+    def knows(self, key: FlowKey) -> bool:
+        """`key` is one of the flows, or their ACKs."""
+        return key in self.position or self.acks(key)
 
     def rerouted(self, route: np.ndarray, change: Rerouted) -> np.ndarray:
         i = self.position.get(change.key)
@@ -102,8 +109,9 @@ def routing_worth(
     if len(arms) > 1 or workload.events or any(f.window != Window() or f.bytes or f.job for f in flows):
         return None
     replay = Replay(fabric, flows)
+    strays = tuple(sorted({c.key for c in changes if not replay.knows(c.key)}))
     route, at, total = replay.hashed, from_s, 0.0
-    for change in sorted(changes, key=lambda c: c.at_s):
+    for change in sorted((c for c in changes if replay.knows(c.key)), key=lambda c: c.at_s):
         if change.at_s >= duration_s:
             break
         if change.at_s > at:
@@ -112,4 +120,4 @@ def routing_worth(
         route = replay.rerouted(route, change)
     end = replay.worth(route)
     total += end * (duration_s - at)
-    return RoutingWorth(total / (duration_s - from_s), end)
+    return RoutingWorth(total / (duration_s - from_s), end, strays)

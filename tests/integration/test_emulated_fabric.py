@@ -44,7 +44,7 @@ def test_bridges_are_userspace_secure_openflow13_and_tagged(emu):
     assert emu.fabric.spec.emulation.controller in controllers
 
 
-def test_links_are_jumbo_shaped_and_offload_free(emu):
+def test_links_are_jumbo_shaped_offload_free_and_quick_to_retransmit(emu):
     fabric = emu.fabric
     leaf = "ryl0r0"
     for port, link in fabric.ports(leaf).items():
@@ -58,6 +58,9 @@ def test_links_are_jumbo_shaped_and_offload_free(emu):
     inside = emu.run(nic, ["ip", "-d", "link", "show", ad.nic_name(nic)])
     assert "mtu 9000" in inside and ad.nic_mac(nic) in inside
     assert "htb" in emu.run(nic, ["tc", "qdisc", "show", "dev", ad.nic_name(nic)])
+    # The leaf's own prefix and the rail's: every route the NIC has floors TCP's timeout at 10 ms.
+    routes = emu.run(nic, ["ip", "route", "show", "dev", ad.nic_name(nic)]).splitlines()
+    assert len(routes) == 2 and all("rto_min lock 10ms" in route for route in routes), routes
 
 
 def test_underlay_is_cookie_zero_with_hash_select_groups(emu):

@@ -65,6 +65,15 @@ def test_a_flow_or_a_path_the_workload_does_not_have_is_refused_by_name_and_acks
         REPLAY.rerouted(REPLAY.hashed, Rerouted(0.0, flow, "nowhere"))
 
 
+def test_a_flow_te_moved_that_the_workload_does_not_have_is_left_out_and_named():
+    flow = REPLAY.flows[0].key
+    stray = ("10.9.9.9", *flow[1:])
+    alone = routing_worth(FABRIC, WORKLOAD, 1, [], 1.0, WORKLOAD.duration_s)
+    worth = routing_worth(FABRIC, WORKLOAD, 1, [Rerouted(2.0, stray, "rys0")], 1.0, WORKLOAD.duration_s)
+    assert worth is not None and alone is not None
+    assert (worth.mean, worth.end, worth.strays) == (alone.mean, alone.end, (stray,))
+
+
 def test_a_workload_whose_flows_do_not_all_send_for_the_whole_run_is_not_valued():
     failing = load_workload("link-failure")
     assert routing_worth(load_fabric(spec_file(failing)), failing, 1, [], 1.0, failing.duration_s) is None
