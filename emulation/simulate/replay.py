@@ -109,9 +109,9 @@ def routing_worth(
     if len(arms) > 1 or workload.events or any(f.window != Window() or f.bytes or f.job for f in flows):
         return None
     replay = Replay(fabric, flows)
-    strays = tuple(sorted({c.key for c in changes if not replay.knows(c.key)}))
+    strays = {c.key for c in changes if not replay.knows(c.key)}
     route, at, total = replay.hashed, from_s, 0.0
-    for change in sorted((c for c in changes if replay.knows(c.key)), key=lambda c: c.at_s):
+    for change in sorted((c for c in changes if c.key not in strays), key=lambda c: c.at_s):
         if change.at_s >= duration_s:
             break
         if change.at_s > at:
@@ -120,4 +120,4 @@ def routing_worth(
         route = replay.rerouted(route, change)
     end = replay.worth(route)
     total += end * (duration_s - at)
-    return RoutingWorth(total / (duration_s - from_s), end, strays)
+    return RoutingWorth(total / (duration_s - from_s), end, tuple(sorted(strays)))
