@@ -255,18 +255,22 @@ def _settle(world):
     return _max_min(world.fabric, settled), _max_min(world.fabric, hashed), optimum.aggregate_bps
 
 
-def _moved_then_slower(full_route: bool, full_receiver: bool = False, other_moved_off_s: float | None = None):
-    """The collided world settles one move; 3.5 s on, the moved flow sends
+def _moved_then_slower(
+    full_route: bool, full_receiver: bool = False, other_moved_off_s: float | None = None, world: World | None = None
+):
+    """The collided world (two elephants on one spine) settles one move;
+    3.5 s on, the moved flow sends
     at a tenth of its rate, with its new route's links `full_route` (others
     fill them) or idle but for it, and its receiver's NIC `full_receiver`
     (others share it) or as slow as the flow; the other flow, with
     `other_moved_off_s`, moved off the moved one's route that long before.
-    -> the decisions of that cycle."""
-    world = collided_world()
+    -> the reverts and reroutes of that cycle, and the move."""
+    world = world or collided_world()
+    fabric = world.fabric
     state, now = TeState(), 100.0
     while not state.moves:
         flows, ports = world.telemetry(now, state.moves)
-        state, _ = step(FABRIC, state, flows, ports, now)
+        state, _ = step(fabric, state, flows, ports, now)
         now += 0.2
     ((key, move),) = state.moves.items()
     now = move.moved_at + EngineConfig().hysteresis_s + 0.5
@@ -277,37 +281,56 @@ def _moved_then_slower(full_route: bool, full_receiver: bool = False, other_move
     flows, ports = world.telemetry(now, state.moves)
     rate = flows[key].rate_bps / 10
     flows[key] = replace(flows[key], rate_bps=rate)
-    path = FABRIC.egress_path(move.src, move.dst, move.via)
+    path = fabric.egress_path(move.src, move.dst, move.via)
     for hop in path[1:-1]:  # its uplink and the spine's downlink
-        ports[hop] = PortSample(FABRIC.capacity_bps[hop] if full_route else rate, 0, 0, now)
+        ports[hop] = PortSample(fabric.capacity_bps[hop] if full_route else rate, 0, 0, now)
     ports[path[0]] = PortSample(rate, 0, 0, now)
-    ports[path[-1]] = PortSample(FABRIC.capacity_bps[path[-1]] if full_receiver else rate, 0, 0, now)
-    _, decisions = step(FABRIC, state, flows, ports, now)
-    return [d.kind for d in decisions if d.kind in ("revert", "reroute")]
+    ports[path[-1]] = PortSample(fabric.capacity_bps[path[-1]] if full_receiver else rate, 0, 0, now)
+    _, decisions = step(fabric, state, flows, ports, now)
+    return [d for d in decisions if d.kind in ("revert", "reroute")], move
+
+
+def _kinds(decisions_and_move) -> list[str]:
+    return [d.kind for d in decisions_and_move[0]]
 
 
 def test_a_moved_flow_that_sends_less_on_a_route_with_room_stays():
     # Its iteration ended, or its sender slowed: the route did not hold it back.
-    assert _moved_then_slower(full_route=False) == []
+    assert _kinds(_moved_then_slower(full_route=False)) == []
 
 
 def test_a_moved_flow_held_back_by_a_full_route_goes_back():
-    assert _moved_then_slower(full_route=True) == ["revert"]
+    assert _kinds(_moved_then_slower(full_route=True))[:1] == ["revert"]
 
 
 def test_a_moved_flow_is_judged_only_on_samples_taken_since_its_route_last_changed():
     # Another flow moved off its route 0.3 s ago: the rate it measures is
     # still the one it had while they shared. Once the route has been as it
     # is for max_age_s, a flow still held back by it goes back.
-    assert _moved_then_slower(full_route=True, other_moved_off_s=0.3) == []
-    assert _moved_then_slower(full_route=True, other_moved_off_s=EngineConfig().max_age_s + 0.1) == ["revert"]
+    assert _kinds(_moved_then_slower(full_route=True, other_moved_off_s=0.3)) == []
+    assert _kinds(_moved_then_slower(full_route=True, other_moved_off_s=EngineConfig().max_age_s + 0.1)) == ["revert"]
+
+
+def test_what_a_cycle_plans_sees_the_flow_it_sends_back_where_it_goes():
+    # Three spines; the moved flow goes back to the spine it shared with the
+    # other: in that same cycle, the plan finds them sharing it and moves
+    # the other, instead of planning as if the reverted flow were still
+    # away (Hedera's hotspot, seed 1: a plan moved a third flow onto the
+    # uplink a flow had just been sent back to, and both stayed there).
+    a, b, c, d = NicId(0, 0, 0), NicId(0, 0, 1), NicId(0, 1, 0), NicId(0, 1, 1)
+    shared = NARROW.vias(a, c)[0]
+    world = World(NARROW, {flow_key(a, c, 40001): (a, c, shared), flow_key(b, d, 40002): (b, d, shared)})
+    decisions, move = _moved_then_slower(full_route=True, world=world)
+    reverted, rerouted = decisions
+    assert (reverted.kind, reverted.flow, reverted.to_via) == ("revert", move.key, shared)
+    assert rerouted.kind == "reroute" and rerouted.flow != move.key and rerouted.from_via == shared
 
 
 def test_a_moved_flow_slower_at_a_full_receiver_stays():
     # Its NIC's other flows took its share there (TCP shares a NIC unevenly),
     # and would on any route: sent back and held, it would keep the collision
     # the move fixed until the traffic changes.
-    assert _moved_then_slower(full_route=True, full_receiver=True) == []
+    assert _kinds(_moved_then_slower(full_route=True, full_receiver=True)) == []
 
 
 WORLDS = 1000

@@ -42,7 +42,7 @@ from controller.fabric import Endpoint, Fabric, NicId
 from controller.fabric import addressing as ad
 from controller.te.engine import lately
 from controller.te.engine.catalog import FlowCatalog
-from controller.te.engine.elephants import find_elephants
+from controller.te.engine.elephants import find_elephants, where_moved
 from controller.te.engine.frames import FlowFrame, PortFrame, frames
 from controller.te.engine.incast import find_incasts, meter_incasts, pin_metered
 from controller.te.engine.links import LinkIndex
@@ -272,9 +272,15 @@ class _Cycle:
     def settle(self) -> None:
         if self.state.traffic != self.traffic:  # judged under other traffic: free to move again
             self.moves.update({k: replace(m, held=False) for k, m in self.moves.items() if m.held})
-        self.decisions += lately.settle(
+        reverted = lately.settle(
             self.index, self.catalog, self.dead, (self.tx, self.fresh), self.found, self.moves, self.now, self.cfg
         )
+        self.decisions += reverted
+        # The measured load (`explained`) was theirs where they were; what is
+        # planned now must see them where they go back to (hotspot seed 1: a
+        # plan moved a flow onto the route a flow reverted to in that cycle).
+        back = {d.flow: self.moves[d.flow] for d in reverted if d.flow is not None}
+        self.found = where_moved(self.found, self.catalog, back)
         self.starved, self.dormant = lately.absent(
             self.index, self.catalog, self.dead, self.recent, self.kept, self.moves
         )

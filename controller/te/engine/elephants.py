@@ -5,7 +5,7 @@ what any of its paths can carry. Pure."""
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -89,11 +89,18 @@ def find_elephants(
         np.minimum(share[keep], bottleneck[keep]),
         row,
     )
-    # A moved flow is where we put it, whatever its record says.
-    for i, move in zip(found.find(catalog.rows(list(moves))).tolist(), moves.values()):
+    return where_moved(found, catalog, moves), last[keep]
+
+
+def where_moved(elephants: Elephants, catalog: FlowCatalog, moves: Mapping[FlowKey, Move]) -> Elephants:
+    """`elephants` with each of `moves` where it was put, whatever its record
+    says: its entries go out with this cycle, and what is planned next
+    must see it there."""
+    row = elephants.row.copy()
+    for i, move in zip(elephants.find(catalog.rows(list(moves))).tolist(), moves.values()):
         if i >= 0:
-            row[i] = index.row_of(int(catalog.base[c[i]]), move.via)
-    return found, last[keep]
+            row[i] = catalog.index.row_of(int(catalog.base[elephants.cat[i]]), move.via)
+    return replace(elephants, row=row)
 
 
 @dataclass(frozen=True)
