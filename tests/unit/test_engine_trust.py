@@ -258,11 +258,11 @@ def _settle(world):
 def _moved_then_slower(
     full_route: bool, full_receiver: bool = False, other_moved_off_s: float | None = None, world: World | None = None
 ):
-    """The collided world (two elephants on one spine) settles one move;
-    3.5 s on, the moved flow sends
-    at a tenth of its rate, with its new route's links `full_route` (others
-    fill them) or idle but for it, and its receiver's NIC `full_receiver`
-    (others share it) or as slow as the flow; the other flow, with
+    """The collided `world` (two elephants on one spine; the demo fabric's
+    by default) settles one move; 3.5 s on, the moved flow sends at a tenth
+    of its rate, with its new route's links `full_route` (others fill them)
+    or idle but for it, and its receiver's NIC `full_receiver` (others
+    share it) or as slow as the flow; the other flow, with
     `other_moved_off_s`, moved off the moved one's route that long before.
     -> the reverts and reroutes of that cycle, and the move."""
     world = world or collided_world()
