@@ -43,6 +43,7 @@ from emulation.model.single_path import (
     EXHAUSTIVE_LIMIT,
     exhaustive,
     flow_rates,
+    independent_parts,
     rate_choice,
     rounded,
     routings,
@@ -175,7 +176,7 @@ def optimum_bounds(
         method = "the splittable optimum, rounded to whole paths (same rates: exact)"
         if not same_rates(found, rates):
             searched = exhaustive(net, rates, limit)
-            method = "" if searched is None else f"exhaustive ({routings(net)} routings, up to symmetry)"
+            method = "" if searched is None else _searched(net)
             if searched is not None:
                 choice, found = searched
         if method:
@@ -201,6 +202,12 @@ def optimum_bounds(
         "levels": filling.levels,
     }
     return Bounds(split, best, throughput, time.perf_counter() - started, stats)
+
+
+def _searched(net: Network) -> str:
+    parts = independent_parts(net)
+    apart = f" in {len(parts)} independent parts" if len(parts) > 1 else ""
+    return f"exhaustive ({sum(routings(net, part) for part in parts)} routings{apart}, up to symmetry)"
 
 
 def _splittable(net: Network, filling: Filling, started: float) -> Optimum:

@@ -10,7 +10,8 @@ Two exact ways, tried in order:
 2. Otherwise, on small cases, every routing: interchangeable flows (one
    bundle) only by how many go on each path, so a commodity of k such flows
    over p paths costs C(k+p-1, p-1) routings, not p^k. The lexicographically
-   greatest sorted rate vector wins (the max-min order).
+   greatest sorted rate vector wins (the max-min order). Groups of flows
+   that can share no link are searched apart.
 Beyond `limit` routings it is unknown (None): no greedy stand-in, which is no
 bound.
 """
@@ -23,6 +24,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.sparse.csgraph import connected_components
 
 from controller.errors import RailyardError
 from emulation.model.fair import fill
@@ -89,10 +91,10 @@ def lex_greater(a_sorted: np.ndarray, b_sorted: np.ndarray) -> bool:
     return bool(len(differ)) and bool(a_sorted[differ[0]] > b_sorted[differ[0]])
 
 
-def routings(net: Network) -> int:
-    """How many routings there are, before symmetry."""
+def routings(net: Network, part: list[int] | None = None) -> int:
+    """How many routings there are, before symmetry: of every bundle, or of the bundles `part`."""
     total = 1
-    for bundle in net.bundles:
+    for bundle in net.bundles if part is None else [net.bundles[b] for b in part]:
         paths = len(net.commodities[bundle.commodity].paths)
         total *= math.comb(len(bundle.members) + paths - 1, paths - 1)
     return total
@@ -109,6 +111,13 @@ def exhaustive(
     routings rated. Stops early on one that meets `bound` (the splittable
     optimum's rates): nothing beats it.
 
+    Bundles that can share no link (independent_parts) are searched apart:
+    the max-min order is separable (with one part's routing fixed, the
+    others' compare as they would alone), so the best of each part together
+    is the best routing, for the sum of the parts' routings, not their
+    product. A permutation's two directions across a three-tier core after
+    a core link fails are 2 x 3^8 routings, not 3^16.
+
     Interchangeable vias (symmetry.py) are not tried in every order: bundle
     by bundle, how many flows each via of a class takes must not increase
     along the class, within the vias earlier bundles could not tell apart.
@@ -116,28 +125,71 @@ def exhaustive(
     best one is still among those rated."""
     classes = via_classes(net) or {}
     sizes = np.bincount(list(classes.values())) if classes else np.zeros(0, dtype=np.int64)
-    if routings(net) > limit * math.prod(math.factorial(int(k)) for k in sizes):
+    orbits = limit * math.prod(math.factorial(int(k)) for k in sizes)
+    parts = independent_parts(net)
+    if any(routings(net, part) > orbits for part in parts):
         return None  # more orbits than `limit`, whatever the order of the search
-    target = np.sort(bound) if bound is not None else None
+    choice = np.full(len(net.flows), -1, dtype=np.int64)
+    budget = [limit]
+    try:
+        for part in parts:
+            members = np.concatenate([net.bundles[b].members for b in part])
+            choice[members] = _search(net, part, classes, bound, budget)[members]
+    except Budget:
+        return None
+    return choice, rate_choice(net, choice)
+
+
+def independent_parts(net: Network) -> list[list[int]]:
+    """The bundles (indices) in groups whose flows can share no link on any
+    of their paths, NIC links included."""
+    if not net.bundles:
+        return []
+    pairs = [
+        (b, int(link))
+        for b, bundle in enumerate(net.bundles)
+        for i in bundle.members.tolist()
+        for p in range(len(net.commodities[bundle.commodity].paths))
+        for link in net.flow_path(i, p).tolist()
+    ]
+    rows, cols = np.array(pairs, dtype=np.int64).T
+    n = len(net.bundles)
+    graph = sp.coo_array((np.ones(len(rows)), (rows, n + cols)), shape=(n + len(net.links),) * 2)
+    _, label = connected_components(graph, directed=False)
+    parts: dict[int, list[int]] = {}
+    for b in range(n):
+        parts.setdefault(int(label[b]), []).append(b)
+    return list(parts.values())
+
+
+def _search(
+    net: Network,
+    part: list[int],
+    classes: dict[str, int],
+    bound: np.ndarray | None,
+    budget: list[int],
+) -> np.ndarray:
+    """The best routing of the bundles `part` (the other flows off): which
+    path each of their flows takes. Spends `budget[0]`; Budget past it."""
+    members = np.concatenate([net.bundles[b].members for b in part])
+    target = np.sort(bound[members]) if bound is not None else None
     choice = np.full(len(net.flows), -1, dtype=np.int64)
     best: list = [None, np.empty(0)]
-    rated = [0]
     start: dict[int, tuple[tuple[str, ...], ...]] = {}
     for via, cls in sorted(classes.items()):
         start[cls] = ((*start.get(cls, ((),))[0], via),)
 
-    def visit(i: int, cells: dict[int, tuple[tuple[str, ...], ...]]) -> bool:
-        if i == len(net.bundles):
-            rated[0] += 1
-            if rated[0] > limit:
+    def visit(k: int, cells: dict[int, tuple[tuple[str, ...], ...]]) -> bool:
+        if k == len(part):
+            budget[0] -= 1
+            if budget[0] < 0:
                 raise Budget
-            rates = rate_choice(net, choice)
-            ordered = np.sort(rates)
+            ordered = np.sort(rate_choice(net, choice)[members])
             if best[0] is None or lex_greater(ordered, best[1]):
-                best[0], best[1] = (choice.copy(), rates), ordered
+                best[0], best[1] = choice.copy(), ordered
                 return target is not None and not lex_greater(target, ordered)
             return False
-        bundle = net.bundles[i]
+        bundle = net.bundles[part[k]]
         vias = net.commodities[bundle.commodity].vias
         for paths in _spread(len(bundle.members), len(vias)):
             counts = dict(zip(vias, np.bincount(paths, minlength=len(vias)).tolist()))
@@ -145,17 +197,13 @@ def exhaustive(
             if refined is None:
                 continue
             choice[bundle.members] = paths
-            if visit(i + 1, refined):
+            if visit(k + 1, refined):
                 return True
         return False
 
-    try:
-        visit(0, start)
-    except Budget:
-        return None
-    if best[0] is None:  # no live flow at all
-        return choice, np.zeros(len(net.flows))
-    return best[0]
+    visit(0, start)
+    out: np.ndarray = best[0]
+    return out
 
 
 def _refine(

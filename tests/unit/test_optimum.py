@@ -310,3 +310,22 @@ def test_the_optimum_on_a_three_tier_toy_equals_the_hand_computed_one():
     assert single is not None and single.rates_bps == pytest.approx([0.5 * NIC] * 3, rel=1e-6)
     assert {single.routes[0][0][0], single.routes[1][0][0]} == {"ryk0", "ryk1"}  # A and B take a core each
     assert throughput_bound_bps(fabric, [a, b, c]) == pytest.approx(2.0 * NIC, rel=1e-6)
+
+
+def test_the_single_path_optimum_searches_flows_that_share_no_link_apart():
+    """The shipped three-tier fabric's cross-cluster permutation with core
+    link ryc0s0 -> ryk0 down: every flow has 3 live paths, 3^16 routings in
+    all, but the two directions share no link, so each is searched alone
+    (2 x 1,296 routings). Into and out of cluster 0 are three core links
+    each: 8 flows a direction split 3, 3, 2 on one path each, where the
+    splittable optimum gives every flow 3/8 of a core link."""
+    fabric = load_fabric("three-tier")
+    core = 20e6  # emulated: a 20 Mb/s NIC's worth, 2:1 under a spine's four leaf links
+    half = len({n.pod for n in fabric.nics}) // 2
+    flows = [ModelFlow(n, NicId(n.rail, (n.pod + half) % (2 * half), n.server)) for n in fabric.nics]
+    bounds = optimum_bounds(fabric, flows, outage=Outage.of(["ryc0s0:5"]))
+    assert bounds.splittable.rates_bps == pytest.approx([3 * core / 8] * 16)
+    single = bounds.single_path
+    assert single is not None and "2 independent parts" in single.method
+    assert sorted(single.rates_bps) == pytest.approx([core / 3] * 12 + [core / 2] * 4)
+    assert single_path_optimum(fabric, flows, outage=Outage.of(["ryc0s0:5"]), limit=1000) is None  # 1,296 a part
