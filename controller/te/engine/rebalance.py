@@ -40,19 +40,14 @@ from controller.fabric import NicId
 from controller.te.engine.anneal import anneal
 from controller.te.engine.catalog import FlowCatalog
 from controller.te.engine.elephants import Connections
-from controller.te.engine.exact import exact
+from controller.te.engine.exact import exact, premature
 from controller.te.engine.fleet import Fleet
 from controller.te.engine.fruitless import alike_within, fingerprint, searched_before
 from controller.te.engine.gains import ONE_BY_ONE, Turn
 from controller.te.engine.links import LinkIndex
 from controller.te.engine.outcome import Outcome, outcome_of
 from controller.te.engine.plan import Contest, Plan, Planner
-from controller.te.engine.state import (
-    Elephants,
-    EngineConfig,
-    Fruitless,
-    Move,
-)
+from controller.te.engine.state import Elephants, EngineConfig, Fruitless, Move
 from controller.te.view import FlowKey
 
 # Up to this many elephants every move is a plan judged by the max-min
@@ -125,16 +120,18 @@ class Pass:
                 held[at], resting[at] = move.held, move.held or inputs.now - move.moved_at < cfg.hysteresis_s
         at = e.find(catalog.rows(list(inputs.metered)))
         metered[at[at >= 0]] = True
-        spent = np.zeros(n, dtype=bool)
+        spent, self.last = np.zeros(n, dtype=bool), np.zeros(n, dtype=bool)  # last: one path change left
         if inputs.changes and cfg.max_path_changes:
             at = e.find(catalog.rows(list(inputs.changes)))
             counts = np.array(list(inputs.changes.values()), dtype=np.int64)
             spent[at[at >= 0]] = counts[at >= 0] >= cfg.max_path_changes
+            self.last[at[at >= 0]] = counts[at >= 0] == cfg.max_path_changes - 1
         self.metered = metered
         self.movable = self.located & ~held & ~catalog.among(e.cat, inputs.steered)
         if inputs.dormant is not None:
             self.movable &= ~inputs.dormant
         self.free = self.movable & ~resting & ~spent  # may move in this pass
+        self.waiting = self.movable & resting & ~spent  # may move once their hysteresis is over
         # Moves left this pass per source leaf: `max_moves_per_leaf`, or its uplink count.
         self.moves_left = (
             np.array(catalog.uplinks)
@@ -372,6 +369,8 @@ class Pass:
         link, movable = confirmed[0], self.free & planner.movable
 
         def worth(moves: tuple[tuple[int, int], ...] | None) -> Plan | None:
+            if moves and premature(planner, movable, self.waiting, self.last, moves):
+                return None  # searched again as the waiting flows come free (the search's inputs change)
             return plan if moves and (plan := planner.plan(moves, link)).worth else None
 
         self.inputs.pause()
