@@ -116,7 +116,7 @@ def exhaustive(
     others' compare as they would alone), so the best of each part together
     is the best routing, for the sum of the parts' routings, not their
     product. A permutation's two directions across a three-tier core after
-    a core link fails are 2 x 3^8 routings, not 3^16.
+    a core link fails are 1,296 routings each, not 3^16 together.
 
     Interchangeable vias (symmetry.py) are not tried in every order: bundle
     by bundle, how many flows each via of a class takes must not increase
