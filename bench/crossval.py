@@ -101,6 +101,7 @@ class Emulated:
 
     report: ScenarioReport
     te_routing: RoutingWorth | None
+    changes: tuple[Rerouted, ...] = ()  # TE's path changes in the run, from its decision records
 
 
 def emulated_run(workload: Workload, seed: int, keep: Path | None = None) -> Emulated:
@@ -116,7 +117,7 @@ def emulated_run(workload: Workload, seed: int, keep: Path | None = None) -> Emu
     report = build_report(fabric, workload, seed, runs)
     if keep is not None:
         output.write(report, runs, fabric, keep)
-    return Emulated(report, worth)
+    return Emulated(report, worth, tuple(changes))
 
 
 def rerouted(decisions: Sequence[Decided]) -> list[Rerouted]:
