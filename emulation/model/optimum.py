@@ -175,8 +175,9 @@ def optimum_bounds(
         found = rate_choice(net, choice)
         method = "the splittable optimum, rounded to whole paths (same rates: exact)"
         if not same_rates(found, rates):
-            searched = exhaustive(net, rates, limit)
-            method = "" if searched is None else _searched(net)
+            parts = independent_parts(net)
+            searched = exhaustive(net, rates, limit, parts)
+            method = "" if searched is None else _searched(net, parts)
             if searched is not None:
                 choice, found = searched
         if method:
@@ -204,8 +205,7 @@ def optimum_bounds(
     return Bounds(split, best, throughput, time.perf_counter() - started, stats)
 
 
-def _searched(net: Network) -> str:
-    parts = independent_parts(net)
+def _searched(net: Network, parts: list[list[int]]) -> str:
     apart = f" in {len(parts)} independent parts" if len(parts) > 1 else ""
     return f"exhaustive ({sum(routings(net, part) for part in parts)} routings{apart}, up to symmetry)"
 

@@ -105,7 +105,10 @@ class Budget(RailyardError):
 
 
 def exhaustive(
-    net: Network, bound: np.ndarray | None = None, limit: int = EXHAUSTIVE_LIMIT
+    net: Network,
+    bound: np.ndarray | None = None,
+    limit: int = EXHAUSTIVE_LIMIT,
+    parts: list[list[int]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """(choice, rates) of the best single-path routing, or None past `limit`
     routings rated. Stops early on one that meets `bound` (the splittable
@@ -122,11 +125,12 @@ def exhaustive(
     by bundle, how many flows each via of a class takes must not increase
     along the class, within the vias earlier bundles could not tell apart.
     Any routing can be relabelled to meet that, rates unchanged, so the
-    best one is still among those rated."""
+    best one is still among those rated. `parts`: independent_parts(net),
+    where the caller has them already."""
     classes = via_classes(net) or {}
     sizes = np.bincount(list(classes.values())) if classes else np.zeros(0, dtype=np.int64)
     orbits = limit * math.prod(math.factorial(int(k)) for k in sizes)
-    parts = independent_parts(net)
+    parts = independent_parts(net) if parts is None else parts
     if any(routings(net, part) > orbits for part in parts):
         return None  # more orbits than `limit`, whatever the order of the search
     choice = np.full(len(net.flows), -1, dtype=np.int64)
@@ -134,7 +138,7 @@ def exhaustive(
     try:
         for part in parts:
             members = np.concatenate([net.bundles[b].members for b in part])
-            choice[members] = _search(net, part, classes, bound, budget)[members]
+            choice[members] = _search(net, part, members, classes, bound, budget)
     except Budget:
         return None
     return choice, rate_choice(net, choice)
@@ -165,13 +169,14 @@ def independent_parts(net: Network) -> list[list[int]]:
 def _search(
     net: Network,
     part: list[int],
+    members: np.ndarray,
     classes: dict[str, int],
     bound: np.ndarray | None,
     budget: list[int],
 ) -> np.ndarray:
-    """The best routing of the bundles `part` (the other flows off): which
-    path each of their flows takes. Spends `budget[0]`; Budget past it."""
-    members = np.concatenate([net.bundles[b].members for b in part])
+    """The best routing of the bundles `part`, whose flows are `members`
+    (the other flows off): which path each member takes. Spends
+    `budget[0]`; Budget past it."""
     target = np.sort(bound[members]) if bound is not None else None
     choice = np.full(len(net.flows), -1, dtype=np.int64)
     best: list = [None, np.empty(0)]
@@ -202,7 +207,7 @@ def _search(
         return False
 
     visit(0, start)
-    out: np.ndarray = best[0]
+    out: np.ndarray = best[0][members]
     return out
 
 

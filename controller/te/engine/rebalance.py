@@ -369,9 +369,10 @@ class Pass:
         link, movable = confirmed[0], self.free & planner.movable
 
         def worth(moves: tuple[tuple[int, int], ...] | None) -> Plan | None:
-            if moves and premature(planner, movable, self.waiting, self.last, moves):
-                return None  # searched again as the waiting flows come free (the search's inputs change)
-            return plan if moves and (plan := planner.plan(moves, link)).worth else None
+            if not moves or not (plan := planner.plan(moves, link)).worth:
+                return None
+            # A second search, so only for a plan worth making: searched again as the waiting flows come free.
+            return None if premature(planner, movable, self.waiting, self.last, moves) else plan
 
         self.inputs.pause()
         moves = exact(planner, movable)
