@@ -41,7 +41,7 @@ from emulation.net import ovs
 from emulation.scenarios import output
 from emulation.scenarios.records import ScenarioReport
 from emulation.scenarios.report import build_report
-from emulation.scenarios.runner import ScenarioMode, run_scenario
+from emulation.scenarios.runner import AGENT_AND_FABRIC, ScenarioMode, Sources, run_scenario
 from emulation.scenarios.timeline import MOVES, Decided
 from emulation.simulate.arms import RAILYARD_ECMP, RAILYARD_TE
 from emulation.simulate.records import PhaseFigures, SimulationReport
@@ -88,9 +88,9 @@ def iteration_fractions(
 JUDGED_FROM_S = 1.0  # the emulated report judges a TCP flow from its second second on (slow start)
 
 
-def emulated_report(workload: Workload, seed: int) -> ScenarioReport:
+def emulated_report(workload: Workload, seed: int, sources: Sources = AGENT_AND_FABRIC) -> ScenarioReport:
     """The scenario emulated on its own spec, ECMP and TE, and its report."""
-    return emulated_run(workload, seed).report
+    return emulated_run(workload, seed, sources=sources).report
 
 
 @dataclass(frozen=True)
@@ -104,17 +104,19 @@ class Emulated:
     changes: tuple[Rerouted, ...] = ()  # TE's path changes in the run, from its decision records
 
 
-def emulated_run(workload: Workload, seed: int, keep: Path | None = None) -> Emulated:
+def emulated_run(
+    workload: Workload, seed: int, keep: Path | None = None, sources: Sources = AGENT_AND_FABRIC
+) -> Emulated:
     """The scenario emulated on its own spec, ECMP and TE: its report, and
     TE's routing valued over the window the report judges. `keep`: a
     directory the run's report, plots, controller logs and TE decision
     records are written to, as `railyard scenario run --out` writes them."""
     spec_path = spec_file(workload)
     fabric = load_fabric(spec_path)
-    runs = run_scenario(fabric, spec_path, workload, seed)
+    runs = run_scenario(fabric, spec_path, workload, seed, sources=sources)
     changes = rerouted(runs[ScenarioMode.TE].decisions)
     worth = routing_worth(fabric, workload, seed, changes, JUDGED_FROM_S, workload.duration_s)
-    report = build_report(fabric, workload, seed, runs)
+    report = build_report(fabric, workload, seed, runs, sources)
     if keep is not None:
         output.write(report, runs, fabric, keep)
     return Emulated(report, worth, tuple(changes))

@@ -41,6 +41,7 @@ from controller.fabric import load_fabric
 from emulation.model.stats import percentile
 from emulation.net import ovs
 from emulation.scenarios.records import JobFigures
+from emulation.scenarios.runner import UNDERLAYS, Sources
 from emulation.scenarios.timeline import in_steady_traffic
 from emulation.simulate.arms import RAILYARD_ECMP, RAILYARD_TE, SPRAY
 from emulation.simulate.records import IterationFigures
@@ -58,9 +59,9 @@ PATH_CHANGES = 2
 SAME_S = 1e-6
 
 
-def simulated(workload: Workload, seed: int) -> dict[str, Any]:
+def simulated(workload: Workload, seed: int, underlay: str = "fabric") -> dict[str, Any]:
     fabric = load_fabric(spec_file(workload))
-    result = simulate(fabric, workload, seed)
+    result = simulate(fabric, workload, seed, underlay=underlay)
     arms = result.arms or {}
     te, spray, e_ecmp = arms[RAILYARD_TE].overall, arms[SPRAY].overall, arms[RAILYARD_ECMP].overall
     changes = workload.traffic_changes(result.duration_s)
@@ -95,8 +96,8 @@ def _iteration_figures(report_jobs: list[JobFigures]) -> dict[str, dict[str, flo
     return {"time_s": _pooled(times), "slowdown": _pooled([x for job in report_jobs for x in job.slowdowns])}
 
 
-def emulated(workload: Workload, seed: int) -> dict[str, Any]:
-    report = emulated_report(workload, seed)
+def emulated(workload: Workload, seed: int, underlay: str = "fabric") -> dict[str, Any]:
+    report = emulated_report(workload, seed, Sources(underlay=underlay))
     te, ecmp = report.modes["te"], report.modes["ecmp"]
     return {
         "te": _iteration_figures(te.jobs),
@@ -158,6 +159,13 @@ def main() -> None:
     parser.add_argument("--no-emulation", action="store_true", help="the simulator only")
     parser.add_argument("--interval", type=float, help="simulated telemetry interval, s (default: the mix's)")
     parser.add_argument("--latency", type=float, help="simulated flow-mod latency, s (default: the mix's)")
+    parser.add_argument(
+        "--underlay",
+        choices=UNDERLAYS,
+        default="fabric",
+        help="who installs the ECMP underlay, in both worlds: the fabric (default), or the controller, whose hash"
+        " keeps unpinned traffic off the uplinks placed jobs fill (emulated over Open vSwitch's bundle action)",
+    )
     parser.add_argument("--out", default="bench/results/training-mixes.json")
     args = parser.parse_args()
     changed = {k: v for k, v in (("interval_s", args.interval), ("latency_s", args.latency)) if v is not None}
@@ -174,10 +182,11 @@ def main() -> None:
         workload = load_workload(mix)
         model = replace(workload.telemetry, **changed)
         for seed in args.seeds:
-            run: dict[str, Any] = {"mix": mix, "seed": seed, "telemetry_model": asdict(model)}
-            run["simulated"] = simulated(replace(workload, telemetry=model), seed)
+            run: dict[str, Any] = {"mix": mix, "seed": seed, "underlay": args.underlay}
+            run["telemetry_model"] = asdict(model)
+            run["simulated"] = simulated(replace(workload, telemetry=model), seed, args.underlay)
             if not args.no_emulation:
-                run["emulated"] = emulated(workload, seed)
+                run["emulated"] = emulated(workload, seed, args.underlay)
             run["targets"] = judged(run)
             runs.append(run)
             print(line(mix, seed, run), flush=True)

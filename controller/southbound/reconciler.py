@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Protocol
 
-from controller.fabric import Fabric
+from controller.fabric import Endpoint, Fabric
 from controller.intent.events import JobEvent, JobEventKind
 from controller.intent.model import Intent
 from controller.intent.service import IntentService
@@ -47,6 +47,7 @@ from controller.southbound.tables import KnownTables
 from controller.southbound.underlay import Ecmp
 from controller.southbound.underlay_sync import UnderlaySync
 from controller.te.engine import Meter, Move
+from controller.te.headroom import by_switch, reserved_egresses
 
 if TYPE_CHECKING:  # os-ken's controller module imports half of os-ken; annotations only
     from os_ken.controller.controller import Datapath
@@ -61,6 +62,7 @@ class ReconcileTrigger(StrEnum):
     ROLE = "role"  # this replica became the leader (HA): every table is read and adopted
     CONNECT = "connect"  # a switch (re)connected
     INTENT = "intent"  # intent changed (pins, jobs, drains)
+    LINK = "link"  # a port went down or came back: the underlay's reserved ports follow (--underlay)
     TE = "te"  # adaptive TE moved elephants or meters
     PERIODIC = "periodic"  # the --reconcile-interval timer: repairs drift
 
@@ -126,6 +128,12 @@ class Reconciler:
         self.fabric_ready = threading.Event()
         self._jobs: dict[str, JobProgress] = {}  # only the reconciler thread touches it
         self._memo = OverlayMemo()  # only the reconciler thread touches it
+        self._down: frozenset[Endpoint] = frozenset()  # ports whose link is down, from port-status messages
+        # (intent revision, ports down) -> the underlay's reserved ports, per switch
+        self._reservation: tuple[tuple[int, frozenset[Endpoint]], Mapping[str, frozenset[int]]] = (
+            (-1, frozenset()),
+            {},
+        )
         for phase in ("dump", "plan", "commit"):
             metrics.reconcile_phase.labels(phase)
         self.te: TePlanner | None = None  # the TE runner, when adaptive TE is on (set by the daemon)
@@ -159,7 +167,15 @@ class Reconciler:
     def port_changed(self, datapath: Datapath, port: int, link_down: bool) -> None:
         """A switch's port-status message: handed to whoever watches link state."""
         name = self.connections.name_of(datapath.id)
-        if name is not None and self.on_port_status is not None:
+        if name is None:
+            return
+        if self.underlay is not None:
+            egress = Endpoint(name, port)
+            down = self._down | {egress} if link_down else self._down - {egress}
+            if down != self._down:
+                self._down = down  # one reference swapped: the worker thread reads it whole
+                self._triggers.put(Trigger(ReconcileTrigger.LINK))
+        if self.on_port_status is not None:
             self.on_port_status(name, port, link_down)
 
     # --- worker thread --------------------------------------------------------
@@ -250,11 +266,10 @@ class Reconciler:
         # A switch that would not take this leader's claim was not reconciled: the pass is not a success.
         ok = self._read(reason, sessions) and not unclaimed
         # The underlay before the overlay: the overlay steers among next hops it must already have.
-        underlay_failed = (
-            self.underlay.sync(sessions, reason is ReconcileTrigger.PERIODIC, self._failed)
-            if self.underlay is not None
-            else set()
-        )
+        underlay_failed = set()
+        if self.underlay is not None:
+            self.underlay.reserve(self._reserved(self.intent.snapshot()))
+            underlay_failed = self.underlay.sync(sessions, reason is ReconcileTrigger.PERIODIC, self._failed)
         ok = ok and not underlay_failed
         dumped = time.perf_counter()
         plan = self._plan(sessions)
@@ -271,6 +286,15 @@ class Reconciler:
         self._report_programmed(plan.intent, synced)
         self._log_changes(reason, plan, elapsed)
         return ok
+
+    def _reserved(self, intent: Intent) -> Mapping[str, frozenset[int]]:
+        """The ports the underlay's hash keeps clear for placed jobs, derived
+        once per intent revision and set of ports down."""
+        key = (intent.revision, self._down)
+        if self._reservation[0] != key:
+            reserved = reserved_egresses(self.fabric, intent.jobs.values(), key[1])
+            self._reservation = (key, by_switch(reserved))
+        return self._reservation[1]
 
     def _read(self, reason: ReconcileTrigger, sessions: dict[str, SwitchSession]) -> bool:
         """Brings the known tables of `sessions` up to date (tables.py); False if a read failed."""

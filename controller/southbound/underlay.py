@@ -27,11 +27,13 @@ from __future__ import annotations
 import enum
 import ipaddress
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from controller.fabric import Fabric, NicId, Tier
 from controller.fabric import addressing as ad
 from controller.southbound.overlay import IPV4, EntryKey, OverlayEntry, owner_cookie
+from controller.te.headroom import hashed_ports
 
 PRIORITY_LOCAL_HOST = 3000
 PRIORITY_REMOTE_HOST = 2000
@@ -100,8 +102,13 @@ class SwitchUnderlay:
     routes: tuple[Route, ...]
 
 
-def build_underlay(fabric: Fabric, ecmp: Ecmp = Ecmp.GROUP) -> dict[str, SwitchUnderlay]:
-    return {name: _switch_underlay(fabric, name, ecmp) for name in sorted(fabric.switches)}
+def build_underlay(
+    fabric: Fabric, ecmp: Ecmp = Ecmp.GROUP, reserved: Mapping[str, frozenset[int]] | None = None
+) -> dict[str, SwitchUnderlay]:
+    """Every switch's routes and groups. `reserved` (switch -> ports, from
+    controller/te/headroom.py): ports a placed job fills, left out of the
+    hash for the traffic that reaches the underlay."""
+    return {name: _switch_underlay(fabric, name, ecmp, reserved or {}) for name in sorted(fabric.switches)}
 
 
 def _deliver_locally(nic: NicId, port: int) -> tuple[str, ...]:
@@ -109,7 +116,7 @@ def _deliver_locally(nic: NicId, port: int) -> tuple[str, ...]:
     return ("dec_ttl", f"set_field:eth_src={eth_src}", f"set_field:eth_dst={eth_dst}", f"output:{port}")
 
 
-def _switch_underlay(fabric: Fabric, switch: str, ecmp: Ecmp) -> SwitchUnderlay:
+def _switch_underlay(fabric: Fabric, switch: str, ecmp: Ecmp, reserved: Mapping[str, frozenset[int]]) -> SwitchUnderlay:
     local = fabric.local_nics(switch)
     routes = [
         Route(PRIORITY_LOCAL_HOST, ipaddress.IPv4Network(f"{ad.nic_address(nic)}/32"), _deliver_locally(nic, port))
@@ -131,7 +138,8 @@ def _switch_underlay(fabric: Fabric, switch: str, ecmp: Ecmp) -> SwitchUnderlay:
     tier = fabric.switch(switch).tier
     param = hash_param(tier)
 
-    def forward(hops: tuple[int, ...]) -> tuple[str, ...]:
+    def forward(next_hops: tuple[int, ...]) -> tuple[str, ...]:
+        hops = hashed_ports(switch, next_hops, reserved)
         if len(hops) == 1:
             return ("dec_ttl", f"output:{hops[0]}")
         if ecmp is Ecmp.OVS_BUNDLE:

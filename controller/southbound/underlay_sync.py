@@ -31,6 +31,7 @@ from controller.metrics import Metrics
 from controller.southbound import ofcodec, wire
 from controller.southbound.fanout import fan_out
 from controller.southbound.ofcodec import GroupShape
+from controller.southbound.overlay import EntryKey, OverlayEntry
 from controller.southbound.reconcile import SwitchDelta, diff_table
 from controller.southbound.switches import SwitchError, SwitchSession, overlay_table
 from controller.southbound.tables import Failed
@@ -46,16 +47,31 @@ class UnderlaySync:
         self.metrics = metrics
         self.audit_every = audit_every
         self.max_in_flight = max_in_flight
-        self.tables: dict[str, SwitchUnderlay] = build_underlay(fabric, ecmp)
-        self._entries = {name: underlay_entries(t) for name, t in self.tables.items()}
-        self._groups = {
-            name: {g.group_id: ofcodec.select_group_shape(g.ports) for g in t.groups} for name, t in self.tables.items()
-        }
+        self.fabric, self.ecmp = fabric, ecmp
+        self.reserved: Mapping[str, frozenset[int]] = {}
+        self.tables: dict[str, SwitchUnderlay] = {}
+        self._entries: dict[str, dict[EntryKey, OverlayEntry]] = {}
+        self._groups: dict[str, dict[int, GroupShape]] = {}
         self._synced: dict[str, SwitchSession] = {}  # switch -> the session it was last found or made right on
+        self.reserve({})
         self._passes = 0
         for name in fabric.switches:
             for kind in GROUP_MOD_KINDS:
                 metrics.group_mods.labels(name, kind)
+
+    def reserve(self, reserved: Mapping[str, frozenset[int]]) -> None:
+        """Keeps the hash off these ports (controller/te/headroom.py): the
+        switches whose routes or groups change are put right on the next sync."""
+        if reserved == self.reserved and self.tables:
+            return
+        self.reserved = reserved
+        tables = build_underlay(self.fabric, self.ecmp, reserved)
+        for name, table in tables.items():
+            if table != self.tables.get(name):
+                self.tables[name] = table
+                self._entries[name] = underlay_entries(table)
+                self._groups[name] = {g.group_id: ofcodec.select_group_shape(g.ports) for g in table.groups}
+                self.forget(name)
 
     def forget(self, name: str) -> None:
         self._synced.pop(name, None)

@@ -61,6 +61,7 @@ def simulate(args) -> int:
             notify=notify,
             sharing=Sharing(args.sharing),
             framed=not args.unframed,
+            underlay=args.underlay,
         )
     except BaseException:
         if live:
@@ -110,6 +111,13 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="flows move delivered bytes alone, as the optimum counts them (default: each pays its frame headers"
         " and TCP's ACKs on the wire, as in the emulation)",
+    )
+    sim.add_argument(
+        "--underlay",
+        choices=("fabric", "controller"),
+        default="fabric",
+        help="who installs the ECMP underlay in TE's arm: the fabric (default, as the emulation's own select groups)"
+        " or the controller, whose hash keeps unpinned traffic off the uplinks placed jobs fill",
     )
     sim.add_argument("--out", default="reports", help="directory for the JSON result and the PNG")
     sim.set_defaults(func=simulate)

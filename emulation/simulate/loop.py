@@ -33,6 +33,7 @@ import numpy as np
 from controller.fabric import Fabric
 from controller.intent.model import Intent
 from controller.te.engine import DecisionKind, Engine, EngineConfig, Snapshot, TeState, path_changed
+from controller.te.headroom import reserved_egresses
 from controller.te.view import FlowKey
 from emulation.model.fluid import link_loads
 from emulation.model.sharing import Sharing
@@ -59,6 +60,10 @@ class LoopSettings:
     sharing: Sharing = Sharing.PROPORTIONAL
     # When traffic or links change (Workload.traffic_changes): path changes are counted per change.
     changes_s: tuple[float, ...] = ()
+    # Who installs the underlay: "fabric" (the emulation's own select groups)
+    # or "controller", whose groups keep unpinned traffic off the uplinks
+    # placed jobs fill (controller/te/headroom.py).
+    underlay: str = "fabric"
 
     @property
     def cycles(self) -> int:
@@ -187,8 +192,18 @@ class ClosedLoop:
     def _underlay_at(self, c: int) -> tuple[np.ndarray, np.ndarray]:
         if c not in self._underlay:
             capacity = self.network.capacity_without(self.conditions[c].dead)
-            self._underlay[c] = (capacity, self.prep.underlay_route(capacity))
+            reserved = self._reserved(capacity) if self.settings.underlay == "controller" else None
+            self._underlay[c] = (capacity, self.prep.underlay_route(capacity, reserved))
         return self._underlay[c]
+
+    def _reserved(self, capacity: np.ndarray) -> np.ndarray:
+        """Per egress: kept out of the controller's hash for the placed jobs, with these links up."""
+        network = self.network
+        down = [network.egresses[i] for i in np.flatnonzero(capacity <= 0)]
+        mask = np.zeros(network.size, dtype=bool)
+        for egress in reserved_egresses(self.fabric, self.intent.jobs.values(), down):
+            mask[network.index[egress]] = True
+        return mask
 
     def _routing_at(self, c: int, landed: _Landed) -> tuple[Routing, np.ndarray]:
         """The routing in condition c with the landed moves and meters (memoised)."""

@@ -38,10 +38,10 @@ class Prepared:
         flows, by_via = self.arm.flows, self.routes.by_via
         return np.array([by_via[i].get(f.via, -1) if f.via else -1 for i, f in enumerate(flows)], dtype=np.int64)
 
-    def underlay_route(self, capacity: np.ndarray) -> np.ndarray:
+    def underlay_route(self, capacity: np.ndarray, reserved: np.ndarray | None = None) -> np.ndarray:
         """Where the flows go without TE: a placed job's steering, else the hash
-        (whose select groups skip a bucket whose port is down)."""
-        hashed = ecmp_routes(self.routes, self.hashes, self.routes.ingress_usable(capacity))
+        (whose select groups skip a bucket whose port is down, or reserved)."""
+        hashed = ecmp_routes(self.routes, self.hashes, self.routes.ingress_usable(capacity, reserved))
         return np.where(self.steered_route >= 0, self.steered_route, hashed)
 
     def stalled(self, capacity: np.ndarray, moved_via: dict[int, str] | None = None) -> np.ndarray:

@@ -245,6 +245,7 @@ class SimulationReport:
     telemetry: TelemetryModel
     sharing: Sharing  # how flows share a link: every arm's rates but the optimum's (max-min by definition)
     framed: bool  # every arm's flows pay their frames' headers and ACKs on the wire; the optimum's do not
+    underlay: str  # who installs it in TE's arm: "fabric", or "controller" (reserving placed jobs' uplinks)
     engine: EngineConfig  # as the run used it
     resolve_s: float
     arms: dict[str, ArmFigures] | None = field(default=None, metadata=OMITTED_IF_NONE)

@@ -161,14 +161,26 @@ class Routes:
         live = capacity[hops] > 0
         return np.all(live | (self.hops < 0), axis=1)
 
-    def ingress_usable(self, capacity: np.ndarray) -> np.ndarray:
+    def ingress_usable(self, capacity: np.ndarray, reserved: np.ndarray | None = None) -> np.ndarray:
         """Per route and hashing switch (as `bucket`): the port it leaves that
         switch by is up. That is all a select group knows: a bucket whose
         watch port is down is skipped. The ingress leaf is the first (on a
         two-tier fabric, the only) hashing switch; a fat tree's aggregation
-        switch hashes again, over its own uplinks."""
-        hop = np.take_along_axis(self.hops, np.maximum(self.tier_hop, 0), axis=1)
-        return (self.tier_hop < 0) | (capacity[np.maximum(hop, 0)] > 0)
+        switch hashes again, over its own uplinks.
+
+        With `reserved` (per egress: kept out of the hash for unpinned
+        traffic, controller/te/headroom.py), those ports are skipped too,
+        but for a flow left with no route that avoids them all."""
+        hop = np.maximum(np.take_along_axis(self.hops, np.maximum(self.tier_hop, 0), axis=1), 0)
+        usable = (self.tier_hop < 0) | (capacity[hop] > 0)
+        if reserved is None:
+            return usable
+        strict = usable & ((self.tier_hop < 0) | ~reserved[hop])
+        whole = strict.all(axis=1)[self.options]
+        flow_ok = np.bincount(self.option_flow, weights=whole, minlength=self.flow_count) > 0
+        route_ok = np.zeros(len(usable), dtype=bool)
+        route_ok[self.options] = flow_ok[self.option_flow]
+        return np.where(route_ok[:, None], strict, usable)
 
 
 def build_routes(network: Network, pairs: Sequence[tuple[NicId, NicId]]) -> Routes:

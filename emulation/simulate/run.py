@@ -78,10 +78,12 @@ def simulate(
     resolve_s: float = RESOLVE_S,
     sharing: Sharing = Sharing.PROPORTIONAL,
     framed: bool = True,
+    underlay: str = "fabric",
 ) -> SimulationReport:
     """The full result, judged by goodput or by time. `framed`: flows pay
     for their frames' headers and ACKs on the wire (framing.py); without,
-    they move delivered bytes alone, as the optimum counts them."""
+    they move delivered bytes alone, as the optimum counts them.
+    `underlay`: who installs it in the TE arm (LoopSettings.underlay)."""
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 
@@ -112,6 +114,7 @@ def simulate(
         resolve_s,
         sharing,
         tuple(workload.traffic_changes(duration_s)),
+        underlay,
     )
     iterating = any(p.arm.iterating for p in preps.values())
     if iterating:
@@ -178,6 +181,7 @@ def _report(
         telemetry=TelemetryModel(settings.interval_s, settings.noise, settings.latency_s),
         sharing=settings.sharing,
         framed=railyard.wire is not None,
+        underlay=settings.underlay,
         engine=settings.engine,
         resolve_s=settings.resolve_s,
         arms=judged.arms,

@@ -172,6 +172,40 @@ def test_the_controller_installs_the_underlay_keeps_it_across_kill_9_and_leaves_
     assert goodput > 0.8 * demo_fabric.access_link(A).emulated_bps, result
 
 
+def remote_routes(leaf: str) -> list[str]:
+    """The leaf's underlay routes to other leaves' prefixes (its own NICs' /32s left out)."""
+    return [line for line in underlay_on(leaf)[0] if "priority=1000" in line]
+
+
+def test_the_controllers_underlay_keeps_unpinned_traffic_off_the_uplinks_a_placed_job_fills(demo_fabric, tmp_path):
+    """A ring over two pods at the NICs' rate fills one uplink of each of its
+    leaves: the controller's hash leaves it out for everything else, and
+    takes it back when the job is released."""
+    with fabric_and_daemon(demo_fabric, tmp_path, "--underlay", "ovs-bundle", "--no-te", bare=True) as (_, ctl):
+        assert all("bundle(" in line for line in remote_routes(LEAF))
+        with ctl.client() as client:
+            client.place_job("ring", 4, "ring", 400.0, 2, servers=["ryh0s0", "ryh1s0"])
+            (flow,) = [f for f in client.job_flows("ring") if f.src_address == ad.nic_ip(A)]
+            (filled,) = demo_fabric.steering_hops(A, A2, flow.spine)
+            (free,) = [u.port for u in demo_fabric.uplinks(LEAF) if u != filled]
+            wait_for(
+                lambda: all(line.endswith(f"actions=dec_ttl,output:{free}") for line in remote_routes(LEAF)),
+                5.0,
+                f"{LEAF}'s routes to other leaves leaving by port {free} alone",
+            )
+            # The port kept dies: the filled one takes the traffic again (its port-status message), and
+            # gives it back when the link returns.
+            intf = ad.switch_port_name(LEAF, free)
+            netns.run(None, ["ip", "link", "set", intf, "down"])
+            try:
+                wait_for(lambda: all("bundle(" in line for line in remote_routes(LEAF)), 5.0, "the hash on both")
+            finally:
+                netns.run(None, ["ip", "link", "set", intf, "up"])
+            wait_for(lambda: all(line.endswith(f"output:{free}") for line in remote_routes(LEAF)), 5.0, "kept again")
+            client.release_job("ring")
+            wait_for(lambda: all("bundle(" in line for line in remote_routes(LEAF)), 5.0, "the hash back on both")
+
+
 def test_advisory_mode_recommends_the_move_te_makes_and_touches_nothing(demo_fabric, tmp_path):
     """--southbound none on the demo's collision: the recommendation is the
     move TE makes when it may program, and the switches keep every entry."""
