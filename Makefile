@@ -122,6 +122,7 @@ bench-training: venv
 # simulated and emulated, 5 seeds, against the optimum and ideal spraying (~20 min).
 bench-training-mixes: setup
 	$(PY) -m bench.training_mixes --out bench/results/training-mixes.json
+	$(PY) -m bench.training_mixes --underlay controller --out bench/results/training-mixes-controller.json
 
 # Fabric model at scale: build, warm, egress_path and the daemon's RSS on the 2K and 16K specs (no OVS, no root).
 bench-fabric: venv

@@ -22,6 +22,11 @@ per flow per change, 0 moves in unchanged traffic.
     make bench-training-mixes  ->  bench/results/training-mixes.json
     (python -m bench.training_mixes --mix training-narrow --seeds 1 2 --no-emulation)
 
+`--underlay controller` runs both worlds on the controller's underlay,
+whose hash keeps unpinned traffic off the uplinks placed jobs fill
+(controller/te/headroom.py): the on/off background then starts clear of the
+jobs instead of waiting a TE cycle to be moved.
+
 `--interval` and `--latency` change the simulator's telemetry interval and
 the switches' flow-mod latency (the emulation runs the real agent and
 switches): what TE's reaction time costs against spraying, which waits for

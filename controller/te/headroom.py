@@ -48,6 +48,8 @@ def reserved_egresses(fabric: Fabric, jobs: Iterable[Job], down: Collection[Endp
         egresses = [Endpoint(switch, p) for p in ports]
         headroom = {e: 0.0 if e in dead else capacity[e] - load.get(e, 0.0) for e in egresses}
         best = max(headroom.values())
+        if best <= 0:
+            continue  # every port full or dead: no port is better for the hash to favour
         reserved.update(e for e, room in headroom.items() if room < HEADROOM_SHARE * best and e not in dead)
     return frozenset(reserved)
 

@@ -43,6 +43,9 @@ def test_jobs_that_load_every_uplink_alike_reserve_none():
     # A light job leaves more than half the best headroom: the hash keeps every port.
     assert reserved_egresses(NARROW, [job(*qps("rys0", gbps=100))]) == frozenset()
     assert reserved_egresses(NARROW, []) == frozenset()
+    # Every uplink over-filled: none is better for the hash, so none is left out.
+    full = job(*qps("rys0", "rys0", "rys1", "rys1", "rys2", gbps=200), *qps("rys2", gbps=300))
+    assert reserved_egresses(NARROW, [full]) == frozenset()
 
 
 def test_a_group_whose_every_port_is_reserved_keeps_them_all():
