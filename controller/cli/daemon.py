@@ -186,7 +186,8 @@ def _limit_and_log_options(run) -> None:
         "switch, under its own cookie owner: for a fabric brought up bare (fabric up --bare) or OpenFlow switches "
         "nothing else routes. ECMP: group (default; OpenFlow select groups, hashed as the switch is configured "
         "to) or ovs-bundle (Open vSwitch's bundle action, which hashes where flow records and sFlow see the port "
-        "a flow took: TE needs that on Open vSwitch)",
+        "a flow took: TE needs that on Open vSwitch). Its hash keeps unpinned traffic off the uplinks placed "
+        "jobs fill (docs/real-fabrics.md)",
     )
     run.add_argument(
         "--southbound",
