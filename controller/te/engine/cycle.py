@@ -229,10 +229,9 @@ class _Cycle:
         self.let_go_of_rescued()
 
     def let_go_of_rescued(self) -> None:
-        """A flow moved off a dead path goes back to where the hash (or its
-        job's placement) puts it once that path is back: held where it was
-        sent in a hurry, it would crowd the survivors' links for good, and
-        the flows that stayed would never spread back over the repaired one.
+        """A flow moved off a dead path goes back to where the hash (or its job's placement) puts it
+        once that path is back: held where it was sent in a hurry, it would crowd the survivors'
+        links for good, and the flows that stayed would never spread back over the repaired one.
         A flow pinned for its ACKs' sake goes back once nothing is dead."""
         rescued = [key for key, move in self.moves.items() if move.rescued]
         if not rescued:
@@ -272,8 +271,10 @@ class _Cycle:
     def settle(self) -> None:
         if self.state.traffic != self.traffic:  # judged under other traffic: free to move again
             self.moves.update({k: replace(m, held=False) for k, m in self.moves.items() if m.held})
+        spent = {k for k, c in self.changes_so_far().items() if c.count >= self.cfg.max_path_changes > 0}
+        measured = (self.tx, self.fresh)
         reverted = lately.settle(
-            self.index, self.catalog, self.dead, (self.tx, self.fresh), self.found, self.moves, self.now, self.cfg
+            self.index, self.catalog, self.dead, measured, self.found, self.moves, self.now, self.cfg, spent
         )
         self.decisions += reverted
         # The measured load (`explained`) was theirs where they were; what is
@@ -358,12 +359,11 @@ class _Cycle:
         """Per flow TE moved, the path changes TE made to it since a link
         went down or came back, kept for `forget_changes_after_s` after the
         flow was last seen as an elephant. Not since the set of elephants
-        last changed, nor only while the flow is one lately:
-        under TCP, flows cross the elephant threshold and fall back all
-        through a run, and each time a count that started over let a flow
-        move again (randx5, then randx4 at 10 Mb/s: 3 path changes a flow).
-        A drain does not start it over (a plan, not a failure); a new
-        leader, which starts from no state, does."""
+        last changed, nor only while the flow is one lately: under TCP,
+        flows cross the elephant threshold and fall back all through a run,
+        and each time a count that started over let a flow move again
+        (randx5, then randx4 at 10 Mb/s: 3 path changes a flow). A drain
+        does not start it over (a plan, not a failure); a new leader does."""
         return self.state.changes if self.state.down == self.down else {}
 
     def changes(self) -> dict[FlowKey, PathChanges]:
