@@ -271,10 +271,9 @@ class _Cycle:
     def settle(self) -> None:
         if self.state.traffic != self.traffic:  # judged under other traffic: free to move again
             self.moves.update({k: replace(m, held=False) for k, m in self.moves.items() if m.held})
-        spent = {k for k, c in self.changes_so_far().items() if c.count >= self.cfg.max_path_changes > 0}
-        measured = (self.tx, self.fresh)
+        measured, changes = (self.tx, self.fresh), self.changes_so_far()
         reverted = lately.settle(
-            self.index, self.catalog, self.dead, measured, self.found, self.moves, self.now, self.cfg, spent
+            self.index, self.catalog, self.dead, measured, self.found, self.moves, self.now, self.cfg, changes
         )
         self.decisions += reverted
         # The measured load (`explained`) was theirs where they were; what is

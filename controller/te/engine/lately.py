@@ -21,6 +21,7 @@ from controller.te.engine.state import (
     Elephants,
     EngineConfig,
     Move,
+    PathChanges,
     Recent,
     TeState,
     describe_flow,
@@ -159,16 +160,17 @@ def settle(
     moves: dict[FlowKey, Move],
     now: float,
     cfg: EngineConfig,
-    spent: Collection[FlowKey] = (),
+    changes: Mapping[FlowKey, PathChanges] | None = None,
 ) -> list[Decision]:
     """Once a move has had `hysteresis_s` to take effect, it is checked once
     against the rate the flow had before: a flow that measures worse goes
     back where it was and is held there. TE never leaves a flow worse off
     than the hash did. But a flow whose move spent its last path change
-    (`spent`) stays: going back would be one change more than the bound
-    allows (Hedera's randx5 seed 1: moved twice by plans of two, sent back
-    18.6 s in, three path changes), and the plan that moved it was judged
-    on every flow it changed, not on this one alone. Worse counts only where its new route is to blame
+    (`changes`: the path changes TE made each flow) stays: going back
+    would be one change more than the bound allows (Hedera's randx5 seed 1:
+    moved twice by plans of two, sent back 18.6 s in, three path changes),
+    and the plan that moved it was judged on every flow it changed, not on
+    this one alone. Worse counts only where its new route is to blame
     (`measured`: per link, its rate and whether a fresh sample came): a hop
     full or dead, or no hop measured. A flow that sends less on a route with room
     was held back by itself: its iteration ending, its sender, its NIC. So
@@ -199,7 +201,7 @@ def settle(
         before = min(move.rate_before, move.rate_expected) if move.rate_expected > 0 else move.rate_before
         worse = (
             before > 0
-            and key not in spent
+            and not _spent(changes, key, cfg)
             and rate < before * (1 - cfg.revert_margin)
             and _to_blame(catalog, int(elephants.cat[i]), route, dead, measured)
         )
@@ -222,6 +224,12 @@ def settle(
         else:
             moves[key] = replace(move, settled=True)
     return out
+
+
+def _spent(changes: Mapping[FlowKey, PathChanges] | None, key: FlowKey, cfg: EngineConfig) -> bool:
+    """The flow has had every path change the bound allows."""
+    made = changes.get(key) if changes else None
+    return bool(cfg.max_path_changes) and made is not None and made.count >= cfg.max_path_changes
 
 
 def _lately_changed(
