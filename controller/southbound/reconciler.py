@@ -42,6 +42,7 @@ from controller.southbound.reconcile import (
     diff_meters,
     diff_table,
 )
+from controller.southbound.stats import ports_down
 from controller.southbound.switches import SWITCH_ERROR_REASONS, CallTable, SwitchError, SwitchSession
 from controller.southbound.tables import KnownTables
 from controller.southbound.underlay import Ecmp
@@ -128,7 +129,9 @@ class Reconciler:
         self.fabric_ready = threading.Event()
         self._jobs: dict[str, JobProgress] = {}  # only the reconciler thread touches it
         self._memo = OverlayMemo()  # only the reconciler thread touches it
-        self._down: frozenset[Endpoint] = frozenset()  # ports whose link is down, from port-status messages
+        # Ports whose link is down: read once per connection, then port-status messages.
+        self._down: frozenset[Endpoint] = frozenset()
+        self._down_lock = threading.Lock()  # the app thread's messages, the worker thread's reads
         # (intent revision, ports down) -> the underlay's reserved ports, per switch
         self._reservation: tuple[tuple[int, frozenset[Endpoint]], Mapping[str, frozenset[int]]] = (
             (-1, frozenset()),
@@ -171,9 +174,10 @@ class Reconciler:
             return
         if self.underlay is not None:
             egress = Endpoint(name, port)
-            down = self._down | {egress} if link_down else self._down - {egress}
-            if down != self._down:
-                self._down = down  # one reference swapped: the worker thread reads it whole
+            with self._down_lock:
+                down = self._down | {egress} if link_down else self._down - {egress}
+                changed, self._down = down != self._down, down  # one reference swapped: read whole
+            if changed:
                 self._triggers.put(Trigger(ReconcileTrigger.LINK))
         if self.on_port_status is not None:
             self.on_port_status(name, port, link_down)
@@ -300,12 +304,31 @@ class Reconciler:
         """Brings the known tables of `sessions` up to date (tables.py); False if a read failed."""
         fresh = self.connections.unsynced(sessions)
         ok = self.tables.read(reason is ReconcileTrigger.PERIODIC, sessions, self._failed)
+        if self.underlay is not None and fresh:
+            ok = self._read_ports_down({n: sessions[n] for n in fresh}) and ok
         for name in fresh & self.tables.keys():
             self.metrics.entries_installed.labels(name).set(len(self.tables[name].entries))
             if self.te is not None:
                 # First look at this switch since it (or we) (re)started: keep the
                 # elephant moves and meters it already carries instead of undoing them.
                 self.te.adopt(list(self.tables[name].entries.values()), self.tables[name].meters)
+        return ok
+
+    def _read_ports_down(self, sessions: Mapping[str, SwitchSession]) -> bool:
+        """Which ports of switches first seen since they (or this controller)
+        started are down already. Port-status messages tell of changes only:
+        an uplink that died while no controller ran would look alive to the
+        reservations, which could then keep the hash on it alone. False if a
+        switch did not say."""
+        ok = True
+        for name, ports in ports_down(sessions, self.max_in_flight).items():
+            if isinstance(ports, SwitchError):
+                ok = self._failed(name, ports, "dump_failed")
+                continue
+            known = self.fabric.ports(name)
+            with self._down_lock:
+                others = frozenset(e for e in self._down if e.node != name)
+                self._down = others | {Endpoint(name, p) for p in ports if p in known}
         return ok
 
     def _plan(self, sessions: Mapping[str, SwitchSession]) -> OverlayPlan:

@@ -22,7 +22,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -122,11 +122,11 @@ class StatsPoller:
         started = time.perf_counter()
         sessions = self.sessions()
         fresh = {n: s for n, s in sessions.items() if self._described.get(n) is not s}
-        for name, result in self._ask(fresh, _port_descriptions, "port descriptions").items():
-            if isinstance(result, SwitchError):
+        for name, down in ports_down(fresh, self.max_in_flight).items():
+            if isinstance(down, SwitchError):
                 continue
             with self._lock:
-                self._down[name] = {d.port_no for d in result if d.state & ofp.OFPPS_LINK_DOWN}
+                self._down[name] = set(down)
             self._described[name] = fresh[name]
         replies = self._ask(sessions, _port_stats, "port stats")
         now = self.clock()
@@ -179,6 +179,18 @@ class StatsPoller:
                 continue
             dropped = sum(b.packet_band_count for m in result if is_railyard_meter(m.meter_id) for b in m.band_stats)
             self.metrics.meter_band_packets.labels(name).set(dropped)
+
+
+def ports_down(sessions: Mapping[str, SwitchSession], max_in_flight: int) -> dict[str, frozenset[int] | SwitchError]:
+    """Each switch's ports whose link is down, from its port descriptions
+    (one request each, all in flight at once). Port-status messages tell of
+    changes only: a link that died before the connection is known this way."""
+    starts = {n: functools.partial(_dump, s, _port_descriptions, "port descriptions") for n, s in sessions.items()}
+    return {
+        name: result if isinstance(result, SwitchError) else
+        frozenset(d.port_no for d in result if d.state & ofp.OFPPS_LINK_DOWN)
+        for name, result in fan_out(starts, max_in_flight).items()
+    }  # fmt: skip
 
 
 def _dump(session: SwitchSession, request: Request, what: str) -> Dump:

@@ -179,8 +179,9 @@ def remote_routes(leaf: str) -> list[str]:
 
 def test_the_controllers_underlay_keeps_unpinned_traffic_off_the_uplinks_a_placed_job_fills(demo_fabric, tmp_path):
     """A ring over two pods at the NICs' rate fills one uplink of each of its
-    leaves: the controller's hash leaves it out for everything else, and
-    takes it back when the job is released."""
+    leaves: the controller's hash leaves it out for everything else (but for
+    a dead link, known from a port-status message or, after a restart, from
+    the port's description), and takes it back when the job is released."""
     with fabric_and_daemon(demo_fabric, tmp_path, "--underlay", "ovs-bundle", "--no-te", bare=True) as (_, ctl):
         assert all("bundle(" in line for line in remote_routes(LEAF))
         with ctl.client() as client:
@@ -199,6 +200,12 @@ def test_the_controllers_underlay_keeps_unpinned_traffic_off_the_uplinks_a_place
             netns.run(None, ["ip", "link", "set", intf, "down"])
             try:
                 wait_for(lambda: all("bundle(" in line for line in remote_routes(LEAF)), 5.0, "the hash on both")
+                # A controller started while the link is down gets no port-status message for it: it reads
+                # the port's description, and does not put the hash back on the dead port alone.
+                ctl.kill()
+                ctl.start()
+                ctl.wait_ready(len(demo_fabric.switches))
+                assert all("bundle(" in line for line in remote_routes(LEAF)), remote_routes(LEAF)
             finally:
                 netns.run(None, ["ip", "link", "set", intf, "up"])
             wait_for(lambda: all(line.endswith(f"output:{free}") for line in remote_routes(LEAF)), 5.0, "kept again")
