@@ -128,7 +128,7 @@ class StatsPoller:
             with self._lock:
                 self._down[name] = set(down)
             self._described[name] = fresh[name]
-        replies = self._ask(sessions, _port_stats, "port stats")
+        replies = _ask(sessions, _port_stats, "port stats", self.max_in_flight)
         now = self.clock()
         samples: list[tuple[Endpoint, PortSample]] = []
         for name, result in replies.items():
@@ -142,13 +142,6 @@ class StatsPoller:
             self.deliver(samples)
         self.metrics.stats_poll_duration.observe(time.perf_counter() - started)
         return len(samples)
-
-    def _ask(
-        self, sessions: dict[str, SwitchSession], request: Request, what: str
-    ) -> dict[str, list[Any] | SwitchError]:
-        """One multipart request to each switch, all in flight at once: the replies' items."""
-        starts = {n: functools.partial(_dump, s, request, what) for n, s in sessions.items()}
-        return fan_out(starts, self.max_in_flight)
 
     def _rates(self, name: str, stats: list[Any], now: float) -> list[tuple[Endpoint, PortSample]]:
         ports = self.fabric.ports(name)
@@ -174,7 +167,7 @@ class StatsPoller:
         """What Railyard's meters dropped, per switch (the incast senders policed)."""
         if not sessions:
             return
-        for name, result in self._ask(sessions, _meter_stats, "meter stats").items():
+        for name, result in _ask(sessions, _meter_stats, "meter stats", self.max_in_flight).items():
             if isinstance(result, SwitchError):
                 continue
             dropped = sum(b.packet_band_count for m in result if is_railyard_meter(m.meter_id) for b in m.band_stats)
@@ -185,12 +178,19 @@ def ports_down(sessions: Mapping[str, SwitchSession], max_in_flight: int) -> dic
     """Each switch's ports whose link is down, from its port descriptions
     (one request each, all in flight at once). Port-status messages tell of
     changes only: a link that died before the connection is known this way."""
-    starts = {n: functools.partial(_dump, s, _port_descriptions, "port descriptions") for n, s in sessions.items()}
     return {
         name: result if isinstance(result, SwitchError) else
         frozenset(d.port_no for d in result if d.state & ofp.OFPPS_LINK_DOWN)
-        for name, result in fan_out(starts, max_in_flight).items()
+        for name, result in _ask(sessions, _port_descriptions, "port descriptions", max_in_flight).items()
     }  # fmt: skip
+
+
+def _ask(
+    sessions: Mapping[str, SwitchSession], request: Request, what: str, max_in_flight: int
+) -> dict[str, list[Any] | SwitchError]:
+    """One multipart request to each switch, all in flight at once: the replies' items."""
+    starts = {n: functools.partial(_dump, s, request, what) for n, s in sessions.items()}
+    return fan_out(starts, max_in_flight)
 
 
 def _dump(session: SwitchSession, request: Request, what: str) -> Dump:

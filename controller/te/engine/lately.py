@@ -160,7 +160,7 @@ def settle(
     moves: dict[FlowKey, Move],
     now: float,
     cfg: EngineConfig,
-    changes: Mapping[FlowKey, PathChanges] | None = None,
+    changes: Mapping[FlowKey, PathChanges],
 ) -> list[Decision]:
     """Once a move has had `hysteresis_s` to take effect, it is checked once
     against the rate the flow had before: a flow that measures worse goes
@@ -226,9 +226,9 @@ def settle(
     return out
 
 
-def _spent(changes: Mapping[FlowKey, PathChanges] | None, key: FlowKey, cfg: EngineConfig) -> bool:
+def _spent(changes: Mapping[FlowKey, PathChanges], key: FlowKey, cfg: EngineConfig) -> bool:
     """The flow has had every path change the bound allows."""
-    made = changes.get(key) if changes else None
+    made = changes.get(key)
     return bool(cfg.max_path_changes) and made is not None and made.count >= cfg.max_path_changes
 
 
