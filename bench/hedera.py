@@ -40,6 +40,7 @@ from bench.crossval import emulated_run, simulated_fractions
 from bench.hedera_suite import PATTERNS, Pattern, published
 from controller.fabric import load_fabric
 from controller.te.engine.state import DecisionKind
+from emulation.model.jsonable import plain
 from emulation.net import ovs
 from emulation.simulate.run import simulate
 from emulation.workload import Workload, load_workload, spec_file
@@ -77,6 +78,9 @@ def emulated(workload: Workload, seed: int, keep: Path | None) -> dict[str, Any]
         "moves_in_steady_traffic": te.te.moves_in_steady_traffic,
         "collision_to_fix_median_s": te.te.collision_to_fix_s.median,
         "flow_errors": report.failed_flows,
+        # The machine's CPUs while each run's traffic ran: a shared VM's steal
+        # starves the userspace datapath, in both runs alike.
+        "host_cpu": {mode: plain(report.modes[mode].host_cpu) for mode in ("ecmp", "te")},
     }
 
 
@@ -144,6 +148,9 @@ def _line(pattern: Pattern, run: dict[str, Any]) -> str:
         )
         if emu["te_routing"] is not None:
             text += f"; TE's routing, fluid {emu['te_routing']:6.1%} (at the end {emu['te_routing_end']:6.1%})"
+        stolen = [cpu["stolen"] for cpu in emu["host_cpu"].values() if cpu is not None]
+        if stolen:
+            text += f"; CPU stolen {max(stolen):.1%}"
         if run["missed"]:
             text += f"; MISSED: {', '.join(run['missed'])}"
         if emu["te_routing_strays"]:

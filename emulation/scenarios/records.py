@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emulation.model.jsonable import FLATTENED, OMITTED_IF_NONE, Json, as_json
+from emulation.scenarios.machine import HostCpu
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,7 @@ class ModeFigures:
     te: TeFigures = field(metadata=FLATTENED)
     flow_mods: float
     reconcile_failures: float
+    host_cpu: HostCpu | None = field(default=None, metadata=OMITTED_IF_NONE)  # while the traffic ran
     # "passed", "failed: ..." or "skipped: ..." (a flow reported an error); absent: not checked
     # (an earlier mode failed first, or the controller failed a reconcile pass).
     optimum_check: str | None = field(default=None, metadata=OMITTED_IF_NONE)

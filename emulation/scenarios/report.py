@@ -120,6 +120,7 @@ def mode_figures(fabric: Fabric, run: ModeRun, phases_: Sequence[Phase], workloa
         te=te,
         flow_mods=run.flow_mods,
         reconcile_failures=run.reconcile_failures,
+        host_cpu=run.host_cpu,
     )
 
 

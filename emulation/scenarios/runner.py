@@ -33,6 +33,7 @@ from emulation.net import netns, ovs
 from emulation.net.fabric import EmulatedFabric, sflow_sampling
 from emulation.processes.controller_process import ControllerProcess, Ports, free_port, total
 from emulation.scenarios.emulable import check_emulable, emulation_scale, steady_flows, transfer_engine
+from emulation.scenarios.machine import CpuTicks, HostCpu
 from emulation.scenarios.sampling import FabricWatch, Sample, underlay_vias
 from emulation.scenarios.timeline import Decided, read_decisions
 from emulation.traffic.iperf import FlowResult, FlowSpec, TrafficRun
@@ -100,6 +101,7 @@ class ModeRun:
     commit_s: float | None = None
     flow_mods: float = 0.0
     reconcile_failures: float = 0.0  # failed reconcile passes of the TE run's controller
+    host_cpu: HostCpu | None = None  # the machine's CPUs while the traffic ran
     controller_log: str = ""  # the TE run's daemon log: every decision, with its reason
 
     def streamed(self) -> dict[int, StreamResult]:
@@ -254,6 +256,7 @@ def _drive(
     emu.arbitrate((t.src, t.dst, (t.protocol, t.src_port, t.dst_port)) for t in run.plan.transfers)
     engine = transfer_engine(emu, run.plan, emulation_scale(fabric), duration)
     watch = FabricWatch(fabric)
+    ticks = CpuTicks.read()
     start = time.time()  # the clock of the run's traffic, started before its first flow
     traffic = TrafficRun(emu.popen, run.flows, duration, raw_dir).start() if run.flows else None
     engine.start()
@@ -269,6 +272,7 @@ def _drive(
     for timer in timers:
         timer.join()
     watch.stop()
+    run.host_cpu = CpuTicks.read().since(ticks)
     # The run's own seconds: after them, traffic is only winding down.
     run.samples = [s for s in watch.samples if s.t <= duration]
     run.drops_by_port = watch.drops_by_port

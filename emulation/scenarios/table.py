@@ -31,6 +31,11 @@ def _last_move(m: ModeFigures) -> str:
     return f"{m.te.moves_in_steady_traffic} / " + ("-" if last is None else f"{last:.2f}")
 
 
+def _host_cpu(m: ModeFigures) -> str:
+    cpu = m.host_cpu
+    return "-" if cpu is None else f"{cpu.busy:.0%} / {cpu.stolen:.1%}"
+
+
 Row = tuple[str, Callable[[ModeFigures], str]]  # a label, and how a mode's figures show in it
 
 # Queues, losses and what TE did: rows every report has.
@@ -44,6 +49,7 @@ _RUN_ROWS: list[Row] = [
     ("queue peak, any port, any time (KB)", lambda m: f"{m.bottleneck_queue.peak_bytes_any_port_any_time / 1e3:.0f}"),
     ("drops at queues (packets)", lambda m: f"{m.drops}"),
     ("policed by meters (packets)", lambda m: f"{m.policed}"),
+    ("host CPU busy / stolen by the hypervisor", _host_cpu),
     ("reroutes", _if_te(lambda m: f"{m.te_decisions.get('reroute', 0):.0f}")),
     (
         "collision-to-fix median / p99 (s)",

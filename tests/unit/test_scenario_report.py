@@ -12,6 +12,7 @@ from emulation.model.pairs import incast_pairs, permutation_pairs
 from emulation.model.stats import percentile
 from emulation.scenarios.emulable import steady_flows
 from emulation.scenarios.judge import ControllerFailed, OptimumExceeded, planned_intervals
+from emulation.scenarios.machine import HostCpu
 from emulation.scenarios.records import PerFlow, Totals
 from emulation.scenarios.report import build_report, jain, longest_zero_run_s
 from emulation.scenarios.runner import AGENT_AND_FABRIC, ModeRun, ScenarioMode, _daemon
@@ -374,3 +375,15 @@ def test_a_run_starts_from_its_own_records_in_a_workdir_another_run_of_its_mode_
     assert daemon.decisions == left["decisions-te.jsonl"] and read_decisions(daemon.decisions, 0.0) == []
     assert not [name for name, path in left.items() if path.exists()]
     assert (tmp_path / "ecmp.db").exists()
+
+
+def test_a_run_carries_what_the_machines_cpus_did_while_its_traffic_ran():
+    scenario = load_workload("link-failure")
+    rate = lambda f, s: 25e6 if s >= 4 and _on_failed_leaf(f) else 50e6  # noqa: E731
+    run = replace(_run(FABRIC, scenario, ScenarioMode.TE, rate), host_cpu=HostCpu(0.62, 0.031))
+    report = build_report(FABRIC, scenario, 1, {ScenarioMode.TE: run})
+    assert json.loads(json.dumps(report.as_json()))["modes"]["te"]["host_cpu"] == {"busy": 0.62, "stolen": 0.031}
+    rows = {line.split("  ")[0].strip(): line for line in table(report).splitlines()}
+    assert rows["host CPU busy / stolen by the hypervisor"].endswith("62% / 3.1%")
+    unmeasured = build_report(FABRIC, scenario, 1, {ScenarioMode.TE: replace(run, host_cpu=None)})
+    assert "host_cpu" not in json.loads(json.dumps(unmeasured.as_json()))["modes"]["te"]
