@@ -108,6 +108,27 @@ def test_sharing_the_best_routing_also_shares_is_reported_once_as_unfixable():
     assert kinds.count("unfixable") == 1 and len(state.unfixable) == 1
 
 
+def test_a_link_only_a_resting_flow_can_free_is_a_collision_searched_again_not_unfixable():
+    # A was moved onto rys0 a second ago and rests; B is pinned beside it. A's
+    # way out (rys1 into pod 1) is C's: only A and C swapping spines frees both.
+    spec = "pods: 3\nservers_per_pod: 2\nrails: 1\nspines: 2\noversubscription: 1.0\n"
+    fabric = build_fabric(parse_spec(spec + RATES))
+    a, b, c = (NicId(0, 0, 0), NicId(0, 1, 0)), (NicId(0, 0, 1), NicId(0, 2, 0)), (NicId(0, 2, 1), NicId(0, 1, 1))
+    ka, kb, kc = (flow_key(*pair, 40001 + n) for n, pair in enumerate((a, b, c)))
+    world = World(fabric, {ka: (*a, "rys1"), kb: (*b, "rys0"), kc: (*c, "rys1")})
+    state = TeState(moves={ka: Move(ka, *a, "rys0", 99.0, 99.0, "rys1")})
+    seen = []
+    for i in range(25):
+        now = 100.0 + 0.2 * i
+        state, decisions = step(fabric, state, *world.telemetry(now, state.moves), now, steered=frozenset({b}))
+        seen += [(now, d.kind, d.reason) for d in decisions]
+    assert [kind for _, kind, _ in seen if kind != "reroute"] == ["collision"]
+    assert "1 of them rest after a move, searched again in 2.0 s" in seen[0][2]
+    assert {state.moves[k].via for k in (ka, kc)} == {"rys1", "rys0"} and state.moves[ka].via == "rys1"
+    assert all(now >= 102.0 for now, kind, _ in seen if kind == "reroute")  # once A rested: a plan of two
+    assert aggregate(world, state.moves) == pytest.approx(3 * 400e9)
+
+
 def test_one_cycle_fixes_every_collision_of_a_fabric_wide_permutation():
     world = permutation(WIDE, seed=3)
     flows, ports = world.telemetry(100.0, {})
