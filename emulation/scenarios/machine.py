@@ -1,11 +1,10 @@
 """What the machine's CPUs did while a run's traffic ran: how busy they
 were, and how much time the hypervisor gave to other guests (steal). The
 userspace datapath forwards every packet on these CPUs, so a run on a
-starved VM measures the machine as much as the routing. On 2026-12-07 the
-demo's link failure read 76.8% of the optimum in one run of fourteen, its
-uncontended flows at 70-80% of their NIC in both runs (ECMP too), where
-the others read 94.5-97.5%; what the CPUs did then was not recorded. Linux's
-/proc/stat, in clock ticks."""
+starved VM measures the machine as much as the routing: on 2026-12-07 one
+demo link-failure run in twenty read 76.8% of the optimum with its
+uncontended flows at 70-80% of their NIC, in the ECMP run too, and what
+the CPUs did then was not recorded. Linux's /proc/stat, in clock ticks."""
 
 from __future__ import annotations
 

@@ -117,7 +117,8 @@ def _collisions(done: Pass) -> tuple[dict[str, str], dict[str, str]]:
 def _resting(done: Pass, resting: np.ndarray) -> str:
     """How many of a link's elephants wait out their hysteresis, and for how long yet."""
     inputs = done.inputs
-    moved = [inputs.now if done.moved[i] else inputs.moves[inputs.elephants.keys[i]].moved_at for i in resting.tolist()]
+    earlier = [None if done.moved[i] else inputs.moves.get(inputs.elephants.keys[i]) for i in resting.tolist()]
+    moved = [inputs.now if move is None else move.moved_at for move in earlier]
     left = max(moved) + inputs.cfg.hysteresis_s - inputs.now
     return f"{len(moved)} of them rest after a move, searched again in {max(left, 0.0):.1f} s"
 
