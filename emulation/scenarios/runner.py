@@ -265,6 +265,7 @@ def _drive(
     while time.time() - start < duration:
         time.sleep(1.0)
         progress(f"{workload.name} [{run.mode}] {min(time.time() - start, duration):4.1f}/{duration:g} s")
+    run.host_cpu = CpuTicks.read().since(ticks)  # over the run's own seconds, not its winding down
     # Bounded: a flow whose path died may never finish on its own.
     run.results = traffic.wait(grace_s=5.0) if traffic else []
     engine.wait()
@@ -272,7 +273,6 @@ def _drive(
     for timer in timers:
         timer.join()
     watch.stop()
-    run.host_cpu = CpuTicks.read().since(ticks)
     # The run's own seconds: after them, traffic is only winding down.
     run.samples = [s for s in watch.samples if s.t <= duration]
     run.drops_by_port = watch.drops_by_port
