@@ -89,8 +89,12 @@ class Cycle:
     meter_mods: int
     path_changes: int  # flows whose path changed in the interval (moves landing, failover)
     step_s: float
-    # The step's CPU time (this process's): on a shared machine a neighbour's
-    # load stretches wall time, not this.
+    # The step's CPU time, on the engine's own thread (as the daemon's TE runner
+    # paces it): on a shared machine a neighbour's load stretches wall time, not
+    # this. Not the process's: OpenBLAS's helper threads spin ~0.1 s after each
+    # of the fluid model's proportional-fair solves, and perf put a third of a
+    # meta-32k run's samples in that spin, ~90 ms billed to each step after a
+    # re-solve.
     step_cpu_s: float
     fluid_s: float
     telemetry_s: float
@@ -260,12 +264,12 @@ class ClosedLoop:
             # 3. the engine
             before = state
             drains = self.conditions[interval.condition].drains
-            cpu = time.process_time()
+            cpu = time.thread_time()
             state, decisions = engine.step(
                 before, Snapshot(flows, ports, now, drains, self.intent.pinned_pairs, self.intent.job_pairs)
             )
             t3 = time.perf_counter()
-            cpu = time.process_time() - cpu
+            cpu = time.thread_time() - cpu
 
             # 4. the overlay and what reconciling it would send
             flow_mods, meter_mods = self._overlay(counter, flight, before, state, now)
