@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from emulation.model.jsonable import FLATTENED, OMITTED_IF_NONE, Json, as_json
+from emulation.scenarios.control import EcmpControl
 from emulation.scenarios.machine import HostCpu
 
 
@@ -272,6 +273,8 @@ class ScenarioReport:
     events: list[dict[str, Any]]  # {"at_s": ..., kind: target}, as the workload names them
     optimum: Optimum
     modes: Mapping[str, ModeFigures]
+    # The ECMP run against the simulator's for the same hash (control.py): None where not run.
+    ecmp_against_simulator: EcmpControl | None = field(default=None, metadata=OMITTED_IF_NONE)
 
     @property
     def failed_flows(self) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 
+from emulation.scenarios.control import control_line
 from emulation.scenarios.records import Incast, ModeFigures, PhaseFigures, ScenarioReport
 
 
@@ -110,6 +111,8 @@ def table(report: ScenarioReport) -> str:
                 for i, f in enumerate(first.flows)
             )
         )
+    if report.ecmp_against_simulator is not None:
+        lines += ["", control_line(report.ecmp_against_simulator)]
     return "\n".join(lines)
 
 
