@@ -10,15 +10,12 @@ SPEC_HELP = "fabric spec: a YAML path or a shipped spec's name (default: the dem
 
 
 def needs_sim_extra(command: str) -> None:
-    """The simulator and the reports need scipy (the optimum) and matplotlib
-    (plots), which the daemon does not: they come with the `sim` extra."""
+    """The simulator and the reports need matplotlib (plots), which the daemon
+    does not: it comes with the `sim` extra."""
     import importlib.util
 
-    missing = [m for m in ("scipy", "matplotlib") if importlib.util.find_spec(m) is None]
-    if missing:
-        raise CliError(
-            command, f"needs {' and '.join(missing)}, not installed", "pip install 'railyard[sim]' (the sim extra)"
-        )
+    if importlib.util.find_spec("matplotlib") is None:
+        raise CliError(command, "needs matplotlib, not installed", "pip install 'railyard[sim]' (the sim extra)")
 
 
 def json_flag(parser: argparse.ArgumentParser) -> None:
