@@ -68,7 +68,7 @@ def scenario_run(args) -> int:
         if exc.report is not None:
             print(f"report kept for inspection: {write(exc.report, runs, fabric, out)}", file=sys.stderr)
         raise
-    report = _with_ecmp_control(report, fabric, workload, args.seed)
+    report = with_ecmp_control(report, fabric, workload, args.seed)
     path = write(report, runs, fabric, out)
 
     def text() -> None:
@@ -82,7 +82,7 @@ def scenario_run(args) -> int:
     return 0
 
 
-def _with_ecmp_control(report, fabric, workload, seed: int):
+def with_ecmp_control(report, fabric, workload, seed: int):
     """The report with its ECMP run held against the simulator's, same flows
     and hash (emulation/scenarios/control.py): a run the machine fell short
     in says so. The simulation takes 0.1-2 s on an emulable scenario."""

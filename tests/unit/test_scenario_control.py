@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from emulation.cli.scenario import _with_ecmp_control
+from emulation.cli.scenario import with_ecmp_control
 from emulation.scenarios.control import AGREEMENT_POINTS, ecmp_control
 from emulation.scenarios.report import build_report
 from emulation.scenarios.runner import ScenarioMode
@@ -54,7 +54,7 @@ def test_a_phase_within_the_agreement_is_not_short_and_no_common_phase_is_no_con
 
 
 def test_a_scenario_run_holds_its_ecmp_run_against_the_real_simulator():
-    checked = _with_ecmp_control(_ecmp(1.0), FABRIC, load_workload("link-failure"), 1)
+    checked = with_ecmp_control(_ecmp(1.0), FABRIC, load_workload("link-failure"), 1)
     control = checked.ecmp_against_simulator
     assert control is not None and not control.machine_short
     # The simulator's ECMP on this seed collides (86.6% then 74.3%); a run at the optimum reads above it.
