@@ -6,10 +6,16 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from controller.cli.output import emit, writable_dir
 from controller.fabric import load_fabric
 from emulation.cli.common import SPEC_HELP, json_flag, needs_sim_extra, source_arguments
+
+if TYPE_CHECKING:  # the CLI imports the emulation's modules when a command runs, not at start
+    from controller.fabric import Fabric
+    from emulation.scenarios.records import ScenarioReport
+    from emulation.workload import Workload
 
 
 def demo(args) -> int:
@@ -82,7 +88,7 @@ def scenario_run(args) -> int:
     return 0
 
 
-def with_ecmp_control(report, fabric, workload, seed: int):
+def with_ecmp_control(report: ScenarioReport, fabric: Fabric, workload: Workload, seed: int) -> ScenarioReport:
     """The report with its ECMP run held against the simulator's, same flows
     and hash (emulation/scenarios/control.py): a run the machine fell short
     in says so. The simulation takes 0.1-2 s on an emulable scenario."""
