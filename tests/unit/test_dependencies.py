@@ -9,6 +9,7 @@ import tomllib
 from pathlib import Path
 
 from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[2]
 # Development tools inside the package, never imported by what it runs.
@@ -39,7 +40,7 @@ print("\\n".join(failed))
 
 
 def _names(requirements: list[str]) -> set[str]:
-    return {Requirement(r).name.lower().replace("_", "-") for r in requirements}
+    return {canonicalize_name(Requirement(r).name) for r in requirements}
 
 
 def extras_only_imports() -> set[str]:
@@ -49,11 +50,7 @@ def extras_only_imports() -> set[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     core = _names(project["dependencies"])
     extras = set().union(*(_names(reqs) for reqs in project["optional-dependencies"].values())) - core
-    return {
-        name
-        for name, dists in packages_distributions().items()
-        if {d.lower().replace("_", "-") for d in dists} <= extras
-    }
+    return {name for name, dists in packages_distributions().items() if {canonicalize_name(d) for d in dists} <= extras}
 
 
 def test_the_controller_imports_with_none_of_the_extras_installed():
