@@ -23,7 +23,7 @@ from controller.intent.model import FlowMatch, FlowPin, Intent, directions
 from controller.te.engine import Meter as TeMeter
 from controller.te.engine import Move as TeMove
 from controller.te.jobs import Job
-from controller.te.view import FlowKey
+from controller.te.view import FlowKey, reverse_key
 
 # Cookie layout (64 bits): | 'RY' prefix (16) | owner kind (8) | owner id (40) |
 # Deletes and dumps are always scoped by COOKIE_PREFIX_MASK, so entries of the
@@ -260,7 +260,6 @@ def te_entries(
     ids = meter_ids(fabric, meters)
     out: list[OverlayEntry] = []
     for move in moves:
-        _, _, protocol, sport, dport = move.key
         identity = (move.key, move.src, move.dst, move.via)
         found = memo.get(identity) if memo is not None else None
         entries, acks = derived[identity] = found or _move_entries(fabric, *identity)
@@ -270,7 +269,7 @@ def te_entries(
                 replace(e, actions=(f"meter:{meter_id}", *e.actions)) if e.switch == leaf else e for e in entries
             )
         out += entries
-        if (move.key[1], move.key[0], protocol, dport, sport) not in moved:
+        if reverse_key(move.key) not in moved:
             out += acks
     if memo is not None:
         memo.clear()

@@ -49,6 +49,12 @@ class FlowSample:
 FlowKey = tuple[str, str, str, int, int]  # src address, dst address, protocol, src port, dst port
 
 
+def reverse_key(key: FlowKey) -> FlowKey:
+    """The 5-tuple of the packets coming back: a TCP flow's ACKs."""
+    src, dst, protocol, sport, dport = key
+    return (dst, src, protocol, dport, sport)
+
+
 class _Observed(Protocol):
     @property
     def observed_at(self) -> float: ...

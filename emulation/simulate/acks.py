@@ -12,6 +12,7 @@ import numpy as np
 
 from controller.fabric import NicId
 from controller.te.jobs import pinned_vias
+from controller.te.view import reverse_key
 from emulation.simulate.routes import Network, Routes, build_routes, ecmp_routes, tier_hashes
 
 
@@ -44,7 +45,7 @@ class AckRoutes:
 
 
 def ack_routes(network: Network, keys: Sequence[tuple], pairs: Sequence[tuple[NicId, NicId]]) -> AckRoutes:
-    reversed_keys = [(dst, src, proto, dport, sport) for src, dst, proto, sport, dport in keys]
+    reversed_keys = [reverse_key(key) for key in keys]
     index = {key: i for i, key in enumerate(keys)}
     return AckRoutes(
         build_routes(network, [(dst, src) for src, dst in pairs]),

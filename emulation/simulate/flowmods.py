@@ -29,21 +29,16 @@ from controller.southbound.overlay import (
 )
 from controller.southbound.reconcile import diff_meters, diff_table
 from controller.te.engine import Meter, Move
-from controller.te.view import FlowKey
+from controller.te.view import FlowKey, reverse_key
 
 Tables = dict[str, dict[EntryKey, OverlayEntry]]
 Group = tuple[tuple[FlowKey, str], ...]  # (flow key, via) of the moves rendered together
 
 
-def _reverse(key: FlowKey) -> FlowKey:
-    src, dst, protocol, sport, dport = key
-    return (dst, src, protocol, dport, sport)
-
-
 def groups_of(moves: Mapping[FlowKey, Move]) -> dict[Group, tuple[Move, ...]]:
     out: dict[Group, tuple[Move, ...]] = {}
     for key, move in moves.items():
-        reverse = moves.get(_reverse(key))
+        reverse = moves.get(reverse_key(key))
         if reverse is not None and reverse.key < key:
             continue  # rendered with the reverse flow's move
         members = (move,) if reverse is None else (move, reverse)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from controller.fabric import Fabric
-from controller.te.view import FlowKey
+from controller.te.view import FlowKey, reverse_key
 from emulation.model.fluid import max_min_rates
 from emulation.simulate.bound import credited, optimum_bound
 from emulation.simulate.routes import Network, build_routes, ecmp_routes, tier_hashes
@@ -74,8 +74,7 @@ class Replay:
     def acks(self, key: FlowKey) -> bool:
         """`key` is the reverse of one of the flows: its ACKs (TE may pin
         them, and they carry nothing the fluid model counts)."""
-        src, dst, protocol, sport, dport = key
-        return (dst, src, protocol, dport, sport) in self.position
+        return reverse_key(key) in self.position
 
     def knows(self, key: FlowKey) -> bool:
         """`key` is one of the flows, or their ACKs."""

@@ -15,7 +15,7 @@ import numpy as np
 from controller.fabric import NicId
 from controller.fabric import addressing as ad
 from controller.te.engine.links import LinkIndex
-from controller.te.view import FlowKey
+from controller.te.view import FlowKey, reverse_key
 
 COLUMNS = ("src", "dst", "leaf", "base", "nroutes", "disjoint", "bottleneck")
 # Leaf pairs whose routes are worked out between two calls of `pause`: a
@@ -49,6 +49,7 @@ class FlowCatalog:
         self.nroutes = np.zeros(0, dtype=np.int64)  # 0: both NICs on one leaf
         self.disjoint = np.zeros(0, dtype=bool)
         self.bottleneck = np.zeros(0)  # the widest route's narrowest hop
+        self.reverse = np.zeros(0, dtype=np.int64)  # the row of its reverse 5-tuple, -1 until one is seen
 
     def __len__(self) -> int:
         return len(self._row)
@@ -95,7 +96,17 @@ class FlowCatalog:
         out = np.full(len(keys), -1, dtype=np.int64)
         out[valid] = np.arange(start, start + len(valid))
         self._row.update(zip(keys, out.tolist()))
+        self._pair_with_reverses([keys[i] for i in valid.tolist()], start)
         return out
+
+    def _pair_with_reverses(self, keys: list[FlowKey], start: int) -> None:
+        """`reverse` for rows start.. (`keys`), and for the rows already here
+        whose reverse they are."""
+        get = self._row.get
+        reverse = np.fromiter((get(reverse_key(k), -1) for k in keys), dtype=np.int64, count=len(keys))
+        self.reverse = np.concatenate([self.reverse, reverse])
+        older = np.flatnonzero((reverse >= 0) & (reverse < start))
+        self.reverse[reverse[older]] = start + older
 
     def _routes_of(self, pair: int, src: int, dst: int) -> tuple[int, int, bool, float]:
         found = self._pair_routes.get(pair)

@@ -53,6 +53,7 @@ def find_elephants(
     nic_bps = index.fabric.spec.rates.nic_gbps * 1e9
     sender_floor = min(cfg.incast_sender_fraction * nic_bps, cfg.elephant_fraction * float(index.capacity.min()))
     fresh = (flows.observed_at >= now - cfg.max_age_s) & (cat >= 0)
+    fresh[fresh] = ~carries_acks(catalog, flows, np.flatnonzero(fresh), cat, cfg.elephant_fraction * nic_bps)
     sender = fresh & (flows.rate_bps >= sender_floor)
     if planned:
         quiet = np.flatnonzero(fresh & ~sender)
@@ -90,6 +91,26 @@ def find_elephants(
         row,
     )
     return where_moved(found, catalog, moves), last[keep]
+
+
+def carries_acks(
+    catalog: FlowCatalog, flows: FlowFrame, records: np.ndarray, cat: np.ndarray, elephant_bps: float
+) -> np.ndarray:
+    """Per record of `records` (rows of `flows` with a catalog row): it is
+    the acknowledgements of a flow the other way, not a flow of its own: its
+    reverse 5-tuple has a record at a higher rate, and it is no elephant
+    alone. An ACK stream sits near the sender floor (a TCP flow at a NIC's
+    rate acks at ~0.4% of it), and one record above it would be a sender,
+    and a QP of the NIC pair's connection the other way (`Connections`): a
+    phantom elephant with a share of the NIC for demand. RoCE's responses
+    share no 5-tuple with their requests (UDP port 4791 both ways), so none
+    are found there."""
+    rate = np.zeros(len(catalog))
+    rate[cat[records]] = flows.rate_bps[records]
+    reverse = catalog.reverse[cat[records]]
+    own = flows.rate_bps[records]
+    acks: np.ndarray = (reverse >= 0) & (rate[reverse] > own) & (own < elephant_bps)
+    return acks
 
 
 def where_moved(elephants: Elephants, catalog: FlowCatalog, moves: Mapping[FlowKey, Move]) -> Elephants:
