@@ -3,7 +3,7 @@ on its reverse 5-tuple, share a NIC pair with any data flow coming back."""
 
 from controller.fabric import NicId
 from controller.fabric import addressing as ad
-from controller.te.view import FlowSample
+from controller.te.view import FlowSample, reverse_key
 from tests.unit.test_engine import FABRIC, engine
 from tests.unit.test_engine_trust import elephants_in
 
@@ -26,7 +26,7 @@ def test_an_ack_stream_is_neither_a_qp_of_the_data_coming_back_nor_a_sender():
     of c's connection to a, an elephant, and would halve its demand."""
     data = key(A, C, 31081, 5205)
     back = key(C, A, 45790, 5215)
-    acks = (data[1], data[0], "tcp", 5205, 31081)
+    acks = reverse_key(data)
     flows = {data: sample(A, C, 0.9), back: sample(C, A, 0.9), acks: sample(C, A, 0.012)}
     found = elephants_in(FABRIC, flows)
     assert sorted(found.keys) == sorted([data, back])
@@ -37,7 +37,7 @@ def test_an_ack_stream_is_neither_a_qp_of_the_data_coming_back_nor_a_sender():
 
 def test_the_smaller_way_of_a_two_way_flow_is_still_an_elephant_on_its_own_rate():
     forth = key(A, C, 40000, 5201)
-    back = (forth[1], forth[0], "tcp", 5201, 40000)
+    back = reverse_key(forth)
     found = elephants_in(FABRIC, {forth: sample(A, C, 0.6), back: sample(C, A, 0.2)})
     assert sorted(found.keys) == sorted([forth, back])
 
@@ -45,7 +45,7 @@ def test_the_smaller_way_of_a_two_way_flow_is_still_an_elephant_on_its_own_rate(
 def test_a_key_is_paired_with_its_reverse_whichever_is_seen_first():
     catalog = engine(FABRIC).catalog
     forth = key(A, C, 40000, 5201)
-    back = (forth[1], forth[0], "tcp", 5201, 40000)
+    back = reverse_key(forth)
     other = key(C, A, 40001, 5201)
     (f,) = catalog.rows([forth])
     b, o = catalog.rows([back, other])

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from controller.fabric import load_fabric
+from controller.te.view import reverse_key
 from emulation.model.sharing import Sharing
 from emulation.simulate.replay import Replay, Rerouted, routing_worth
 from emulation.simulate.run import simulate
@@ -56,8 +57,7 @@ def test_a_change_counts_from_when_it_was_made_and_a_flow_let_go_is_hashed_again
 
 def test_a_flow_or_a_path_the_workload_does_not_have_is_refused_by_name_and_acks_change_nothing():
     flow = REPLAY.flows[0].key
-    src, dst, protocol, sport, dport = flow
-    acks = Rerouted(0.0, (dst, src, protocol, dport, sport), "rys0")
+    acks = Rerouted(0.0, reverse_key(flow), "rys0")
     assert (REPLAY.rerouted(REPLAY.hashed, acks) == REPLAY.hashed).all()
     with pytest.raises(ValueError, match="is not one of the workload's"):
         REPLAY.rerouted(REPLAY.hashed, Rerouted(0.0, ("10.9.9.9", *flow[1:]), "rys0"))

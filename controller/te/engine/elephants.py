@@ -105,10 +105,10 @@ def carries_acks(
     phantom elephant with a share of the NIC for demand. RoCE's responses
     share no 5-tuple with their requests (UDP port 4791 both ways), so none
     are found there."""
+    own, rows = flows.rate_bps[records], cat[records]
     rate = np.zeros(len(catalog))
-    rate[cat[records]] = flows.rate_bps[records]
-    reverse = catalog.reverse[cat[records]]
-    own = flows.rate_bps[records]
+    rate[rows] = own
+    reverse = catalog.reverse[rows]
     acks: np.ndarray = (reverse >= 0) & (rate[reverse] > own) & (own < elephant_bps)
     return acks
 
